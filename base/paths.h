@@ -1,0 +1,29 @@
+// Default locations shared by the daemon and its clients.
+//
+// Socket:   unix://$XDG_RUNTIME_DIR/autotune.sock, else unix:///tmp/autotune-$UID.sock
+// Database: $XDG_STATE_HOME/autotune/cache.db, else ~/.local/state/autotune/cache.db
+// The AUTOTUNE_SERVER environment variable, when set, overrides the socket
+// address clients use.
+#ifndef AUTOTUNE_BASE_PATHS_H_
+#define AUTOTUNE_BASE_PATHS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace autotune {
+
+// The address the daemon listens on and clients dial without flags.
+std::string DefaultServerAddress();
+// Clients: AUTOTUNE_SERVER if set, else DefaultServerAddress().
+std::string ClientServerAddress();
+// The database file the daemon opens without --db.
+std::string DefaultDatabasePath();
+
+// Creates `dir` and its missing parents with `mode` (existing ones are left
+// as they are). Errors name the path and the reason.
+absl::Status MakeDirectories(const std::string& dir, unsigned mode);
+
+}  // namespace autotune
+
+#endif  // AUTOTUNE_BASE_PATHS_H_
