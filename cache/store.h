@@ -19,7 +19,12 @@
 // NOT_FOUND for unknown families / binaries / jobs, DATA_LOSS when stored
 // bytes do not match their sha256 (never served), FAILED_PRECONDITION for a
 // database written by a newer schema, UNAVAILABLE / INTERNAL for SQLite
-// errors, with the SQLite message and the file path.
+// errors, with the SQLite message and the file path
+// ("database /x/cache.db: <context>: <sqlite message>"; BUSY and I/O errors
+// are UNAVAILABLE, a full disk RESOURCE_EXHAUSTED, corruption DATA_LOSS).
+//
+// Family versions: an empty `family_hash` in an EntryKey or in
+// ListCandidates() means the family's current hash.
 #ifndef AUTOTUNE_CACHE_STORE_H_
 #define AUTOTUNE_CACHE_STORE_H_
 
@@ -47,6 +52,7 @@ struct StoreOptions {
   absl::Duration busy_timeout = absl::Seconds(5);
   bool exclusive = true;         // take the "<path>.lock" flock
   // Testing only: stop migrating at this version (0 = kSchemaVersion).
+  // Never downgrades: a database already past it stays at its version.
   int migrate_to = 0;
 };
 
@@ -92,6 +98,22 @@ class Store {
   // Opens (creating if missing, with mode 0600) and migrates the database.
   // Fails with a one-line reason: unreadable file, not a database, newer
   // schema, held by another process.
+  //
+  //   "cannot open database <path>: <strerror>"  NOT_FOUND (missing directory),
+  //       PERMISSION_DENIED (EACCES/EPERM/EROFS), FAILED_PRECONDITION (EISDIR)
+  //   "<path> is not an autotune database: file is not a database"
+  //   "<path> is not an autotune database: it holds tables but no autotune
+  //       schema" / ": its application_id is N, not M"   FAILED_PRECONDITION
+  //   "database <path> has schema version 7, newer than this build supports
+  //       (2); upgrade autotune"                           FAILED_PRECONDITION
+  //   "database <path> is in use by another process (pid N)"
+  //                                                        FAILED_PRECONDITION
+  //   options.path empty, readers < 1, migrate_to outside 0..kSchemaVersion:
+  //                                                        INVALID_ARGUMENT
+  // A file that is refused is left byte-for-byte as it was: every check runs
+  // before the first write (switching to WAL rewrites the header).
+  // Each migration runs in its own transaction. The "<path>.lock" file
+  // (mode 0600, holding the owner's pid) is left in place on close.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
 
   // Checkpoints the WAL and closes every connection.
@@ -107,7 +129,10 @@ class Store {
   // ---- Families -----------------------------------------------------------
   // Stores `family` under its content hash and makes that hash the current
   // one for its name. Earlier hashes stay, so entries tuned for them remain
-  // addressable by hash. `changed` tells whether the current hash moved.
+  // addressable by hash. `changed` tells whether the current hash moved (true
+  // for a new name). The name must match [a-z][a-z0-9_]* (INVALID_ARGUMENT
+  // "family.name ..."). Storing an existing version keeps its registered_at;
+  // `builtin` is sticky: once a version is marked built-in it stays so.
   absl::StatusOr<FamilyRecord> PutFamily(const v1::KernelFamily& family,
                                          bool builtin, bool* changed = nullptr);
   // The current version of `name`. NOT_FOUND: "unknown family 'name'".
@@ -115,51 +140,94 @@ class Store {
   // A specific version. NOT_FOUND when that hash was never stored.
   absl::StatusOr<FamilyRecord> GetFamilyVersion(std::string_view name,
                                                 std::string_view hash) const;
-  // Current version of every family, by name, with entry counts.
+  // Current version of every family, by name, with entry counts (entries of
+  // the current hash only). config_count is the product of the parameters'
+  // value counts, before constraints.
   absl::StatusOr<std::vector<v1::KernelSummary>> ListFamilies() const;
 
   // ---- Binaries -----------------------------------------------------------
   // Stores a cubin under sha256(cubin); returns the hex digest. If
-  // `binary.sha256` is set it must match (INVALID_ARGUMENT otherwise).
+  // `binary.sha256` is set it must match (INVALID_ARGUMENT otherwise); an
+  // empty cubin is INVALID_ARGUMENT. Storing bytes that are already there
+  // keeps the first metadata (nvrtc_version, arch, log) and repairs a stored
+  // copy that was damaged on disk.
   absl::StatusOr<std::string> PutBinary(const v1::Binary& binary);
   // Reads a binary and checks its bytes against the key: DATA_LOSS when they
   // differ (the blob is never returned), NOT_FOUND when absent.
+  //   "binary <sha> is corrupt: stored bytes hash to <other>; run
+  //    `autotune invalidate` on the entries that use it and retune, or import
+  //    a good copy of it"
   absl::StatusOr<v1::Binary> GetBinary(std::string_view sha256) const;
 
   // ---- Best entries -------------------------------------------------------
   // Inserts or replaces the entry for its key. The family version and the
   // binary (when binary_sha256 is set) must already be stored.
+  // INVALID_ARGUMENT, naming the field: "entry.family is empty",
+  // "entry.family_hash is empty", "entry.device.name is empty",
+  // "entry.problem.dims is empty", "entry.problem.dtype is not set",
+  // "entry.nvrtc_version: ..." (when set, it must be MAJOR.MINOR).
+  // NOT_FOUND, naming the field: "entry.family_hash: family 'f' has no stored
+  // version H ...", "entry.binary_sha256: binary S is not stored".
   absl::Status PutEntry(const v1::Entry& entry);
   // The entry for exactly this key, or nullopt.
   absl::StatusOr<std::optional<v1::Entry>> FindEntry(const EntryKey& key) const;
   // Every entry of `family` at `family_hash` for `dtype`, on `device` (empty:
-  // any device). The candidates a NEAREST lookup chooses from.
+  // any device). The candidates a NEAREST lookup chooses from. Ordered by
+  // canonical dims text, then device.
   absl::StatusOr<std::vector<v1::Entry>> ListCandidates(std::string_view family,
                                                         std::string_view family_hash,
                                                         v1::DType dtype,
                                                         std::string_view device) const;
   // Entries matching `filter` (every set field narrows), ordered by family,
   // dims, dtype, device. `total` receives the count before limit/offset.
+  //  - limit 0 returns no entries, only `total` (a count); a negative limit
+  //    means no limit. A negative offset is INVALID_ARGUMENT.
+  //  - "dims" order is the canonical dims text ("m=128" < "m=64"); entries
+  //    that differ only by family hash follow each other.
+  //  - filter.problem: dims (when given) and dtype (when set) narrow
+  //    independently, each exactly.
+  //  - filter.nvrtc_older_than compares versions numerically ("12.10" >
+  //    "12.9"); entries with no nvrtc_version are never "older". Bad version
+  //    text is INVALID_ARGUMENT "filter.nvrtc_older_than: ...". Needs schema
+  //    version 2 (FAILED_PRECONDITION on a migrate_to=1 store).
   absl::StatusOr<std::vector<v1::Entry>> ListEntries(const v1::EntryFilter& filter,
                                                      int limit, int offset,
                                                      int64_t* total = nullptr) const;
   // Removes entries matching `filter` and the measurements of the same
   // scope. An empty filter matches everything (callers decide whether to
   // allow that). With dry_run, reports and changes nothing.
+  // The measurements removed are:
+  //  - without nvrtc_older_than: every measurement whose family, family
+  //    hash, device and problem match the filter the way an entry would,
+  //    including measurements of problems that have no best entry;
+  //  - with nvrtc_older_than: the measurements of the removed entries' own
+  //    scopes (family x hash x problem x device). A measurement records no
+  //    compiler version of its own, so the entry's decides.
+  // Families and binaries stay; GarbageCollect() drops unreferenced binaries.
   absl::StatusOr<InvalidateResult> Invalidate(const v1::EntryFilter& filter, bool dry_run);
 
   // ---- Measurements -------------------------------------------------------
+  // Validates like PutEntry (INVALID_ARGUMENT "measurement.<field> ...",
+  // plus "measurement.status is not set"); the family version must be stored
+  // (NOT_FOUND). The binary need not be: losing variants' cubins may be
+  // dropped. A measurement identical to a stored one is stored once, so
+  // re-importing a bundle adds nothing.
   absl::Status AddMeasurement(const v1::Measurement& measurement);
-  // Every measurement of one family version x problem x device, oldest first.
+  // Every measurement of one family version x problem x device, oldest first
+  // (in the order they were added).
   absl::StatusOr<std::vector<v1::Measurement>> ListMeasurements(const EntryKey& key) const;
 
   // ---- Jobs ---------------------------------------------------------------
-  // Creates a QUEUED job and returns it with its new id.
+  // Creates a QUEUED job and returns it with its new id (16 random hex
+  // digits) and created_at = updated_at = now (RFC 3339, UTC).
   absl::StatusOr<v1::Job> CreateJob(const v1::JobSpec& spec);
-  // Replaces the stored job with `job` (matched by id); NOT_FOUND if absent.
+  // Replaces the stored job with `job` (matched by id); NOT_FOUND if absent,
+  // INVALID_ARGUMENT for an empty id. An empty created_at keeps the stored
+  // one; an empty updated_at becomes now.
   absl::Status UpdateJob(const v1::Job& job);
+  // NOT_FOUND: "unknown job 'id'".
   absl::StatusOr<v1::Job> GetJob(std::string_view id) const;
-  // Newest first.
+  // Newest first; limit <= 0 lists every job.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(int limit) const;
 
   // ---- Bundles and maintenance --------------------------------------------
@@ -168,12 +236,34 @@ class Store {
   // family version and binary are in the bundle or already stored. The first
   // problem found fails the call and nothing is written. Existing entries are
   // kept unless `replace` (counted as entries_skipped).
+  //
+  // Every problem is INVALID_ARGUMENT naming the item, e.g.
+  // "format_version is 2; this build reads format_version 1",
+  // "families[0].content_hash is 'X' but the descriptor hashes to Y",
+  // "binaries[1].sha256 is X but the cubin hashes to Y",
+  // "entries[2].binary_sha256: binary S is neither in the bundle nor in the
+  // store", "entries[3].device.name is empty" (PutEntry's checks),
+  // "entries[5]: same key as entries[1] (...)", "measurements[0].status is
+  // not set".
+  //
+  // Families: an imported version is stored, and becomes the current one of
+  // its name only if the name has no current version yet or `replace` is
+  // true; so an import never silently changes which source a local name
+  // means. Imported versions are not built-in.
+  // Counts: families = versions newly stored or made current; binaries and
+  // measurements = newly stored (identical ones already there are skipped;
+  // a damaged stored binary is repaired); entries = written (new or
+  // replaced), entries_skipped = existing ones kept.
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
   // Entries matching `filter` with the family versions and binaries they
-  // use (and their measurements when asked).
+  // use (and their measurements when asked: those of each exported entry's
+  // scope). format_version is 1; entries come in ListEntries order. Binaries
+  // referenced only by measurements are left out. One read snapshot; a
+  // damaged binary fails the export with DATA_LOSS rather than export it.
   absl::StatusOr<v1::CacheBundle> Export(const v1::EntryFilter& filter,
                                          bool include_measurements) const;
-  // Removes binaries that no entry or measurement references.
+  // Removes binaries that no entry or measurement references (dry_run:
+  // reports what would go). The freed pages go back to the file system.
   absl::StatusOr<GarbageCollectResult> GarbageCollect(bool dry_run);
   absl::StatusOr<StoreStats> Stats() const;
 

@@ -1,0 +1,629 @@
+#include "client/cli.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "base/paths.h"
+#include "base/status_macros.h"
+#include "client/bundle.h"
+#include "client/cli_flags.h"
+#include "client/cli_format.h"
+#include "client/client.h"
+#include "client/file_io.h"
+#include "client/problem_text.h"
+
+#ifndef AUTOTUNE_VERSION
+#define AUTOTUNE_VERSION "unknown"
+#endif
+
+namespace autotune::client {
+namespace {
+
+struct GlobalFlags {
+  std::string server = ClientServerAddress();
+  double timeout_s = 10;
+  bool tls = false;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string token_file;
+};
+
+// One subcommand. CLI11 fills its flags; `prepare` checks them and builds the
+// request without contacting anyone, so its errors are usage errors; `run`
+// talks to the server and prints the answer.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<absl::Status()> prepare;
+  std::function<absl::Status(Client&)> run;
+};
+
+// Where command output goes: answers to `out`, progress of long commands to
+// `err` when `out` carries JSON.
+struct Streams {
+  std::ostream& out;
+  std::ostream& err;
+};
+
+void AddFilterFlags(CLI::App* app, FilterFlags& flags) {
+  app->add_option("--family", flags.family, "Kernel family name");
+  app->add_option("--hash", flags.hash, "Family content hash");
+  app->add_option("--device", flags.device, "Device name, e.g. \"NVIDIA H200\"");
+  app->add_option("--dims", flags.problem.dims,
+                  "Problem dimensions, e.g. batch=8,heads=32 (with --dtype)");
+  app->add_option("--dtype", flags.problem.dtype, "Data type, e.g. bf16 (with --dims)");
+  app->add_option("--nvrtc-older-than", flags.nvrtc_older_than,
+                  "Entries compiled by an NVRTC older than MAJOR.MINOR");
+}
+
+void AddJsonFlag(CLI::App* app, bool& json) {
+  app->add_flag("--json", json, "Print the answer as protobuf JSON");
+}
+
+Command LookupCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string family;
+    ProblemFlags problem;
+    std::string device;
+    std::string hash;
+    bool exact = false;
+    std::string cubin_out;
+    bool json = false;
+    v1::LookupRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "lookup", "Ask for the tuned config of one family x problem (EXACT, NEAREST or MISS)");
+  command.app->add_option("family", s->family, "Kernel family name")->required();
+  command.app->add_option("--dims", s->problem.dims, "Problem dimensions, e.g. batch=8,heads=32")
+      ->required();
+  command.app->add_option("--dtype", s->problem.dtype, "Data type, e.g. bf16")->required();
+  command.app->add_option("--device", s->device, "Device name; default: the only one cached");
+  command.app->add_option("--hash", s->hash, "Family content hash; default: the current one");
+  command.app->add_flag("--exact", s->exact, "Answer EXACT or MISS, never NEAREST");
+  command.app->add_option("--cubin-out", s->cubin_out, "Write the entry's cubin to this file");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [s]() -> absl::Status {
+    ASSIGN_OR_RETURN(*s->request.mutable_problem(), ProblemFromFlags(s->problem));
+    s->request.set_family(s->family);
+    s->request.mutable_device()->set_name(s->device);
+    s->request.set_family_hash(s->hash);
+    s->request.set_exact_only(s->exact);
+    s->request.set_include_cubin(!s->cubin_out.empty());
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::LookupResponse response, client.Lookup(s->request));
+    std::string cubin_note;
+    if (!s->cubin_out.empty()) {
+      if (response.match() == v1::MISS) {
+        cubin_note = "none (MISS), nothing written";
+      } else if (response.cubin().empty()) {
+        return absl::NotFoundError(absl::StrCat("the server sent no cubin for binary ",
+                                                response.entry().binary_sha256(), "; ",
+                                                s->cubin_out, " not written"));
+      } else {
+        RETURN_IF_ERROR(WriteFileAtomically(s->cubin_out, response.cubin(), "cubin file"));
+        cubin_note = absl::StrCat(response.cubin().size(), " bytes written to ", s->cubin_out);
+        response.clear_cubin();
+      }
+    }
+    if (s->json) return PrintJson(response, io.out);
+    PrintLookupResponse(s->request, response, io.out);
+    if (!cubin_note.empty()) io.out << absl::StrFormat("  %-12s %s\n", "cubin", cubin_note);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command ListCommand(CLI::App& root, Streams io) {
+  struct State {
+    FilterFlags filter;
+    int32_t limit = 0;
+    int32_t offset = 0;
+    bool json = false;
+    v1::ListEntriesRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("ls", "List cached entries");
+  AddFilterFlags(command.app, s->filter);
+  command.app->add_option("--limit", s->limit, "At most this many entries (server default 1000)")
+      ->check(CLI::NonNegativeNumber);
+  command.app->add_option("--offset", s->offset, "Skip this many entries")
+      ->check(CLI::NonNegativeNumber);
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [s]() -> absl::Status {
+    ASSIGN_OR_RETURN(*s->request.mutable_filter(), FilterFromFlags(s->filter));
+    s->request.set_limit(s->limit);
+    s->request.set_offset(s->offset);
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::ListEntriesResponse response, client.ListEntries(s->request));
+    if (s->json) return PrintJson(response, io.out);
+    if (response.entries().empty()) {
+      io.out << (FilterIsEmpty(s->request.filter()) && s->offset == 0 ? "the cache is empty\n"
+                                                                      : "no entries match\n");
+      return absl::OkStatus();
+    }
+    PrintEntryTable(response.entries(), io.out);
+    const int64_t shown_end = s->offset + response.entries_size();
+    if (response.total() > shown_end || s->offset > 0) {
+      io.out << "entries " << s->offset + 1 << "-" << shown_end << " of " << response.total()
+             << "; --limit and --offset show others\n";
+    }
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command ShowCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string family;
+    ProblemFlags problem;
+    std::string device;
+    std::string hash;
+    bool json = false;
+    v1::GetEntryRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("show", "Show one entry and every measurement behind it");
+  command.app->add_option("family", s->family, "Kernel family name")->required();
+  command.app->add_option("--dims", s->problem.dims, "Problem dimensions, e.g. batch=8,heads=32")
+      ->required();
+  command.app->add_option("--dtype", s->problem.dtype, "Data type, e.g. bf16")->required();
+  command.app->add_option("--device", s->device, "Device name; default: the only one cached");
+  command.app->add_option("--hash", s->hash, "Family content hash; default: the current one");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [s]() -> absl::Status {
+    ASSIGN_OR_RETURN(*s->request.mutable_problem(), ProblemFromFlags(s->problem));
+    s->request.set_family(s->family);
+    s->request.mutable_device()->set_name(s->device);
+    s->request.set_family_hash(s->hash);
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::GetEntryResponse response, client.GetEntry(s->request));
+    if (s->json) return PrintJson(response, io.out);
+    PrintEntryDetail(response, io.out);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command InvalidateCommand(CLI::App& root, Streams io) {
+  struct State {
+    FilterFlags filter;
+    bool all = false;
+    bool dry_run = false;
+    bool json = false;
+    v1::InvalidateRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("invalidate", "Drop cached entries and their measurements");
+  AddFilterFlags(command.app, s->filter);
+  command.app->add_flag("--all", s->all, "Drop every entry the selectors match (all when none)");
+  command.app->add_flag("--dry-run", s->dry_run, "Show what would be dropped; change nothing");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [s]() -> absl::Status {
+    ASSIGN_OR_RETURN(*s->request.mutable_filter(), FilterFromFlags(s->filter));
+    if (FilterIsEmpty(s->request.filter()) && !s->all) {
+      return absl::InvalidArgumentError(
+          "nothing selected: give --family, --hash, --device, --dims/--dtype or "
+          "--nvrtc-older-than, or --all to drop every entry");
+    }
+    s->request.set_all(s->all);
+    s->request.set_dry_run(s->dry_run);
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::InvalidateResponse response, client.Invalidate(s->request));
+    if (s->json) return PrintJson(response, io.out);
+    io.out << (s->dry_run ? "would remove " : "removed ") << response.entries_removed()
+           << " entries and " << response.measurements_removed() << " measurements"
+           << (s->dry_run ? " (dry run, nothing changed)" : "") << "\n";
+    if (!response.removed().empty()) PrintEntryTable(response.removed(), io.out);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command StatsCommand(CLI::App& root, Streams io) {
+  struct State {
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("stats", "Show the daemon's cache and lookup counters");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::StatsResponse response, client.Stats(v1::StatsRequest()));
+    if (s->json) return PrintJson(response, io.out);
+    PrintStats(response, io.out);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command KernelsCommand(CLI::App& root, Streams io) {
+  struct State {
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("kernels", "List the kernel families the daemon knows");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::ListKernelsResponse response,
+                     client.ListKernels(v1::ListKernelsRequest()));
+    if (s->json) return PrintJson(response, io.out);
+    if (response.kernels().empty()) {
+      io.out << "no kernel families registered\n";
+      return absl::OkStatus();
+    }
+    PrintKernelTable(response, io.out);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command JobsCommand(CLI::App& root, Streams io) {
+  struct State {
+    int32_t limit = 0;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("jobs", "List recent tuning jobs");
+  command.app->add_option("--limit", s->limit, "At most this many jobs (server default 50)")
+      ->check(CLI::NonNegativeNumber);
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::ListJobsRequest request;
+    request.set_limit(s->limit);
+    ASSIGN_OR_RETURN(v1::ListJobsResponse response, client.ListJobs(request));
+    if (s->json) return PrintJson(response, io.out);
+    if (response.jobs().empty()) {
+      io.out << "no jobs\n";
+      return absl::OkStatus();
+    }
+    PrintJobTable(response, io.out);
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command GcCommand(CLI::App& root, Streams io) {
+  struct State {
+    bool dry_run = false;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("gc", "Remove binaries no entry or measurement refers to");
+  command.app->add_flag("--dry-run", s->dry_run, "Show what would be removed; change nothing");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::GarbageCollectRequest request;
+    request.set_dry_run(s->dry_run);
+    ASSIGN_OR_RETURN(v1::GarbageCollectResponse response, client.GarbageCollect(request));
+    if (s->json) return PrintJson(response, io.out);
+    if (s->dry_run) {
+      io.out << "would remove " << response.binaries_removed() << " binaries, freeing "
+             << FormatBytes(response.bytes_freed()) << " (dry run, nothing changed)\n";
+    } else {
+      io.out << "removed " << response.binaries_removed() << " binaries, freed "
+             << FormatBytes(response.bytes_freed()) << "\n";
+    }
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command ExportCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string out_path = "-";
+    FilterFlags filter;
+    bool measurements = false;
+    v1::ExportRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("export", "Write cached entries to a bundle file (JSON)");
+  command.app->add_option("--out", s->out_path, "Bundle file; - is stdout")->capture_default_str();
+  AddFilterFlags(command.app, s->filter);
+  command.app->add_flag("--measurements", s->measurements,
+                        "Include every measurement behind the entries");
+  command.prepare = [s]() -> absl::Status {
+    ASSIGN_OR_RETURN(*s->request.mutable_filter(), FilterFromFlags(s->filter));
+    s->request.set_include_measurements(s->measurements);
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::CacheBundle bundle, client.Export(s->request));
+    if (s->out_path == "-") return WriteBundle(bundle, io.out, "<stdout>");
+    RETURN_IF_ERROR(WriteBundleFile(s->out_path, bundle));
+    int64_t binary_bytes = 0;
+    for (const v1::Binary& binary : bundle.binaries()) binary_bytes += binary.cubin().size();
+    io.out << "exported " << bundle.families_size() << " families, " << bundle.binaries_size()
+           << " binaries (" << FormatBytes(binary_bytes) << "), " << bundle.entries_size()
+           << " entries, " << bundle.measurements_size() << " measurements to " << s->out_path
+           << "\n";
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command ImportCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string file;
+    bool replace = false;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("import", "Load a bundle file into the cache, all or nothing");
+  command.app->add_option("file", s->file, "Bundle file written by export; - is stdin")->required();
+  command.app->add_flag("--replace", s->replace, "Overwrite entries the cache already has");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::CacheBundle bundle, ReadBundleFile(s->file));
+    ASSIGN_OR_RETURN(v1::ImportResponse response, client.Import(bundle, s->replace));
+    if (s->json) return PrintJson(response, io.out);
+    io.out << "imported " << response.families() << " families, " << response.binaries()
+           << " binaries, " << response.entries() << " entries, " << response.measurements()
+           << " measurements\n";
+    if (response.entries_skipped() > 0) {
+      io.out << "kept " << response.entries_skipped()
+             << " existing entries; --replace overwrites them\n";
+    }
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+// Prints a job's progress as it streams: state changes, the server's
+// messages and failed variants (up to a limit, so a family that fails to
+// compile everywhere does not flood a CI log).
+class WarmupProgressPrinter {
+ public:
+  explicit WarmupProgressPrinter(std::ostream& out) : out_(out) {}
+
+  void Print(const v1::JobProgress& progress) {
+    const v1::Job& job = progress.job();
+    if (!job.id().empty() && job.id() != job_id_) {
+      job_id_ = job.id();
+      out_ << "job " << job_id_ << " submitted\n";
+    }
+    if (job.state() != state_) {
+      state_ = job.state();
+      out_ << "job " << job_id_ << ": " << v1::JobState_Name(state_) << "  "
+           << FormatJobCounts(job.counts()) << "\n";
+    }
+    if (!progress.message().empty())
+      out_ << "job " << job_id_ << ": " << progress.message() << "\n";
+    if (progress.has_last()) PrintFailure(progress.last());
+    out_.flush();
+  }
+
+ private:
+  static constexpr int kMaxFailureLines = 50;
+
+  void PrintFailure(const v1::Measurement& m) {
+    if (m.status() == v1::OK || m.status() == v1::VARIANT_STATUS_UNSPECIFIED) return;
+    std::string serialized = m.SerializeAsString();
+    if (serialized == last_failure_) return;
+    last_failure_ = std::move(serialized);
+    if (++failures_ > kMaxFailureLines) {
+      if (failures_ == kMaxFailureLines + 1) {
+        out_ << "  further failed variants are not listed; the final counts include them\n";
+      }
+      return;
+    }
+    out_ << "  " << v1::VariantStatus_Name(m.status()) << "  " << m.family() << "  "
+         << FormatParams(m.problem().dims()) << "  " << DTypeShortName(m.problem().dtype()) << "  "
+         << FormatParams(m.config().params());
+    if (!m.detail().empty()) out_ << ": " << FirstLine(m.detail(), 100);
+    out_ << "\n";
+  }
+
+  std::ostream& out_;
+  std::string job_id_;
+  v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
+  std::string last_failure_;
+  int failures_ = 0;
+};
+
+Command WarmupCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string manifest;
+    std::string shard;
+    bool compile_only = false;
+    bool retune = false;
+    double variant_timeout_s = 0;
+    double compile_timeout_s = 0;
+    bool json = false;
+    v1::SubmitJobRequest request;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "warmup", "Tune every problem of a manifest (v1.Manifest, text format) and wait");
+  command.app->add_option("manifest", s->manifest, "Manifest file")->required();
+  command.app->add_option("--shard", s->shard, "Tune only shard I of N (0-based), e.g. 0/4");
+  command.app->add_flag("--compile-only", s->compile_only, "Compile the variants; measure nothing");
+  command.app->add_flag("--retune", s->retune, "Tune again problems that have cached entries");
+  command.app
+      ->add_option("--variant-timeout", s->variant_timeout_s,
+                   "Seconds one variant may run (0 = server default)")
+      ->check(CLI::NonNegativeNumber);
+  command.app
+      ->add_option("--compile-timeout", s->compile_timeout_s,
+                   "Seconds one compile may take (0 = server default)")
+      ->check(CLI::NonNegativeNumber);
+  command.app->add_flag("--json", s->json,
+                        "Print the finished job as protobuf JSON; progress goes to stderr");
+  command.prepare = [s]() -> absl::Status {
+    v1::JobOptions& options = *s->request.mutable_spec()->mutable_options();
+    if (!s->shard.empty()) RETURN_IF_ERROR(ParseShardFlag(s->shard, options));
+    options.set_compile_only(s->compile_only);
+    options.set_retune(s->retune);
+    options.set_variant_timeout_s(s->variant_timeout_s);
+    options.set_compile_timeout_s(s->compile_timeout_s);
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(s->manifest, "manifest"));
+    ASSIGN_OR_RETURN(*s->request.mutable_spec()->mutable_manifest(),
+                     ParseManifestText(text, s->manifest));
+    std::ostream& progress_out = s->json ? io.err : io.out;
+    WarmupProgressPrinter printer(progress_out);
+    ASSIGN_OR_RETURN(v1::Job job,
+                     client.SubmitJob(s->request, [&printer](const v1::JobProgress& progress) {
+                       printer.Print(progress);
+                     }));
+    progress_out << "job " << job.id() << " " << v1::JobState_Name(job.state()) << ": "
+                 << FormatJobCounts(job.counts()) << "\n";
+    if (s->json) {
+      RETURN_IF_ERROR(PrintJson(job, io.out));
+    } else if (!job.results().empty()) {
+      PrintEntryTable(job.results(), io.out);
+    }
+    switch (job.state()) {
+      case v1::SUCCEEDED:
+        return absl::OkStatus();
+      case v1::FAILED:
+        return absl::AbortedError(absl::StrCat("job ", job.id(), " failed",
+                                               job.error().empty() ? "" : ": ", job.error()));
+      case v1::CANCELLED:
+        return absl::CancelledError(absl::StrCat("job ", job.id(), " was cancelled"));
+      default:
+        return absl::UnknownError(absl::StrCat("the progress stream ended while job ", job.id(),
+                                               " was still ", v1::JobState_Name(job.state()),
+                                               "; `autotune jobs` shows how it goes on"));
+    }
+  };
+  return command;
+}
+
+// One line, whatever the message holds.
+std::string OneLine(absl::string_view message) {
+  std::string line = absl::StrReplaceAll(message, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
+  return std::string(absl::StripTrailingAsciiWhitespace(line));
+}
+
+int ReportError(std::ostream& err, absl::string_view command, const absl::Status& status) {
+  err << "autotune: " << command << ": " << absl::StatusCodeToString(status.code()) << ": "
+      << OneLine(status.message()) << "\n";
+  return status.code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError;
+}
+
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags(const GlobalFlags& flags) {
+  ClientOptions options;
+  options.address = flags.server;
+  options.timeout = absl::Seconds(flags.timeout_s);
+  if (flags.tls || !flags.tls_ca.empty() || !flags.tls_cert.empty() || !flags.tls_key.empty()) {
+    options.tls = TlsOptions{flags.tls_ca, flags.tls_cert, flags.tls_key};
+  }
+  if (!flags.token_file.empty()) {
+    ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.token_file, "token file"));
+    options.auth_token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  return options;
+}
+
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app("Ask the autotune daemon for tuned kernel configs and manage its cache.",
+               "autotune");
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.set_version_flag("--version", AUTOTUNE_VERSION);
+  GlobalFlags global;
+  app.add_option("--server", global.server,
+                 "Daemon address: unix:///path or host:port (env AUTOTUNE_SERVER)")
+      ->capture_default_str();
+  app.add_option("--timeout", global.timeout_s,
+                 "Deadline of each call in seconds (export/import: 10 min; warmup: none)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--tls", global.tls, "Use TLS with the system's root certificates");
+  app.add_option("--tls-ca", global.tls_ca, "PEM root certificates (implies --tls)");
+  app.add_option("--tls-cert", global.tls_cert, "PEM client certificate (with --tls-key)");
+  app.add_option("--tls-key", global.tls_key, "PEM client private key (with --tls-cert)");
+  app.add_option("--token-file", global.token_file,
+                 "File holding a bearer token sent with every call");
+
+  const Streams io{out, err};
+  const std::vector<Command> commands = {
+      LookupCommand(app, io),     ListCommand(app, io),   ShowCommand(app, io),
+      InvalidateCommand(app, io), StatsCommand(app, io),  KernelsCommand(app, io),
+      JobsCommand(app, io),       GcCommand(app, io),     ExportCommand(app, io),
+      ImportCommand(app, io),     WarmupCommand(app, io),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e, out, err);  // --help, --version
+      return kExitOk;
+    }
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    const std::string help = parsed.empty()
+                                 ? "autotune --help"
+                                 : absl::StrCat("autotune ", parsed[0]->get_name(), " --help");
+    err << "autotune: " << (parsed.empty() ? "" : parsed[0]->get_name() + ": ") << e.what()
+        << "; see " << help << "\n";
+    return kExitUsage;
+  }
+
+  const Command* selected = nullptr;
+  for (const Command& command : commands) {
+    if (command.app->parsed()) selected = &command;
+  }
+  if (selected == nullptr) {
+    err << "autotune: no command given; see autotune --help\n";
+    return kExitUsage;
+  }
+  const std::string name = selected->app->get_name();
+  if (global.tls_cert.empty() != global.tls_key.empty()) {
+    err << "autotune: " << name << ": --tls-cert and --tls-key go together\n";
+    return kExitUsage;
+  }
+  if (absl::Status prepared = selected->prepare(); !prepared.ok()) {
+    err << "autotune: " << name << ": " << OneLine(prepared.message()) << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<ClientOptions> options = ClientOptionsFromFlags(global);
+  if (!options.ok()) return ReportError(err, name, options.status());
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*options);
+  if (!client.ok()) return ReportError(err, name, client.status());
+  if (absl::Status status = selected->run(**client); !status.ok()) {
+    out.flush();
+    return ReportError(err, name, status);
+  }
+  return kExitOk;
+}
+
+}  // namespace autotune::client

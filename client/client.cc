@@ -1,0 +1,190 @@
+#include "client/client.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/paths.h"
+#include "base/status_macros.h"
+#include "client/bundle.h"
+#include "client/file_io.h"
+#include "client/grpc_status.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace autotune::client {
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const ClientOptions& options) {
+  if (!options.tls.has_value()) return grpc::InsecureChannelCredentials();
+  const TlsOptions& tls = *options.tls;
+  if (tls.cert_chain_file.empty() != tls.private_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS client certificate needs its private key, and a key its certificate");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!tls.root_certs_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFileToString(tls.root_certs_file, "TLS root certificates"));
+  }
+  if (!tls.cert_chain_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                     ReadFileToString(tls.cert_chain_file, "TLS client certificate"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key,
+                     ReadFileToString(tls.private_key_file, "TLS private key"));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+ClientOptions::ClientOptions() : address(ClientServerAddress()) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("empty server address");
+  if (options.timeout <= absl::ZeroDuration() || options.transfer_timeout <= absl::ZeroDuration() ||
+      options.job_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be positive");
+  }
+  if (options.max_receive_message_bytes <= 0) {
+    return absl::InvalidArgumentError("max_receive_message_bytes must be positive");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, MakeCredentials(options));
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  arguments.SetUserAgentPrefix("autotune-client");
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.address, credentials, arguments);
+  return std::unique_ptr<Client>(new Client(options, v1::Autotune::NewStub(channel)));
+}
+
+Client::Client(ClientOptions options, std::unique_ptr<v1::Autotune::Stub> stub)
+    : options_(std::move(options)), stub_(std::move(stub)) {}
+
+Client::~Client() = default;
+
+void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const {
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  if (!options_.auth_token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.auth_token));
+  }
+}
+
+template <typename Request, typename Response>
+absl::StatusOr<Response> Client::Unary(
+    grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request) {
+  grpc::ClientContext context;
+  PrepareContext(context, options_.timeout);
+  Response response;
+  const grpc::Status status = ((*stub_).*method)(&context, request, &response);
+  if (!status.ok()) return StatusFromGrpc(status, options_.address);
+  return response;
+}
+
+absl::StatusOr<v1::LookupResponse> Client::Lookup(const v1::LookupRequest& request) {
+  return Unary(&v1::Autotune::Stub::Lookup, request);
+}
+
+absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLookupRequest& request) {
+  return Unary(&v1::Autotune::Stub::BatchLookup, request);
+}
+
+absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels(const v1::ListKernelsRequest& request) {
+  return Unary(&v1::Autotune::Stub::ListKernels, request);
+}
+
+absl::StatusOr<v1::RegisterKernelResponse> Client::RegisterKernel(
+    const v1::RegisterKernelRequest& request) {
+  return Unary(&v1::Autotune::Stub::RegisterKernel, request);
+}
+
+absl::StatusOr<v1::Job> Client::GetJob(const v1::GetJobRequest& request) {
+  return Unary(&v1::Autotune::Stub::GetJob, request);
+}
+
+absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& request) {
+  return Unary(&v1::Autotune::Stub::ListJobs, request);
+}
+
+absl::StatusOr<v1::Job> Client::CancelJob(const v1::CancelJobRequest& request) {
+  return Unary(&v1::Autotune::Stub::CancelJob, request);
+}
+
+absl::StatusOr<v1::ListEntriesResponse> Client::ListEntries(const v1::ListEntriesRequest& request) {
+  return Unary(&v1::Autotune::Stub::ListEntries, request);
+}
+
+absl::StatusOr<v1::GetEntryResponse> Client::GetEntry(const v1::GetEntryRequest& request) {
+  return Unary(&v1::Autotune::Stub::GetEntry, request);
+}
+
+absl::StatusOr<v1::InvalidateResponse> Client::Invalidate(const v1::InvalidateRequest& request) {
+  return Unary(&v1::Autotune::Stub::Invalidate, request);
+}
+
+absl::StatusOr<v1::StatsResponse> Client::Stats(const v1::StatsRequest& request) {
+  return Unary(&v1::Autotune::Stub::Stats, request);
+}
+
+absl::StatusOr<v1::GarbageCollectResponse> Client::GarbageCollect(
+    const v1::GarbageCollectRequest& request) {
+  return Unary(&v1::Autotune::Stub::GarbageCollect, request);
+}
+
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::SubmitJobRequest& request,
+                                          const ProgressCallback& on_progress) {
+  grpc::ClientContext context;
+  PrepareContext(context, options_.job_timeout);
+  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader = stub_->SubmitJob(&context, request);
+  v1::JobProgress progress;
+  std::optional<v1::Job> job;
+  while (reader->Read(&progress)) {
+    job = progress.job();
+    if (on_progress) on_progress(progress);
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return StatusFromGrpc(status, options_.address);
+  if (!job.has_value()) {
+    return absl::UnknownError("the server ended the job stream without reporting the job");
+  }
+  return *std::move(job);
+}
+
+absl::StatusOr<v1::CacheBundle> Client::Export(const v1::ExportRequest& request) {
+  grpc::ClientContext context;
+  PrepareContext(context, options_.transfer_timeout);
+  std::unique_ptr<grpc::ClientReader<v1::ExportResponse>> reader = stub_->Export(&context, request);
+  v1::CacheBundle bundle;
+  v1::ExportResponse response;
+  while (reader->Read(&response)) bundle.MergeFrom(response.part());
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return StatusFromGrpc(status, options_.address);
+  if (bundle.format_version() == 0) bundle.set_format_version(kBundleFormatVersion);
+  return bundle;
+}
+
+absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle, bool replace) {
+  grpc::ClientContext context;
+  PrepareContext(context, options_.transfer_timeout);
+  v1::ImportResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ImportRequest>> writer =
+      stub_->Import(&context, &response);
+  for (v1::CacheBundle& part : SplitBundle(bundle)) {
+    v1::ImportRequest request;
+    *request.mutable_part() = std::move(part);
+    request.set_replace(replace);
+    // A failed write means the server has ended the call; Finish says why.
+    if (!writer->Write(request)) break;
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return StatusFromGrpc(status, options_.address);
+  return response;
+}
+
+}  // namespace autotune::client

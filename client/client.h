@@ -1,0 +1,136 @@
+// C++ client of the autotune daemon (service autotune.v1.Autotune).
+//
+// An inference server asks, at start-up, for the tuned config of every kernel
+// and shape it will run; admin tools list, inspect and edit the cache.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<autotune::client::Client> client,
+//                    autotune::client::Client::Connect({}));
+//   autotune::v1::LookupRequest request;
+//   request.set_family("flash_attn");
+//   (*request.mutable_problem()->mutable_dims())["batch"] = 8;
+//   request.mutable_problem()->set_dtype(autotune::v1::BFLOAT16);
+//   ASSIGN_OR_RETURN(autotune::v1::LookupResponse answer, client->Lookup(request));
+//   if (answer.match() == autotune::v1::MISS) { /* run the default config */ }
+//
+// Thread safety: a Client is thread-safe; every method may be called from many
+// threads at once. Create one per process and share it: calls multiplex over
+// one channel.
+//
+// Errors: every method returns the server's status code and message as an
+// absl::Status (NOT_FOUND for an unknown family, UNIMPLEMENTED for a call the
+// server does not offer, ...). UNAVAILABLE means the daemon could not be
+// reached; its message names the address. Calls fail fast instead of waiting
+// for the daemon to come up, so a start-up path never blocks on it longer than
+// one connection attempt.
+#ifndef AUTOTUNE_CLIENT_CLIENT_H_
+#define AUTOTUNE_CLIENT_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/autotune.grpc.pb.h"
+#include "proto/autotune.pb.h"
+
+namespace autotune::client {
+
+struct TlsOptions {
+  // PEM files. An empty root_certs_file trusts the system's roots.
+  std::string root_certs_file;
+  // Client certificate and its key, both or neither (mutual TLS).
+  std::string cert_chain_file;
+  std::string private_key_file;
+};
+
+struct ClientOptions {
+  ClientOptions();
+
+  // "unix:///path/to.sock" or "host:port". Default: autotune::ClientServerAddress()
+  // (AUTOTUNE_SERVER, else the daemon's default socket).
+  std::string address;
+  // Deadline of each unary call.
+  absl::Duration timeout = absl::Seconds(10);
+  // Deadline of an Export or Import stream as a whole.
+  absl::Duration transfer_timeout = absl::Minutes(10);
+  // Deadline of a SubmitJob stream, which lasts as long as the job.
+  absl::Duration job_timeout = absl::InfiniteDuration();
+  // Unset: plaintext, which is what a unix socket or a loopback daemon
+  // started with --insecure expects.
+  std::optional<TlsOptions> tls;
+  // Sent as "authorization: Bearer <token>" on every call when not empty.
+  std::string auth_token;
+  // Largest response accepted. A BatchLookup with cubins of a thousand
+  // kernels is tens of MB; gRPC's default (4 MiB) is far too small.
+  int max_receive_message_bytes = 512 << 20;
+};
+
+class Client {
+ public:
+  // Called once per progress message of a job, on the caller's thread.
+  using ProgressCallback = std::function<void(const v1::JobProgress&)>;
+
+  // Checks the options and reads the TLS files. Does not dial: the first
+  // call connects, and an unreachable daemon is reported by that call.
+  // INVALID_ARGUMENT for bad options, NOT_FOUND / PERMISSION_DENIED naming an
+  // unreadable TLS file.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  const std::string& address() const { return options_.address; }
+
+  absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
+  // One answer per lookup, in order; a per-item error does not fail the call.
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request);
+
+  absl::StatusOr<v1::ListKernelsResponse> ListKernels(const v1::ListKernelsRequest& request);
+  absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
+      const v1::RegisterKernelRequest& request);
+
+  // Submits a job and follows it until it ends, calling `on_progress` (may be
+  // empty) for each progress message. Returns the job as last reported; a
+  // job that ran and FAILED is an OK return with state FAILED: the status
+  // only says whether the call went through.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request,
+                                    const ProgressCallback& on_progress);
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
+
+  absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request);
+  absl::StatusOr<v1::GetEntryResponse> GetEntry(const v1::GetEntryRequest& request);
+  absl::StatusOr<v1::InvalidateResponse> Invalidate(const v1::InvalidateRequest& request);
+  absl::StatusOr<v1::StatsResponse> Stats(const v1::StatsRequest& request);
+  absl::StatusOr<v1::GarbageCollectResponse> GarbageCollect(
+      const v1::GarbageCollectRequest& request);
+
+  // Collects the streamed parts into one bundle.
+  absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request);
+  // Streams `bundle` in parts of about 2 MB (SplitBundle). The server applies
+  // it all or nothing. `replace` overwrites entries the server already has.
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
+
+ private:
+  Client(ClientOptions options, std::unique_ptr<v1::Autotune::Stub> stub);
+
+  // Deadline and metadata of one call.
+  void PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const;
+
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*,
+                                                                            const Request&,
+                                                                            Response*),
+                                 const Request& request);
+
+  const ClientOptions options_;
+  const std::unique_ptr<v1::Autotune::Stub> stub_;
+};
+
+}  // namespace autotune::client
+
+#endif  // AUTOTUNE_CLIENT_CLIENT_H_

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing autotune need.
+# Installs only what is missing (apt-get update runs only then); prints one
+# line and changes nothing when everything is present. Runs apt-get directly
+# as root, through sudo otherwise. The CUDA toolkit (/usr/local/cuda) is not
+# a Debian package and is not installed here.
+set -euo pipefail
+
+packages=(
+  build-essential      # g++, make
+  cmake
+  pkg-config           # finds sqlite3
+  protobuf-compiler    # protoc
+  protobuf-compiler-grpc  # grpc_cpp_plugin
+  libprotobuf-dev
+  libgrpc++-dev
+  libabsl-dev
+  libsqlite3-dev
+  libssl-dev
+  libgtest-dev
+  libgmock-dev
+  libcli11-dev
+  libspdlog-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} build and test packages are already installed"
+  exit 0
+fi
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}"

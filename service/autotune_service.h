@@ -1,0 +1,73 @@
+// The gRPC face of the daemon: a thin adapter from autotune.v1.Autotune
+// calls to the LookupResolver and CacheAdmin core objects. No storage code
+// and no policy here; errors go through ToGrpcStatus().
+//
+// Lookup and BatchLookup use the callback API (they are the hot path that
+// inference servers hit at start-up); the rest use the synchronous API.
+// Calls whose behaviour has not been built answer UNIMPLEMENTED.
+#ifndef AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
+#define AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
+
+#include <functional>
+
+#include "proto/autotune.grpc.pb.h"
+#include "service/cache_admin.h"
+#include "service/lookup_resolver.h"
+
+namespace autotune::service {
+
+using AutotuneServiceBase = v1::Autotune::WithCallbackMethod_Lookup<
+    v1::Autotune::WithCallbackMethod_BatchLookup<v1::Autotune::Service>>;
+
+class AutotuneService final : public AutotuneServiceBase {
+ public:
+  // `fill_stats` adds what only the server knows (uptime, addresses).
+  AutotuneService(const LookupResolver* resolver, CacheAdmin* admin,
+                  std::function<void(v1::StatsResponse*)> fill_stats);
+
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
+                                   const v1::LookupRequest* request,
+                                   v1::LookupResponse* response) override;
+  grpc::ServerUnaryReactor* BatchLookup(grpc::CallbackServerContext* context,
+                                        const v1::BatchLookupRequest* request,
+                                        v1::BatchLookupResponse* response) override;
+
+  grpc::Status RegisterKernel(grpc::ServerContext* context,
+                              const v1::RegisterKernelRequest* request,
+                              v1::RegisterKernelResponse* response) override;
+  grpc::Status ListKernels(grpc::ServerContext* context, const v1::ListKernelsRequest* request,
+                           v1::ListKernelsResponse* response) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         grpc::ServerWriter<v1::JobProgress>* writer) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status ListEntries(grpc::ServerContext* context, const v1::ListEntriesRequest* request,
+                           v1::ListEntriesResponse* response) override;
+  grpc::Status GetEntry(grpc::ServerContext* context, const v1::GetEntryRequest* request,
+                        v1::GetEntryResponse* response) override;
+  grpc::Status Invalidate(grpc::ServerContext* context, const v1::InvalidateRequest* request,
+                          v1::InvalidateResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+  grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
+                      grpc::ServerWriter<v1::ExportResponse>* writer) override;
+  grpc::Status Import(grpc::ServerContext* context,
+                      grpc::ServerReader<v1::ImportRequest>* reader,
+                      v1::ImportResponse* response) override;
+  grpc::Status GarbageCollect(grpc::ServerContext* context,
+                              const v1::GarbageCollectRequest* request,
+                              v1::GarbageCollectResponse* response) override;
+
+ private:
+  const LookupResolver* resolver_;
+  CacheAdmin* admin_;
+  std::function<void(v1::StatsResponse*)> fill_stats_;
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_

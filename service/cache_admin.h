@@ -1,0 +1,50 @@
+// The admin side of the daemon: inspect, export, import, invalidate and
+// collect the cache. Checks every request before touching the store and
+// answers INVALID_ARGUMENT naming the field, NOT_FOUND for unknown families.
+// Safe to call while lookups and tuning go on (the store serialises writes).
+#ifndef AUTOTUNE_SERVICE_CACHE_ADMIN_H_
+#define AUTOTUNE_SERVICE_CACHE_ADMIN_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cache/store.h"
+#include "proto/autotune.pb.h"
+
+namespace autotune::service {
+
+// Largest number of entries one ListEntries answer holds.
+inline constexpr int kMaxListLimit = 10000;
+// Bound on the bytes one Import may carry in all its parts.
+inline constexpr int64_t kMaxImportBytes = int64_t{2} << 30;
+
+class CacheAdmin {
+ public:
+  explicit CacheAdmin(cache::Store* store) : store_(store) {}
+
+  absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
+  absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request) const;
+  // The entry and every measurement of its family version x problem x device.
+  absl::StatusOr<v1::GetEntryResponse> GetEntry(const v1::GetEntryRequest& request) const;
+  // An empty filter needs all = true.
+  absl::StatusOr<v1::InvalidateResponse> Invalidate(const v1::InvalidateRequest& request);
+  absl::StatusOr<cache::StoreStats> StoreStats() const;
+  absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request) const;
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
+  absl::StatusOr<v1::GarbageCollectResponse> GarbageCollect(
+      const v1::GarbageCollectRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request) const;
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) const;
+
+ private:
+  // Field checks shared by every call that takes a filter; `field` prefixes
+  // the messages ("filter").
+  absl::Status ValidateFilter(const v1::EntryFilter& filter, absl::string_view field) const;
+
+  cache::Store* store_;
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_CACHE_ADMIN_H_

@@ -1,0 +1,329 @@
+#include "service/lookup_resolver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "cache/keys.h"
+
+namespace autotune::service {
+namespace {
+
+bool Contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::vector<std::string> BucketedDims(const v1::KernelFamily& family) {
+  std::vector<std::string> names;
+  for (const v1::ProblemDimension& dim : family.dims()) {
+    if (dim.bucketed()) names.push_back(dim.name());
+  }
+  return names;
+}
+
+// Why an entry tuned on `entry` may not stand in for `wanted`; empty when it may.
+std::string DeviceMismatch(const v1::Device& wanted, const v1::Device& entry) {
+  if (wanted.compute_capability() != 0 && entry.compute_capability() != 0 &&
+      wanted.compute_capability() != entry.compute_capability()) {
+    return absl::StrCat("entry was tuned on compute capability ", entry.compute_capability(),
+                        ", request is for ", wanted.compute_capability());
+  }
+  if (wanted.sm_count() != 0 && entry.sm_count() != 0 && wanted.sm_count() != entry.sm_count()) {
+    return absl::StrCat("entry was tuned on ", entry.sm_count(), " SMs, request is for ",
+                        wanted.sm_count());
+  }
+  return "";
+}
+
+std::string Describe(const v1::LookupRequest& request, absl::string_view device) {
+  return absl::StrCat(request.family(), " ", cache::CanonicalDims(request.problem().dims()), " ",
+                      std::string(cache::DTypeName(request.problem().dtype())), " on ",
+                      device.empty() ? "any device" : device);
+}
+
+v1::LookupResponse Miss(std::string reason) {
+  v1::LookupResponse response;
+  response.set_match(v1::MISS);
+  response.set_miss_reason(std::move(reason));
+  return response;
+}
+
+}  // namespace
+
+absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
+                             absl::string_view field) {
+  std::vector<std::string> names;
+  for (const v1::ProblemDimension& dim : family.dims()) names.push_back(dim.name());
+  for (const auto& [name, value] : problem.dims()) {
+    if (!Contains(names, name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dims: '", name, "' is not a dimension of family '",
+                       family.name(), "' (dims: ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dims: ", name, "=", value, " must be positive"));
+    }
+  }
+  for (const std::string& name : names) {
+    if (!problem.dims().contains(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dims: missing '", name, "' (family '", family.name(),
+                       "' has dims: ", absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  if (problem.dtype() == v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is not set"));
+  }
+  if (family.dtypes_size() > 0 &&
+      std::find(family.dtypes().begin(), family.dtypes().end(), problem.dtype()) ==
+          family.dtypes().end()) {
+    std::vector<std::string> supported;
+    for (int dtype : family.dtypes()) {
+      supported.emplace_back(std::string(cache::DTypeName(static_cast<v1::DType>(dtype))));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dtype: family '", family.name(), "' does not support ",
+                     std::string(cache::DTypeName(problem.dtype())), " (supported: ",
+                     absl::StrJoin(supported, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
+                                           const std::vector<std::string>& bucketed,
+                                           const std::vector<v1::Entry>& candidates) {
+  std::optional<NearestChoice> best;
+  bool best_rounds_up = false;
+  std::string best_key;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const v1::Problem& tuned = candidates[i].problem();
+    if (tuned.dtype() != requested.dtype() || tuned.dims_size() != requested.dims_size()) {
+      continue;
+    }
+    NearestChoice choice;
+    choice.index = i;
+    bool agrees = true;
+    bool rounds_up = true;
+    for (const auto& [name, want] : requested.dims()) {
+      auto it = tuned.dims().find(name);
+      if (it == tuned.dims().end()) {
+        agrees = false;
+        break;
+      }
+      const int64_t have = it->second;
+      if (have == want) continue;
+      if (!Contains(bucketed, name) || have <= 0 || want <= 0) {
+        agrees = false;
+        break;
+      }
+      v1::DimDistance distance;
+      distance.set_name(name);
+      distance.set_requested(want);
+      distance.set_tuned(have);
+      choice.distance.push_back(distance);
+      choice.log2_distance +=
+          std::fabs(std::log2(static_cast<double>(have) / static_cast<double>(want)));
+      if (have < want) rounds_up = false;
+    }
+    if (!agrees) continue;
+    std::string key = cache::CanonicalDims(tuned.dims());
+    bool better = !best.has_value();
+    if (!better) {
+      constexpr double kEpsilon = 1e-12;
+      if (choice.log2_distance < best->log2_distance - kEpsilon) {
+        better = true;
+      } else if (std::fabs(choice.log2_distance - best->log2_distance) <= kEpsilon) {
+        if (rounds_up != best_rounds_up) {
+          better = rounds_up;
+        } else {
+          better = key < best_key;
+        }
+      }
+    }
+    if (better) {
+      std::sort(choice.distance.begin(), choice.distance.end(),
+                [](const v1::DimDistance& a, const v1::DimDistance& b) {
+                  return a.name() < b.name();
+                });
+      best = std::move(choice);
+      best_rounds_up = rounds_up;
+      best_key = std::move(key);
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
+                                                           absl::string_view field) const {
+  if (request.family().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".family is empty"));
+  }
+  cache::FamilyRecord family;
+  if (request.family_hash().empty()) {
+    ASSIGN_OR_RETURN(family, store_->GetFamily(request.family()));
+  } else {
+    ASSIGN_OR_RETURN(family, store_->GetFamilyVersion(request.family(), request.family_hash()));
+  }
+  RETURN_IF_ERROR(ValidateProblem(family.family, request.problem(), absl::StrCat(field, ".problem")));
+
+  const std::string& device = request.device().name();
+  const v1::Problem& problem = request.problem();
+  std::vector<v1::Entry> candidates;
+  bool have_candidates = false;
+
+  // EXACT.
+  std::optional<v1::Entry> exact;
+  if (!device.empty()) {
+    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{
+                                request.family(), family.content_hash, problem, device}));
+  } else {
+    ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family.content_hash,
+                                                        problem.dtype(), ""));
+    have_candidates = true;
+    const std::string wanted = cache::CanonicalDims(problem.dims());
+    std::set<std::string> devices;
+    for (const v1::Entry& entry : candidates) {
+      if (cache::CanonicalDims(entry.problem().dims()) == wanted) {
+        devices.insert(entry.device().name());
+        exact = entry;
+      }
+    }
+    if (devices.size() > 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".device.name is empty and entries exist for ", devices.size(),
+                       " devices (", absl::StrJoin(devices, ", "), "); name one"));
+    }
+  }
+  if (exact.has_value()) {
+    std::string mismatch = DeviceMismatch(request.device(), exact->device());
+    if (!mismatch.empty()) {
+      counters_.miss.fetch_add(1, std::memory_order_relaxed);
+      return Miss(absl::StrCat("no entry for ", Describe(request, device), ": ", mismatch));
+    }
+    v1::LookupResponse response;
+    response.set_match(v1::EXACT);
+    *response.mutable_entry() = *std::move(exact);
+    counters_.exact.fetch_add(1, std::memory_order_relaxed);
+    return response;
+  }
+
+  // NEAREST.
+  const std::vector<std::string> bucketed = BucketedDims(family.family);
+  if (!request.exact_only() && !bucketed.empty()) {
+    if (!have_candidates) {
+      ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family.content_hash,
+                                                          problem.dtype(), device));
+    }
+    std::vector<v1::Entry> usable;
+    for (v1::Entry& entry : candidates) {
+      if (DeviceMismatch(request.device(), entry.device()).empty()) {
+        usable.push_back(std::move(entry));
+      }
+    }
+    std::optional<NearestChoice> choice = ChooseNearest(problem, bucketed, usable);
+    if (choice.has_value()) {
+      if (device.empty()) {
+        // "Any device" must still be unambiguous among the equally near ones.
+        std::set<std::string> devices;
+        const std::string key = cache::CanonicalDims(usable[choice->index].problem().dims());
+        for (const v1::Entry& entry : usable) {
+          if (cache::CanonicalDims(entry.problem().dims()) == key) {
+            devices.insert(entry.device().name());
+          }
+        }
+        if (devices.size() > 1) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(field, ".device.name is empty and the nearest entries exist for ",
+                           devices.size(), " devices (", absl::StrJoin(devices, ", "),
+                           "); name one"));
+        }
+      }
+      v1::LookupResponse response;
+      response.set_match(v1::NEAREST);
+      *response.mutable_entry() = std::move(usable[choice->index]);
+      for (v1::DimDistance& distance : choice->distance) {
+        *response.add_distance() = std::move(distance);
+      }
+      response.set_log2_distance(choice->log2_distance);
+      counters_.nearest.fetch_add(1, std::memory_order_relaxed);
+      return response;
+    }
+  }
+
+  counters_.miss.fetch_add(1, std::memory_order_relaxed);
+  std::string reason = absl::StrCat("no entry for ", Describe(request, device));
+  if (request.exact_only()) {
+    absl::StrAppend(&reason, " (exact match requested)");
+  } else if (bucketed.empty()) {
+    absl::StrAppend(&reason, " (family has no bucketed dimensions, so no nearest match)");
+  } else {
+    absl::StrAppend(&reason, " (and none that differs only in ", absl::StrJoin(bucketed, ", "),
+                    ")");
+  }
+  v1::EntryFilter other_versions;
+  other_versions.set_family(request.family());
+  int64_t total = 0;
+  RETURN_IF_ERROR(store_->ListEntries(other_versions, 0, 0, &total).status());
+  if (total > 0) {
+    absl::StrAppend(&reason, "; the cache holds ", total, " entries for family '",
+                    request.family(), "' in all, possibly for other versions of its source");
+  }
+  return Miss(std::move(reason));
+}
+
+absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupRequest& request) const {
+  ASSIGN_OR_RETURN(v1::LookupResponse response, Resolve(request, "request"));
+  if (request.include_cubin() && !response.entry().binary_sha256().empty()) {
+    ASSIGN_OR_RETURN(v1::Binary binary, store_->GetBinary(response.entry().binary_sha256()));
+    *response.mutable_cubin() = std::move(*binary.mutable_cubin());
+  }
+  return response;
+}
+
+absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
+    const v1::BatchLookupRequest& request) const {
+  if (request.lookups_size() > kMaxBatchLookups) {
+    return absl::InvalidArgumentError(absl::StrCat("lookups: ", request.lookups_size(),
+                                                   " items, at most ", kMaxBatchLookups));
+  }
+  v1::BatchLookupResponse response;
+  absl::flat_hash_map<std::string, absl::Status> binary_errors;
+  for (int i = 0; i < request.lookups_size(); ++i) {
+    const v1::LookupRequest& item = request.lookups(i);
+    v1::BatchLookupResult* result = response.add_results();
+    absl::StatusOr<v1::LookupResponse> answer = Resolve(item, absl::StrCat("lookups[", i, "]"));
+    if (answer.ok() && (request.include_cubin() || item.include_cubin()) &&
+        !answer->entry().binary_sha256().empty()) {
+      const std::string& sha = answer->entry().binary_sha256();
+      if (!response.binaries().contains(sha)) {
+        auto failed = binary_errors.find(sha);
+        if (failed != binary_errors.end()) {
+          answer = failed->second;
+        } else {
+          absl::StatusOr<v1::Binary> binary = store_->GetBinary(sha);
+          if (binary.ok()) {
+            (*response.mutable_binaries())[sha] = std::move(*binary->mutable_cubin());
+          } else {
+            binary_errors.emplace(sha, binary.status());
+            answer = binary.status();
+          }
+        }
+      }
+    }
+    if (answer.ok()) {
+      *result->mutable_response() = *std::move(answer);
+    } else {
+      result->set_error_code(static_cast<int32_t>(answer.status().code()));
+      result->set_error_message(std::string(answer.status().message()));
+    }
+  }
+  return response;
+}
+
+}  // namespace autotune::service

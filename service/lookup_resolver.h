@@ -1,0 +1,89 @@
+// Answers Lookup and BatchLookup from the cache: EXACT, NEAREST or MISS.
+//
+// Matching rules (the contract clients rely on):
+// - The family must be known (NOT_FOUND otherwise). Without a family_hash the
+//   family's current content hash is used, so entries tuned for an older
+//   version of a family's source are never served for the new one.
+// - The problem must name every dimension of the family, each > 0, and a
+//   dtype the family supports (INVALID_ARGUMENT naming the field otherwise).
+// - Device: entries match on device name. An empty name means "any device"
+//   and is answered only when one device matches (FAILED_PRECONDITION lists
+//   the devices otherwise). A non-zero compute_capability or sm_count in the
+//   request must equal the entry's when the entry records one.
+// - NEAREST policy: only dimensions the family marks `bucketed` may differ;
+//   every other dimension, the dtype, the device and the family hash must be
+//   equal. Among those entries the one with the smallest
+//   sum over bucketed dims of |log2(tuned / requested)| wins; on a tie the
+//   entry tuned for larger values wins (a config tuned for batch 16 is a
+//   safer stand-in for batch 12 than one tuned for batch 8), then the
+//   smaller canonical dims key. The answer lists each differing dimension.
+// - With include_cubin the binary is read and checked against its sha256; a
+//   corrupt binary fails the lookup with DATA_LOSS and is never served.
+//
+// Thread-safe; the store does the synchronisation.
+#ifndef AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
+#define AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cache/store.h"
+#include "proto/autotune.pb.h"
+
+namespace autotune::service {
+
+// Most lookups one BatchLookup may carry.
+inline constexpr int kMaxBatchLookups = 100000;
+
+struct LookupCounters {
+  std::atomic<int64_t> exact{0};
+  std::atomic<int64_t> nearest{0};
+  std::atomic<int64_t> miss{0};
+};
+
+// The NEAREST choice among `candidates` for `requested` dims of a family
+// whose bucketed dimensions are `bucketed` (see the policy above). nullopt
+// when no candidate agrees on every non-bucketed dimension.
+struct NearestChoice {
+  size_t index = 0;  // into candidates
+  double log2_distance = 0;
+  std::vector<v1::DimDistance> distance;
+};
+std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
+                                           const std::vector<std::string>& bucketed,
+                                           const std::vector<v1::Entry>& candidates);
+
+// Checks `problem` against `family`. `field` prefixes messages
+// ("problem", "lookups[3].problem").
+absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
+                             absl::string_view field);
+
+class LookupResolver {
+ public:
+  explicit LookupResolver(const cache::Store* store) : store_(store) {}
+
+  absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request) const;
+
+  // Each lookup is answered on its own: a bad or failing item gets its error
+  // in its result and does not fail the batch. Binaries are returned once
+  // each in `binaries` when include_cubin is set (on the batch or the item).
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request) const;
+
+  const LookupCounters& counters() const { return counters_; }
+
+ private:
+  // Resolves without reading the cubin.
+  absl::StatusOr<v1::LookupResponse> Resolve(const v1::LookupRequest& request,
+                                             absl::string_view field) const;
+
+  const cache::Store* store_;
+  mutable LookupCounters counters_;
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_

@@ -1,0 +1,238 @@
+#include "service/lookup_resolver.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "base/status_matchers.h"
+#include "cache/keys.h"
+#include "tests/sample_bundle.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace autotune::service {
+namespace {
+
+using ::autotune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+v1::Problem MakeProblem(int64_t batch, int64_t n, v1::DType dtype = v1::BFLOAT16) {
+  v1::Problem problem;
+  (*problem.mutable_dims())["batch"] = batch;
+  (*problem.mutable_dims())["n"] = n;
+  problem.set_dtype(dtype);
+  return problem;
+}
+
+v1::Entry MakeEntry(int64_t batch, int64_t n, v1::DType dtype = v1::BFLOAT16) {
+  v1::Entry entry;
+  *entry.mutable_problem() = MakeProblem(batch, n, dtype);
+  return entry;
+}
+
+v1::KernelFamily MakeFamily() {
+  v1::KernelFamily family;
+  family.set_name("vector_scale");
+  v1::ProblemDimension* batch = family.add_dims();
+  batch->set_name("batch");
+  batch->set_bucketed(true);
+  family.add_dims()->set_name("n");
+  family.add_dtypes(v1::BFLOAT16);
+  family.add_dtypes(v1::FLOAT32);
+  return family;
+}
+
+TEST(ChooseNearestTest, PicksSmallestLogDistance) {
+  std::vector<v1::Entry> candidates = {MakeEntry(1, 4096), MakeEntry(8, 4096),
+                                       MakeEntry(64, 4096)};
+  auto choice = ChooseNearest(MakeProblem(10, 4096), {"batch"}, candidates);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->index, 1u);
+  ASSERT_EQ(choice->distance.size(), 1u);
+  EXPECT_EQ(choice->distance[0].name(), "batch");
+  EXPECT_EQ(choice->distance[0].requested(), 10);
+  EXPECT_EQ(choice->distance[0].tuned(), 8);
+  EXPECT_NEAR(choice->log2_distance, std::log2(10.0 / 8.0), 1e-9);
+}
+
+TEST(ChooseNearestTest, TieGoesToTheLargerValue) {
+  // 8 and 32 are both 1.0 away from 16 in log2.
+  std::vector<v1::Entry> candidates = {MakeEntry(8, 4096), MakeEntry(32, 4096)};
+  auto choice = ChooseNearest(MakeProblem(16, 4096), {"batch"}, candidates);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->index, 1u);
+}
+
+TEST(ChooseNearestTest, NonBucketedDimsMustMatch) {
+  std::vector<v1::Entry> candidates = {MakeEntry(8, 2048), MakeEntry(64, 4096)};
+  auto choice = ChooseNearest(MakeProblem(8, 4096), {"batch"}, candidates);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->index, 1u);  // far in batch, but n matches
+  EXPECT_FALSE(ChooseNearest(MakeProblem(8, 1024), {"batch"}, candidates).has_value());
+}
+
+TEST(ChooseNearestTest, DtypeMustMatch) {
+  std::vector<v1::Entry> candidates = {MakeEntry(8, 4096, v1::FLOAT32)};
+  EXPECT_FALSE(ChooseNearest(MakeProblem(8, 4096), {"batch"}, candidates).has_value());
+}
+
+TEST(ChooseNearestTest, NothingBucketedMeansNoNearest) {
+  std::vector<v1::Entry> candidates = {MakeEntry(8, 4096)};
+  EXPECT_FALSE(ChooseNearest(MakeProblem(9, 4096), {}, candidates).has_value());
+}
+
+TEST(ValidateProblemTest, NamesTheField) {
+  const v1::KernelFamily family = MakeFamily();
+  EXPECT_OK(ValidateProblem(family, MakeProblem(8, 4096), "problem"));
+
+  v1::Problem unknown = MakeProblem(8, 4096);
+  (*unknown.mutable_dims())["heads"] = 4;
+  EXPECT_THAT(ValidateProblem(family, unknown, "problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("problem.dims: 'heads' is not a dimension")));
+
+  v1::Problem missing;
+  (*missing.mutable_dims())["batch"] = 8;
+  missing.set_dtype(v1::BFLOAT16);
+  EXPECT_THAT(ValidateProblem(family, missing, "lookups[2].problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lookups[2].problem.dims: missing 'n'")));
+
+  EXPECT_THAT(ValidateProblem(family, MakeProblem(0, 4096), "problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch=0 must be positive")));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem(8, 4096, v1::DTYPE_UNSPECIFIED), "problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("problem.dtype is not set")));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem(8, 4096, v1::FLOAT16), "problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not support fp16")));
+}
+
+
+// The resolver over a real store holding the quick start's sample:
+// vector_scale bf16 n=4096 at batch 1, 8 and 64 on an H200.
+class LookupResolverStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "autotune-resolver-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    cache::StoreOptions options;
+    options.path = dir_ + "/cache.db";
+    ASSERT_OK_AND_ASSIGN(store_, cache::Store::Open(options));
+    ASSERT_OK(Import(testing::SampleDevice()));
+    resolver_ = std::make_unique<LookupResolver>(store_.get());
+  }
+  void TearDown() override {
+    resolver_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  absl::Status Import(const v1::Device& device) {
+    testing::SampleBundleOptions options;
+    options.entries = testing::QuickstartEntries();
+    for (testing::SampleEntry& entry : options.entries) entry.device = device;
+    options.cubin_kind = testing::CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 1024;
+    absl::StatusOr<v1::CacheBundle> bundle = testing::MakeSampleBundle(options);
+    if (!bundle.ok()) return bundle.status();
+    return store_->Import(*bundle, false).status();
+  }
+
+  static v1::LookupRequest Request(int64_t batch, int64_t n = 4096,
+                                   const std::string& device = "NVIDIA H200") {
+    v1::LookupRequest request;
+    request.set_family("vector_scale");
+    *request.mutable_problem() = MakeProblem(batch, n);
+    request.mutable_device()->set_name(device);
+    return request;
+  }
+
+  std::string dir_;
+  std::unique_ptr<cache::Store> store_;
+  std::unique_ptr<LookupResolver> resolver_;
+};
+
+TEST_F(LookupResolverStoreTest, ExactNearestMissAndCounters) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(exact.match(), v1::EXACT);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(Request(40)));
+  EXPECT_EQ(nearest.match(), v1::NEAREST);
+  EXPECT_EQ(nearest.entry().problem().dims().at("batch"), 64);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(Request(8, 1000)));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("n=1000"));
+  EXPECT_EQ(resolver_->counters().exact.load(), 1);
+  EXPECT_EQ(resolver_->counters().nearest.load(), 1);
+  EXPECT_EQ(resolver_->counters().miss.load(), 1);
+}
+
+TEST_F(LookupResolverStoreTest, UnknownFamilyIsNotFound) {
+  v1::LookupRequest request = Request(8);
+  request.set_family("nope");
+  EXPECT_THAT(resolver_->Lookup(request),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
+TEST_F(LookupResolverStoreTest, DeviceRulesAreApplied) {
+  v1::LookupRequest other = Request(8, 4096, "NVIDIA H100");
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(other));
+  EXPECT_EQ(miss.match(), v1::MISS);
+
+  v1::LookupRequest fewer_sms = Request(8);
+  fewer_sms.mutable_device()->set_sm_count(114);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse sm_miss, resolver_->Lookup(fewer_sms));
+  EXPECT_EQ(sm_miss.match(), v1::MISS);
+  EXPECT_THAT(sm_miss.miss_reason(), HasSubstr("132 SMs"));
+
+  v1::LookupRequest any = Request(8, 4096, "");
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse found, resolver_->Lookup(any));
+  EXPECT_EQ(found.match(), v1::EXACT);
+
+  v1::Device h100;
+  h100.set_name("NVIDIA H100");
+  h100.set_compute_capability(90);
+  ASSERT_OK(Import(h100));
+  EXPECT_THAT(resolver_->Lookup(any),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("NVIDIA H100")));
+}
+
+TEST_F(LookupResolverStoreTest, NewFamilySourceDoesNotServeOldEntries) {
+  ASSERT_OK_AND_ASSIGN(cache::FamilyRecord old_family, store_->GetFamily("vector_scale"));
+  v1::KernelFamily changed = old_family.family;
+  changed.set_source(changed.source() + "\n// changed\n");
+  ASSERT_OK(store_->PutFamily(changed, false).status());
+
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("other versions"));
+  // The old entries stay reachable by their hash.
+  v1::LookupRequest by_hash = Request(8);
+  by_hash.set_family_hash(old_family.content_hash);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(by_hash));
+  EXPECT_EQ(exact.match(), v1::EXACT);
+}
+
+TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
+  v1::LookupRequest request = Request(8);
+  request.set_include_cubin(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse good, resolver_->Lookup(request));
+  EXPECT_EQ(good.cubin().size(), 1024u);
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/cache.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_THAT(resolver_->Lookup(request),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
+  // Without the cubin the config is still answered.
+  request.set_include_cubin(false);
+  EXPECT_OK(resolver_->Lookup(request));
+}
+
+}  // namespace
+}  // namespace autotune::service

@@ -1,0 +1,63 @@
+// autotuned: the autotune daemon. Parses flags into ServerOptions, starts
+// the server and stops it cleanly on SIGTERM or SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
+#include "base/paths.h"
+#include "service/server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  autotune::service::ServerOptions options;
+  std::string log_level = "info";
+  CLI::App app{"autotuned: autotuning service for CUDA kernels with a persistent config cache"};
+  app.add_option("--db", options.db_path,
+                 "SQLite database file (default " + autotune::DefaultDatabasePath() + ")");
+  app.add_option("--listen", options.listen,
+                 "address to serve, repeatable: unix:///path or host:port (default " +
+                     autotune::DefaultServerAddress() + ")");
+  app.add_flag("--insecure", options.insecure, "allow plaintext TCP on a loopback address");
+  app.add_option("--tls-cert", options.tls_cert, "PEM certificate chain for TCP")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", options.tls_key, "PEM private key for TCP")->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", options.tls_client_ca,
+                 "PEM CA: require client certificates signed by it")
+      ->check(CLI::ExistingFile);
+  app.add_option("--readers", options.readers, "pooled database read connections")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  std::signal(SIGPIPE, SIG_IGN);
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto server = autotune::service::Server::BuildAndStart(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "autotuned: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  spdlog::info("autotuned listening on {} (database {})",
+               absl::StrJoin((*server)->addresses(), ", "), (*server)->database_path());
+
+  std::thread stopper([&server, stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    spdlog::info("received {}, finishing in-flight calls", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  stopper.join();
+  spdlog::info("autotuned stopped; database closed");
+  return 0;
+}

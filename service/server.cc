@@ -1,0 +1,260 @@
+#include "service/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/paths.h"
+#include "base/status_macros.h"
+#include "cache/store.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "service/autotune_service.h"
+#include "service/cache_admin.h"
+#include "service/listen_address.h"
+#include "service/lookup_resolver.h"
+#include "spdlog/spdlog.h"
+
+namespace autotune::service {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+constexpr char kServiceName[] = "autotune.v1.Autotune";
+constexpr int kMaxReceiveBytes = 64 << 20;
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// Makes `path` free for a new socket: refuses when a live server answers
+// there or when it is something other than a socket; removes a stale one.
+absl::Status ClaimSocketPath(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot inspect socket path ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  const int connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int connect_errno = errno;
+  close(fd);
+  if (connected == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another server is already listening on unix://", path));
+  }
+  if (connect_errno != ECONNREFUSED) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot check socket ", path, ": ",
+                                                      std::strerror(connect_errno)));
+  }
+  if (unlink(path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove stale socket ", path, ": ", std::strerror(errno)));
+  }
+  spdlog::info("removed stale socket {}", path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  absl::Status Start(const ServerOptions& options);
+  void Wait() { done_.WaitForNotification(); }
+  void Shutdown();
+  ~Impl() { Shutdown(); }
+
+  std::vector<std::string> addresses_;
+  std::string db_path_;
+
+ private:
+  void FillStats(v1::StatsResponse* response) const;
+
+  absl::Duration shutdown_grace_;
+  absl::Time started_ = absl::Now();
+  std::vector<std::string> socket_paths_;
+  std::unique_ptr<cache::Store> store_;
+  std::unique_ptr<LookupResolver> resolver_;
+  std::unique_ptr<CacheAdmin> admin_;
+  std::unique_ptr<AutotuneService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification done_;
+};
+
+absl::Status Server::Impl::Start(const ServerOptions& options) {
+  shutdown_grace_ = options.shutdown_grace;
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  const bool tls = !options.tls_cert.empty();
+  std::vector<std::string> listen = options.listen;
+  if (listen.empty()) listen.push_back(DefaultServerAddress());
+  std::vector<ListenAddress> addresses;
+  for (const std::string& text : listen) {
+    ASSIGN_OR_RETURN(ListenAddress address, ParseListenAddress(text, tls, options.insecure));
+    addresses.push_back(std::move(address));
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    ASSIGN_OR_RETURN(pair.private_key, ReadFile(options.tls_key, "--tls-key"));
+    ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(options.tls_cert, "--tls-cert"));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!options.tls_client_ca.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "--tls-client-ca"));
+      ssl.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    tcp_credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  // Everything this process creates is owner-only.
+  umask(077);
+
+  db_path_ = options.db_path.empty() ? DefaultDatabasePath() : options.db_path;
+  RETURN_IF_ERROR(MakeDirectories(Dirname(db_path_), 0700));
+  for (const ListenAddress& address : addresses) {
+    if (address.kind != ListenAddress::Kind::kUnix) continue;
+    RETURN_IF_ERROR(MakeDirectories(Dirname(address.path), 0700));
+    RETURN_IF_ERROR(ClaimSocketPath(address.path));
+  }
+
+  cache::StoreOptions store_options;
+  store_options.path = db_path_;
+  store_options.readers = options.readers;
+  ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
+  resolver_ = std::make_unique<LookupResolver>(store_.get());
+  admin_ = std::make_unique<CacheAdmin>(store_.get());
+  service_ = std::make_unique<AutotuneService>(
+      resolver_.get(), admin_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  builder.RegisterService(service_.get());
+  std::vector<int> ports(addresses.size(), 0);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const ListenAddress& address = addresses[i];
+    if (address.kind == ListenAddress::Kind::kUnix) {
+      builder.AddListeningPort(address.uri, grpc::InsecureServerCredentials(), &ports[i]);
+    } else {
+      builder.AddListeningPort(address.uri, tcp_credentials, &ports[i]);
+    }
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    return absl::UnavailableError("could not bind the listen addresses (see the gRPC log above)");
+  }
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const ListenAddress& address = addresses[i];
+    if (address.kind == ListenAddress::Kind::kUnix) {
+      socket_paths_.push_back(address.path);
+      chmod(address.path.c_str(), 0600);
+      addresses_.push_back(address.uri);
+    } else {
+      if (ports[i] == 0) {
+        server_->Shutdown();
+        return absl::UnavailableError(absl::StrCat("could not listen on ", address.uri));
+      }
+      const bool v6 = address.host.find(':') != std::string::npos;
+      addresses_.push_back(absl::StrCat(v6 ? "[" : "", address.host, v6 ? "]" : "", ":",
+                                        ports[i]));
+    }
+  }
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  started_ = absl::Now();
+  return absl::OkStatus();
+}
+
+void Server::Impl::FillStats(v1::StatsResponse* response) const {
+  response->set_database_path(db_path_);
+  response->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  response->set_server_version(kVersion);
+  for (const std::string& address : addresses_) response->add_listen_addresses(address);
+}
+
+void Server::Impl::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + shutdown_grace_));
+    server_->Wait();
+    server_.reset();
+  }
+  service_.reset();
+  admin_.reset();
+  resolver_.reset();
+  store_.reset();  // checkpoints the WAL and closes the file
+  for (const std::string& path : socket_paths_) unlink(path.c_str());
+  done_.Notify();
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  absl::Status started = impl->Start(options);
+  if (!started.ok()) {
+    impl->Shutdown();
+    return started;
+  }
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+const std::vector<std::string>& Server::addresses() const { return impl_->addresses_; }
+const std::string& Server::database_path() const { return impl_->db_path_; }
+void Server::Wait() { impl_->Wait(); }
+void Server::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace autotune::service

@@ -1,0 +1,62 @@
+// autotuned's server: opens the cache, binds every listen address and
+// serves autotune.v1.Autotune, grpc.health.v1.Health and server reflection.
+//
+//   ServerOptions options;             // defaults: DefaultDatabasePath(),
+//   ASSIGN_OR_RETURN(auto server,      //   DefaultServerAddress()
+//                    Server::BuildAndStart(options));
+//   server->Wait();                    // until Shutdown()
+//
+// Start-up fails (with a one-line reason, nothing left half-started) when
+// the database cannot be opened or is held by another daemon, a listen
+// address is unsafe or malformed, or another daemon already answers on a
+// Unix socket path. A stale socket file from a dead daemon is replaced.
+// Files are created owner-only: the database 0600 in a 0700 directory, the
+// socket 0600.
+#ifndef AUTOTUNE_SERVICE_SERVER_H_
+#define AUTOTUNE_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace autotune::service {
+
+struct ServerOptions {
+  std::string db_path;              // empty = DefaultDatabasePath()
+  std::vector<std::string> listen;  // empty = {DefaultServerAddress()}
+  bool insecure = false;            // allow plaintext TCP on loopback
+  std::string tls_cert;             // PEM files; both or neither
+  std::string tls_key;
+  std::string tls_client_ca;        // set: clients must present a cert it signed
+  int readers = 4;                  // pooled database read connections
+  absl::Duration shutdown_grace = absl::Seconds(10);
+};
+
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const ServerOptions& options);
+  ~Server();  // Shutdown() if still running
+
+  // The addresses actually bound (a TCP port 0 is replaced by the real one).
+  const std::vector<std::string>& addresses() const;
+  const std::string& database_path() const;
+
+  // Blocks until Shutdown() has finished.
+  void Wait();
+  // Stops accepting calls, lets in-flight calls finish (up to
+  // shutdown_grace, then cancels them) and closes the database cleanly.
+  // Safe to call from any thread, more than once.
+  void Shutdown();
+
+ private:
+  class Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_SERVER_H_

@@ -1,0 +1,233 @@
+#include "tests/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/autotune.grpc.pb.h"
+
+extern char** environ;
+
+namespace autotune::testing {
+namespace {
+
+std::vector<char*> Argv(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  return argv;
+}
+
+// Waits for `pid` until `deadline`; fills exit code / signal. False on timeout.
+bool WaitUntil(pid_t pid, absl::Time deadline, int* exit_code, int* signal_number) {
+  while (true) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      return true;
+    }
+    if (done < 0) {
+      *exit_code = -1;
+      return true;
+    }
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+}  // namespace
+
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                         const std::string& stdin_text) {
+  CommandResult result;
+  int out_pipe[2], err_pipe[2], in_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
+      pipe2(in_pipe, O_CLOEXEC) != 0) {
+    result.err = absl::StrCat("pipe: ", std::strerror(errno));
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  pid_t pid = -1;
+  std::vector<char*> args = Argv(argv);
+  const int spawned = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    result.err = absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(spawned));
+    return result;
+  }
+  if (!stdin_text.empty()) {
+    size_t written = 0;
+    while (written < stdin_text.size()) {
+      const ssize_t n = write(in_pipe[1], stdin_text.data() + written, stdin_text.size() - written);
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
+  }
+  close(in_pipe[1]);
+  const absl::Time deadline = absl::Now() + timeout;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  char buffer[65536];
+  while (open_fds > 0) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      kill(pid, SIGKILL);
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(std::min<int64_t>(left_ms, 1000))) < 0 && errno != EINTR) {
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (pollfd& fd : fds) {
+    if (fd.fd >= 0) close(fd.fd);
+  }
+  WaitUntil(pid, absl::InfiniteFuture(), &result.exit_code, &result.signal);
+  return result;
+}
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "autotune-test-XXXXXX").string();
+  char* made = mkdtemp(pattern.data());
+  path_ = made != nullptr ? std::string(made) : std::string();
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+Daemon::Daemon(std::string dir, std::vector<std::string> args)
+    : dir_(std::move(dir)), args_(std::move(args)) {
+  socket_path_ = dir_ + "/autotune.sock";
+  address_ = "unix://" + socket_path_;
+  db_path_ = dir_ + "/state/cache.db";
+  log_path_ = dir_ + "/autotuned.log";
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int code = 0, sig = 0;
+    WaitUntil(pid_, absl::InfiniteFuture(), &code, &sig);
+  }
+}
+
+absl::Status Daemon::Start(absl::Duration timeout) {
+  std::vector<std::string> argv = {AutotunedPath()};
+  const bool has_db = std::find(args_.begin(), args_.end(), "--db") != args_.end();
+  const bool has_listen = std::find(args_.begin(), args_.end(), "--listen") != args_.end();
+  if (!has_db) argv.insert(argv.end(), {"--db", db_path_});
+  if (!has_listen) argv.insert(argv.end(), {"--listen", address_});
+  argv.insert(argv.end(), args_.begin(), args_.end());
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> args = Argv(argv);
+  const int spawned = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    pid_ = -1;
+    return absl::InternalError(absl::StrCat("posix_spawn ", args[0], ": ", std::strerror(spawned)));
+  }
+  if (has_listen) return absl::OkStatus();  // the caller knows how to reach it
+
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int code = 0, sig = 0;
+    if (WaitUntil(pid_, absl::Now(), &code, &sig)) {
+      pid_ = -1;
+      return absl::FailedPreconditionError(
+          absl::StrCat("autotuned exited with ", code, " (signal ", sig, "): ", Stderr()));
+    }
+    // A fresh channel each try: a failed one waits out gRPC's reconnect backoff.
+    auto stub = v1::Autotune::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+    v1::StatsRequest request;
+    v1::StatsResponse response;
+    if (stub->Stats(&context, request, &response).ok()) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("autotuned did not answer within ", absl::FormatDuration(timeout), ": ",
+                   Stderr()));
+}
+
+int Daemon::Stop(absl::Duration timeout) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int code = -1, sig = 0;
+  if (!WaitUntil(pid_, absl::Now() + timeout, &code, &sig)) {
+    kill(pid_, SIGKILL);
+    WaitUntil(pid_, absl::InfiniteFuture(), &code, &sig);
+    code = -1;
+  }
+  pid_ = -1;
+  return code;
+}
+
+int Daemon::WaitExit(absl::Duration timeout) {
+  if (pid_ <= 0) return -1;
+  int code = -1, sig = 0;
+  if (!WaitUntil(pid_, absl::Now() + timeout, &code, &sig)) return -1;
+  pid_ = -1;
+  return code;
+}
+
+std::string Daemon::Stderr() const { return ReadWholeFile(log_path_); }
+
+std::string AutotunedPath() { return AUTOTUNE_AUTOTUNED_PATH; }
+std::string AutotuneCliPath() { return AUTOTUNE_CLI_PATH; }
+std::string MakeSamplePath() { return AUTOTUNE_MAKE_SAMPLE_PATH; }
+
+}  // namespace autotune::testing

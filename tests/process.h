@@ -1,0 +1,79 @@
+// Child processes for end-to-end tests: the real autotuned and autotune
+// binaries, started with posix_spawn, with their output captured.
+#ifndef AUTOTUNE_TESTS_PROCESS_H_
+#define AUTOTUNE_TESTS_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace autotune::testing {
+
+struct CommandResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` to completion (killed after `timeout`) and captures its output.
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         absl::Duration timeout = absl::Seconds(60),
+                         const std::string& stdin_text = "");
+
+// A fresh private directory, removed (recursively) by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The daemon under test. Start() returns once it answers on its socket.
+class Daemon {
+ public:
+  // `args` are extra flags; --db and --listen default to files in `dir`.
+  Daemon(std::string dir, std::vector<std::string> args = {});
+  ~Daemon();  // SIGKILL if still running
+
+  // Starts and waits until the socket accepts a Stats call. On failure the
+  // daemon's exit status and stderr are in the error.
+  absl::Status Start(absl::Duration timeout = absl::Seconds(20));
+  // SIGTERM, then waits for the exit code (SIGKILL after `timeout`).
+  int Stop(absl::Duration timeout = absl::Seconds(20));
+  // Waits for the process to end by itself (start-up failures).
+  int WaitExit(absl::Duration timeout = absl::Seconds(20));
+
+  const std::string& address() const { return address_; }
+  const std::string& socket_path() const { return socket_path_; }
+  const std::string& db_path() const { return db_path_; }
+  std::string Stderr() const;  // what it has written so far
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> args_;
+  std::string socket_path_;
+  std::string address_;
+  std::string db_path_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+};
+
+// Paths of the binaries under test (set by CMake).
+std::string AutotunedPath();
+std::string AutotuneCliPath();
+std::string MakeSamplePath();
+
+}  // namespace autotune::testing
+
+#endif  // AUTOTUNE_TESTS_PROCESS_H_
