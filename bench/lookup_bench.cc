@@ -371,7 +371,9 @@ class EchoService final : public Echo::CallbackService {
   }
 };
 
-// The echo server, built the way the daemon builds its own.
+// The echo server, built the way the daemon builds its own. Once the daemon
+// has started, every server in this process also carries the health and
+// reflection services (both are switched on process-wide); neither is called.
 class EchoServer {
  public:
   static absl::StatusOr<std::unique_ptr<EchoServer>> Start(const std::string& address) {

@@ -21,6 +21,7 @@ packages=(
   libgmock-dev
   libcli11-dev
   libspdlog-dev
+  openssl              # the TLS end-to-end test makes its own certificates
 )
 
 missing=()

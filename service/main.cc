@@ -3,6 +3,8 @@
 #include <csignal>
 #include <cstdio>
 #include <pthread.h>
+
+#include <string>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -29,10 +31,21 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--readers", options.readers, "pooled database read connections")
       ->check(CLI::Range(1, 64));
+  std::string socket_mode = "0600";
+  app.add_option("--socket-mode", socket_mode,
+                 "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")
+      ->check([](const std::string& text) -> std::string {
+        if (text.empty() || text.size() > 4 ||
+            text.find_first_not_of("01234567") != std::string::npos) {
+          return "expected an octal mode such as 0600 or 0660";
+        }
+        return "";
+      });
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
 
+  options.socket_mode = static_cast<unsigned>(std::stoul(socket_mode, nullptr, 8));
   spdlog::set_level(spdlog::level::from_str(log_level));
   std::signal(SIGPIPE, SIG_IGN);
   // Block the stop signals in every thread; one thread waits for them.

@@ -128,6 +128,10 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
+  if ((options.socket_mode & ~0770u) != 0) {
+    return absl::InvalidArgumentError(
+        "--socket-mode: only owner and group bits may be set (at most 0770)");
+  }
   const bool tls = !options.tls_cert.empty();
   std::vector<std::string> listen = options.listen;
   if (listen.empty()) listen.push_back(DefaultServerAddress());
@@ -194,7 +198,11 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
     const ListenAddress& address = addresses[i];
     if (address.kind == ListenAddress::Kind::kUnix) {
       socket_paths_.push_back(address.path);
-      chmod(address.path.c_str(), 0600);
+      if (chmod(address.path.c_str(), options.socket_mode) != 0) {
+        server_->Shutdown();
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot set the mode of ", address.path, ": ", std::strerror(errno)));
+      }
       addresses_.push_back(address.uri);
     } else {
       if (ports[i] == 0) {

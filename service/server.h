@@ -11,7 +11,7 @@
 // address is unsafe or malformed, or another daemon already answers on a
 // Unix socket path. A stale socket file from a dead daemon is replaced.
 // Files are created owner-only: the database 0600 in a 0700 directory, the
-// socket 0600.
+// socket `socket_mode` (0600 unless the operator widens it).
 #ifndef AUTOTUNE_SERVICE_SERVER_H_
 #define AUTOTUNE_SERVICE_SERVER_H_
 
@@ -32,6 +32,7 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;        // set: clients must present a cert it signed
   int readers = 4;                  // pooled database read connections
+  unsigned socket_mode = 0600;      // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
 };
 

@@ -186,7 +186,6 @@ TEST_P(BadDatabaseTest, ExitsNonZeroWithOneLineReason) {
               SQLITE_OK);
     sqlite3_close(handle);
   } else if (kind == "unreadable_directory") {
-    ASSERT_EQ(mkdir((dir.path() + "/file").c_str(), 0700), 0);
     std::ofstream(dir.path() + "/plain") << "not a directory";
   }
   std::string db_flag = db;
@@ -240,6 +239,51 @@ TEST(DaemonTest, TcpNeedsTlsOrInsecureLoopback) {
   }
   EXPECT_EQ(stats.exit_code, 0) << stats.err << loopback.Stderr();
   EXPECT_EQ(loopback.Stop(), 0);
+}
+
+
+// Runs a shell-free openssl command line; fails the test when it fails.
+void OpenSsl(std::vector<std::string> args) {
+  args.insert(args.begin(), "/usr/bin/openssl");
+  CommandResult result = RunCommand(args);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+}
+
+TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
+  if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "openssl is not installed";
+  TempDir dir;
+  const std::string d = dir.path();
+  // A throwaway CA and a server certificate for localhost / 127.0.0.1.
+  OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
+           d + "/ca.pem", "-days", "1", "-subj", "/CN=autotune test CA"});
+  OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/server.key", "-out",
+           d + "/server.csr", "-subj", "/CN=localhost", "-addext",
+           "subjectAltName=DNS:localhost,IP:127.0.0.1"});
+  OpenSsl({"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey",
+           d + "/ca.key", "-CAcreateserial", "-out", d + "/server.pem", "-days", "1",
+           "-copy_extensions", "copy"});
+
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
+                    d + "/server.key"});
+  ASSERT_OK(daemon.Start());
+  CommandResult secure;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    secure = RunCommand(
+        {AutotuneCliPath(), "--server", address, "--tls", "--tls-ca", d + "/ca.pem", "stats"});
+    if (secure.exit_code == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(secure.exit_code, 0) << secure.err << daemon.Stderr();
+
+  CommandResult plaintext =
+      RunCommand({AutotuneCliPath(), "--server", address, "--timeout", "2", "stats"});
+  EXPECT_NE(plaintext.exit_code, 0);
+  // A client that does not trust the CA is refused too.
+  CommandResult untrusted = RunCommand(
+      {AutotuneCliPath(), "--server", address, "--tls", "--timeout", "2", "stats"});
+  EXPECT_NE(untrusted.exit_code, 0);
+  EXPECT_EQ(daemon.Stop(), 0);
 }
 
 }  // namespace
