@@ -19,12 +19,16 @@ absl::Status Error(int code, absl::string_view message, absl::string_view path,
     absl::StrAppend(&text, message);
   }
   switch (code & 0xff) {
+    // Not UNAVAILABLE: to a gRPC client that means the server could not be
+    // reached. A busy database is a conflict worth retrying; I/O trouble is
+    // the server's own fault.
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
+      return absl::AbortedError(text);
     case SQLITE_CANTOPEN:
     case SQLITE_IOERR:
     case SQLITE_PROTOCOL:
-      return absl::UnavailableError(text);
+      return absl::InternalError(text);
     case SQLITE_FULL:
       return absl::ResourceExhaustedError(text);
     case SQLITE_READONLY:

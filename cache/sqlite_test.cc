@@ -113,13 +113,13 @@ TEST_F(SqliteTest, BindErrorsSurfaceAtStep) {
   EXPECT_THAT(select.Step(), StatusIs(absl::StatusCode::kInternal, HasSubstr("binding")));
 }
 
-TEST_F(SqliteTest, SecondWriterTimesOutAsUnavailable) {
+TEST_F(SqliteTest, SecondWriterTimesOutAsAborted) {
   ASSERT_OK(db_->Execute("PRAGMA journal_mode = WAL"));
   ASSERT_OK_AND_ASSIGN(
       auto other, Connection::Open(path_, Connection::Mode::kReadWrite, absl::Milliseconds(50)));
   ASSERT_OK_AND_ASSIGN(Transaction held, Transaction::Begin(*db_, Transaction::Kind::kWrite));
   EXPECT_THAT(Transaction::Begin(*other, Transaction::Kind::kWrite),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("database is locked")));
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("database is locked")));
 }
 
 TEST_F(SqliteTest, ReadOnlyConnectionRefusesWrites) {
@@ -133,7 +133,7 @@ TEST(SqliteConnectionTest, OpenNeverCreatesAFile) {
   TempDir dir;
   EXPECT_THAT(
       Connection::Open(dir.File("missing.db"), Connection::Mode::kReadWrite, absl::Seconds(1)),
-      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("missing.db")));
+      StatusIs(absl::StatusCode::kInternal, HasSubstr("missing.db")));
   EXPECT_FALSE(std::filesystem::exists(dir.File("missing.db")));
 }
 
@@ -153,11 +153,11 @@ TEST_P(SqliteErrorCodeTest, MapsToTheCanonicalCode) {
 
 INSTANTIATE_TEST_SUITE_P(
     Codes, SqliteErrorCodeTest,
-    ::testing::Values(ErrorCase{SQLITE_BUSY, absl::StatusCode::kUnavailable},
-                      ErrorCase{SQLITE_BUSY_SNAPSHOT, absl::StatusCode::kUnavailable},
-                      ErrorCase{SQLITE_LOCKED, absl::StatusCode::kUnavailable},
-                      ErrorCase{SQLITE_IOERR_FSYNC, absl::StatusCode::kUnavailable},
-                      ErrorCase{SQLITE_CANTOPEN, absl::StatusCode::kUnavailable},
+    ::testing::Values(ErrorCase{SQLITE_BUSY, absl::StatusCode::kAborted},
+                      ErrorCase{SQLITE_BUSY_SNAPSHOT, absl::StatusCode::kAborted},
+                      ErrorCase{SQLITE_LOCKED, absl::StatusCode::kAborted},
+                      ErrorCase{SQLITE_IOERR_FSYNC, absl::StatusCode::kInternal},
+                      ErrorCase{SQLITE_CANTOPEN, absl::StatusCode::kInternal},
                       ErrorCase{SQLITE_FULL, absl::StatusCode::kResourceExhausted},
                       ErrorCase{SQLITE_READONLY, absl::StatusCode::kPermissionDenied},
                       ErrorCase{SQLITE_CORRUPT, absl::StatusCode::kDataLoss},

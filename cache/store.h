@@ -18,10 +18,11 @@
 // Errors: INVALID_ARGUMENT names the field ("entries[2].binary_sha256: ..."),
 // NOT_FOUND for unknown families / binaries / jobs, DATA_LOSS when stored
 // bytes do not match their sha256 (never served), FAILED_PRECONDITION for a
-// database written by a newer schema, UNAVAILABLE / INTERNAL for SQLite
-// errors, with the SQLite message and the file path
-// ("database /x/cache.db: <context>: <sqlite message>"; BUSY and I/O errors
-// are UNAVAILABLE, a full disk RESOURCE_EXHAUSTED, corruption DATA_LOSS).
+// database written by a newer schema, and for SQLite errors the SQLite
+// message with the file path ("database /x/cache.db: <context>: <sqlite
+// message>"): a busy database ABORTED (retry), I/O errors INTERNAL, a full
+// disk RESOURCE_EXHAUSTED, corruption DATA_LOSS. Never UNAVAILABLE once open:
+// to a gRPC client that code means the server could not be reached.
 //
 // Family versions: an empty `family_hash` in an EntryKey or in
 // ListCandidates() means the family's current hash.
