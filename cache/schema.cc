@@ -128,9 +128,30 @@ CREATE INDEX entries_by_nvrtc ON entries (nvrtc_version_num);
   return absl::OkStatus();
 }
 
-constexpr std::array<Migration, 2> kMigrations = {{
+// The compile cache: what compiling one variant gave, by compile key, so a
+// warmup compiles each distinct variant once across jobs and restarts.
+absl::Status ApplyVersion3(sqlite::Connection& db) {
+  return db.Execute(R"sql(
+CREATE TABLE compiles (
+  compile_key TEXT PRIMARY KEY NOT NULL,
+  status INTEGER NOT NULL,
+  binary_sha256 TEXT REFERENCES binaries (sha256),
+  lowered_name TEXT,
+  nvrtc_version TEXT NOT NULL,
+  arch TEXT NOT NULL,
+  family TEXT,
+  family_hash TEXT,
+  created_at TEXT NOT NULL,
+  log TEXT
+);
+CREATE INDEX compiles_by_binary ON compiles (binary_sha256);
+)sql");
+}
+
+constexpr std::array<Migration, 3> kMigrations = {{
     {1, "base tables", &ApplyVersion1},
     {2, "entries.nvrtc_version_num", &ApplyVersion2},
+    {3, "compiles", &ApplyVersion3},
 }};
 
 }  // namespace

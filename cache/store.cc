@@ -802,6 +802,89 @@ absl::StatusOr<v1::Binary> Store::GetBinary(std::string_view sha256) const {
   return ReadBinary(*db, ToAbsl(sha256));
 }
 
+// ---- Compile cache ------------------------------------------------------------
+
+absl::Status Store::PutCompile(const CompileRecord& record, const std::string& cubin) {
+  if (impl_->schema_version < 3) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the compile cache needs schema version 3; the database is at ", impl_->schema_version));
+  }
+  if (record.compile_key.empty()) return absl::InvalidArgumentError("compile.compile_key is empty");
+  const bool ok = record.status == v1::OK;
+  if (!ok && record.status != v1::COMPILE_ERROR) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compile.status: only OK and COMPILE_ERROR are kept, not ",
+                     v1::VariantStatus_Name(record.status)));
+  }
+  if (ok && cubin.empty()) return absl::InvalidArgumentError("compile: OK without a cubin");
+  if (record.nvrtc_version.empty()) {
+    return absl::InvalidArgumentError("compile.nvrtc_version is empty");
+  }
+  if (record.arch.empty()) return absl::InvalidArgumentError("compile.arch is empty");
+  std::string sha256;
+  v1::Binary binary;
+  if (ok) {
+    binary.set_cubin(cubin);
+    binary.set_nvrtc_version(record.nvrtc_version);
+    binary.set_arch(record.arch);
+    binary.set_compile_log(record.log);
+    binary.set_family(record.family);
+    binary.set_family_hash(record.family_hash);
+    ASSIGN_OR_RETURN(sha256, ValidateBinary(binary, "compile.binary", /*require_sha256=*/false));
+  }
+  const std::string created_at =
+      record.created_at.empty() ? absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())
+                                : record.created_at;
+  absl::MutexLock lock(&impl_->writer_mu);
+  Connection& db = *impl_->writer;
+  ASSIGN_OR_RETURN(Transaction transaction, Transaction::Begin(db, Transaction::Kind::kWrite));
+  if (ok) RETURN_IF_ERROR(WriteBinary(db, binary, sha256).status());
+  ASSIGN_OR_RETURN(Statement insert,
+                   db.Prepare("INSERT OR REPLACE INTO compiles (compile_key, status, binary_sha256,"
+                              " lowered_name, nvrtc_version, arch, family, family_hash, created_at,"
+                              " log) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
+  insert.BindText(1, record.compile_key)
+      .BindInt(2, record.status)
+      .BindTextOrNull(3, sha256)
+      .BindText(4, ok ? record.lowered_name : std::string())
+      .BindText(5, record.nvrtc_version)
+      .BindText(6, record.arch)
+      .BindText(7, record.family)
+      .BindText(8, record.family_hash)
+      .BindText(9, created_at)
+      .BindText(10, record.log);
+  RETURN_IF_ERROR(insert.Run());
+  return transaction.Commit();
+}
+
+absl::StatusOr<std::optional<CompileRecord>> Store::FindCompile(
+    std::string_view compile_key) const {
+  if (impl_->schema_version < 3) return std::nullopt;
+  sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
+  ASSIGN_OR_RETURN(
+      Statement select,
+      db->Prepare("SELECT c.status, COALESCE(c.binary_sha256, ''), c.lowered_name, c.nvrtc_version,"
+                  " c.arch, c.family, c.family_hash, c.created_at, c.log,"
+                  " c.binary_sha256 IS NULL OR EXISTS (SELECT 1 FROM binaries b"
+                  "   WHERE b.sha256 = c.binary_sha256)"
+                  " FROM compiles c WHERE c.compile_key = ?1"));
+  select.BindText(1, ToAbsl(compile_key));
+  ASSIGN_OR_RETURN(bool row, select.Step());
+  if (!row || select.ColumnInt(9) == 0) return std::nullopt;
+  CompileRecord record;
+  record.compile_key = std::string(compile_key);
+  record.status = static_cast<v1::VariantStatus>(select.ColumnInt(0));
+  record.binary_sha256 = std::string(select.ColumnText(1));
+  record.lowered_name = std::string(select.ColumnText(2));
+  record.nvrtc_version = std::string(select.ColumnText(3));
+  record.arch = std::string(select.ColumnText(4));
+  record.family = std::string(select.ColumnText(5));
+  record.family_hash = std::string(select.ColumnText(6));
+  record.created_at = std::string(select.ColumnText(7));
+  record.log = std::string(select.ColumnText(8));
+  return record;
+}
+
 // ---- Best entries -------------------------------------------------------------
 
 absl::Status Store::PutEntry(const v1::Entry& entry) {
@@ -1173,9 +1256,13 @@ absl::StatusOr<v1::CacheBundle> Store::Export(const v1::EntryFilter& filter,
 }
 
 absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
-  static constexpr absl::string_view kUnreferenced =
+  std::string unreferenced =
       " WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.binary_sha256 = binaries.sha256)"
       " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.binary_sha256 = binaries.sha256)";
+  if (impl_->schema_version >= 3) {
+    unreferenced +=
+        " AND NOT EXISTS (SELECT 1 FROM compiles c WHERE c.binary_sha256 = binaries.sha256)";
+  }
   absl::MutexLock lock(&impl_->writer_mu);
   Connection& db = *impl_->writer;
   GarbageCollectResult result;
@@ -1185,7 +1272,7 @@ absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
       ASSIGN_OR_RETURN(Statement count,
                        db.Prepare(absl::StrCat("SELECT COUNT(*), COALESCE(SUM(size), 0)"
                                                " FROM binaries",
-                                               kUnreferenced)));
+                                               unreferenced)));
       ASSIGN_OR_RETURN(bool row, count.Step());
       if (row) {
         result.binaries_removed = count.ColumnInt(0);
@@ -1194,7 +1281,7 @@ absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
     }
     if (dry_run || result.binaries_removed == 0) return result;
     ASSIGN_OR_RETURN(Statement remove,
-                     db.Prepare(absl::StrCat("DELETE FROM binaries", kUnreferenced)));
+                     db.Prepare(absl::StrCat("DELETE FROM binaries", unreferenced)));
     RETURN_IF_ERROR(remove.Run());
     RETURN_IF_ERROR(transaction.Commit());
   }

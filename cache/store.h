@@ -45,7 +45,7 @@ namespace autotune::cache {
 
 // The schema this build writes. Databases with a smaller user_version are
 // migrated forward on open; larger ones are refused.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct StoreOptions {
   std::string path;              // the SQLite file; its directory must exist
@@ -71,6 +71,22 @@ struct EntryKey {
   std::string family_hash;
   v1::Problem problem;
   std::string device;  // device name
+};
+
+// What compiling one variant gave, by its compile key (kernels/compiler.h).
+// Only definite outcomes are kept: OK (with its binary) and COMPILE_ERROR
+// (with the log). A timeout is not, since a longer deadline may pass.
+struct CompileRecord {
+  std::string compile_key;
+  v1::VariantStatus status = v1::VARIANT_STATUS_UNSPECIFIED;
+  std::string binary_sha256;  // OK only
+  std::string lowered_name;   // OK only
+  std::string log;
+  std::string nvrtc_version;
+  std::string arch;
+  std::string family;
+  std::string family_hash;
+  std::string created_at;  // RFC 3339; filled by PutCompile when empty
 };
 
 struct InvalidateResult {
@@ -159,6 +175,16 @@ class Store {
   //    `autotune invalidate` on the entries that use it and retune, or import
   //    a good copy of it"
   absl::StatusOr<v1::Binary> GetBinary(std::string_view sha256) const;
+
+  // ---- Compile cache -------------------------------------------------------
+  // Stores the outcome of one compile and, for OK, its binary (`cubin`), in
+  // one transaction. Replaces an earlier record with the same key.
+  // INVALID_ARGUMENT for a record that is neither OK with a cubin nor
+  // COMPILE_ERROR; FAILED_PRECONDITION below schema version 3.
+  absl::Status PutCompile(const CompileRecord& record, const std::string& cubin);
+  // The record for `compile_key`, or nullopt. An OK record whose binary is
+  // no longer stored counts as absent (the variant must be compiled again).
+  absl::StatusOr<std::optional<CompileRecord>> FindCompile(std::string_view compile_key) const;
 
   // ---- Best entries -------------------------------------------------------
   // Inserts or replaces the entry for its key. The family version and the

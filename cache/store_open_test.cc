@@ -199,10 +199,10 @@ TEST(StoreOpenTest, NewerSchemaInRollbackJournalModeKeepsItsJournalMode) {
   const std::string path = dir.File("cache.db");
   ASSERT_OK(OpenRaw(path)->Execute(
       absl::StrCat("CREATE TABLE future (x); PRAGMA application_id = ", schema::kApplicationId,
-                   "; PRAGMA user_version = 3")));
+                   "; PRAGMA user_version = 99")));
   const std::string bytes = ReadFile(path);
   EXPECT_THAT(Store::Open(OptionsFor(path)),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("schema version 3")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("schema version 99")));
   EXPECT_EQ(ReadFile(path), bytes) << "not even switched to WAL";
   EXPECT_EQ(OpenRaw(path)->QueryText("PRAGMA journal_mode").value(), "delete");
 }
@@ -256,7 +256,7 @@ TEST(StoreOpenTest, Version1DatabaseIsUpgradedWithItsDataIntact) {
   }
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, Store::Open(OptionsFor(path)));
-  EXPECT_EQ(store->schema_version(), 2);
+  EXPECT_EQ(store->schema_version(), kSchemaVersion);
   for (const v1::Entry& entry : entries) {
     ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> found, store->FindEntry(KeyOf(entry)));
     ASSERT_TRUE(found.has_value());
@@ -286,7 +286,7 @@ TEST(StoreOpenTest, Version1DatabaseIsUpgradedWithItsDataIntact) {
   store.reset();
 
   auto raw = OpenRaw(path);
-  EXPECT_EQ(raw->QueryInt("PRAGMA user_version").value(), 2);
+  EXPECT_EQ(raw->QueryInt("PRAGMA user_version").value(), kSchemaVersion);
   EXPECT_EQ(
       raw->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'entries_by_nvrtc'").value(),
       1);

@@ -951,6 +951,64 @@ INSTANTIATE_TEST_SUITE_P(
             "measurements[0].family_hash: family 'gemm' version f00d is neither"}),
     [](const ::testing::TestParamInfo<BadBundleCase>& info) { return info.param.name; });
 
+// ---- Compile cache ---------------------------------------------------------------
+
+TEST_F(StoreTest, CompileOutcomesAreKeptByKeyWithTheirBinary) {
+  CompileRecord ok;
+  ok.compile_key = "key-ok";
+  ok.status = v1::OK;
+  ok.lowered_name = "scale";
+  ok.log = "a warning";
+  ok.nvrtc_version = "13.0";
+  ok.arch = "sm_90";
+  ok.family = "scale";
+  ok.family_hash = "h";
+  ASSERT_OK(store_->PutCompile(ok, "\x7f" "ELF cubin bytes"));
+  ASSERT_OK_AND_ASSIGN(std::optional<CompileRecord> found, store_->FindCompile("key-ok"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->status, v1::OK);
+  EXPECT_EQ(found->binary_sha256, Sha256Hex("\x7f" "ELF cubin bytes"));
+  EXPECT_EQ(found->lowered_name, "scale");
+  EXPECT_EQ(found->log, "a warning");
+  ASSERT_OK_AND_ASSIGN(v1::Binary binary, store_->GetBinary(found->binary_sha256));
+  EXPECT_EQ(binary.cubin(), "\x7f" "ELF cubin bytes");
+
+  CompileRecord error = ok;
+  error.compile_key = "key-error";
+  error.status = v1::COMPILE_ERROR;
+  error.log = "scale.cu(3): error: identifier \"oops\" is undefined";
+  ASSERT_OK(store_->PutCompile(error, ""));
+  ASSERT_OK_AND_ASSIGN(found, store_->FindCompile("key-error"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->status, v1::COMPILE_ERROR);
+  EXPECT_EQ(found->binary_sha256, "");
+  EXPECT_THAT(found->log, HasSubstr("oops"));
+
+  ASSERT_OK_AND_ASSIGN(found, store_->FindCompile("never-compiled"));
+  EXPECT_FALSE(found.has_value());
+
+  // Compile records keep their binaries from garbage collection.
+  ASSERT_OK_AND_ASSIGN(GarbageCollectResult gc, store_->GarbageCollect(/*dry_run=*/false));
+  EXPECT_EQ(gc.binaries_removed, 0);
+  ASSERT_OK_AND_ASSIGN(found, store_->FindCompile("key-ok"));
+  EXPECT_TRUE(found.has_value());
+}
+
+TEST_F(StoreTest, OnlyDefiniteCompileOutcomesAreKept) {
+  CompileRecord record;
+  record.compile_key = "k";
+  record.status = v1::COMPILE_TIMEOUT;
+  EXPECT_THAT(store_->PutCompile(record, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("compile.status")));
+  record.status = v1::OK;
+  EXPECT_THAT(store_->PutCompile(record, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("without a cubin")));
+  record.compile_key = "";
+  record.status = v1::COMPILE_ERROR;
+  EXPECT_THAT(store_->PutCompile(record, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("compile_key")));
+}
+
 // ---- Maintenance ----------------------------------------------------------------
 
 TEST_F(StoreTest, GarbageCollectRemovesOnlyUnreferencedBinaries) {

@@ -510,6 +510,12 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     }
     switch (job.state()) {
       case v1::SUCCEEDED:
+        // A variant that was expected to compile and did not fails the run.
+        if (job.counts().compile_errors() > 0) {
+          return absl::AbortedError(absl::StrCat("job ", job.id(), ": ",
+                                                 job.counts().compile_errors(),
+                                                 " variants failed to compile"));
+        }
         return absl::OkStatus();
       case v1::FAILED:
         return absl::AbortedError(absl::StrCat("job ", job.id(), " failed",

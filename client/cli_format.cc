@@ -331,12 +331,16 @@ void PrintJobTable(const v1::ListJobsResponse& jobs, std::ostream& out) {
 std::string FormatJobCounts(const v1::JobCounts& c) {
   std::string text = absl::StrCat(c.problems(), " problems");
   if (c.cached_problems() > 0) absl::StrAppend(&text, " (", c.cached_problems(), " cached)");
-  absl::StrAppend(&text, ", ", c.variants(), " variants: ", c.compiled(), " compiled");
+  absl::StrAppend(&text, ", ", c.variants(), " variants");
+  if (c.compiles() > 0) absl::StrAppend(&text, " (", c.compiles(), " distinct compiles)");
+  absl::StrAppend(&text, ": ", c.compiled(), " compiled");
   if (c.compile_cache_hits() > 0 || c.compile_errors() > 0) {
     absl::StrAppend(&text, " (", c.compile_cache_hits(), " cache hits, ", c.compile_errors(),
-                    " errors)");
+                    " errors");
+    if (c.compile_timeouts() > 0) absl::StrAppend(&text, ", ", c.compile_timeouts(), " timeouts");
+    absl::StrAppend(&text, ")");
   }
-  absl::StrAppend(&text, ", ", c.measured(), " measured: ", c.ok(), " ok");
+  if (c.measured() > 0) absl::StrAppend(&text, ", ", c.measured(), " measured: ", c.ok(), " ok");
   const std::pair<int64_t, absl::string_view> failures[] = {{c.wrong_result(), "wrong result"},
                                                             {c.timeout(), "timeout"},
                                                             {c.fault(), "fault"},

@@ -174,6 +174,18 @@ TEST(FormatJobCountsTest, MentionsOnlyWhatHappened) {
   counts.set_wrong_result(2);
   EXPECT_EQ(FormatJobCounts(counts),
             "4 problems, 100 variants: 100 compiled, 90 measured: 88 ok, 2 wrong result");
+
+  v1::JobCounts compile_only;
+  compile_only.set_problems(4);
+  compile_only.set_variants(48);
+  compile_only.set_compiles(26);
+  compile_only.set_compiled(20);
+  compile_only.set_compile_cache_hits(4);
+  compile_only.set_compile_errors(2);
+  compile_only.set_compile_timeouts(1);
+  EXPECT_EQ(FormatJobCounts(compile_only),
+            "4 problems, 48 variants (26 distinct compiles): 20 compiled (4 cache hits, 2 errors, "
+            "1 timeouts)");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ packages=(
   libgmock-dev
   libcli11-dev
   libspdlog-dev
+  libmuparser-dev      # expressions in kernel family descriptors
   openssl              # the TLS end-to-end test makes its own certificates
 )
 

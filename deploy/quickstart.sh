@@ -105,7 +105,7 @@ if [[ ! -x "$nvcc" ]]; then
 fi
 cuda_version=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 mkdir -p "$demo_dir"
-step "$nvcc" -cubin -arch=sm_90 -DBLOCK=256 -DELEMS_PER_THREAD=2 -DELEM_TYPE=__nv_bfloat16 \
+step "$nvcc" -cubin -arch=sm_90 -DBLOCK=256 -DELEMS_PER_THREAD=2 -DAUTOTUNE_DTYPE=__nv_bfloat16 \
   -o "$demo_dir/vector_scale.cubin" tests/sample/vector_scale.cu
 step "$make_sample" --cubin "$demo_dir/vector_scale.cubin" --nvrtc-version "${cuda_version:-13.0}" \
   --out "$demo_dir/sample_bundle.json"

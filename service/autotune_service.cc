@@ -16,16 +16,12 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
   return grpc::Status::OK;
 }
 
-grpc::Status NotYet(absl::string_view call, absl::string_view what) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      absl::StrCat(call, " is not available in this build: ", what));
-}
-
 }  // namespace
 
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin,
+                                 JobRunner* jobs,
                                  std::function<void(v1::StatsResponse*)> fill_stats)
-    : resolver_(resolver), admin_(admin), fill_stats_(std::move(fill_stats)) {}
+    : resolver_(resolver), admin_(admin), jobs_(jobs), fill_stats_(std::move(fill_stats)) {}
 
 grpc::ServerUnaryReactor* AutotuneService::Lookup(grpc::CallbackServerContext* context,
                                                   const v1::LookupRequest* request,
@@ -44,9 +40,9 @@ grpc::ServerUnaryReactor* AutotuneService::BatchLookup(grpc::CallbackServerConte
 }
 
 grpc::Status AutotuneService::RegisterKernel(grpc::ServerContext*,
-                                             const v1::RegisterKernelRequest*,
-                                             v1::RegisterKernelResponse*) {
-  return NotYet("RegisterKernel", "kernel descriptors are not validated yet");
+                                             const v1::RegisterKernelRequest* request,
+                                             v1::RegisterKernelResponse* response) {
+  return Answer(admin_->RegisterKernel(*request), response);
 }
 
 grpc::Status AutotuneService::ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
@@ -54,9 +50,17 @@ grpc::Status AutotuneService::ListKernels(grpc::ServerContext*, const v1::ListKe
   return Answer(admin_->ListKernels(), response);
 }
 
-grpc::Status AutotuneService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
-                                        grpc::ServerWriter<v1::JobProgress>*) {
-  return NotYet("SubmitJob", "this daemon does not compile or profile kernels yet");
+grpc::Status AutotuneService::SubmitJob(grpc::ServerContext* context,
+                                        const v1::SubmitJobRequest* request,
+                                        grpc::ServerWriter<v1::JobProgress>* writer) {
+  absl::StatusOr<v1::Job> job = jobs_->Submit(request->spec());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  // The job goes on when the watcher leaves; GetJob and a new watch find it.
+  absl::Status watched = jobs_->Watch(
+      job->id(), [writer](const v1::JobProgress& progress) { return writer->Write(progress); },
+      [context] { return context->IsCancelled(); });
+  if (absl::IsCancelled(watched)) return grpc::Status::OK;
+  return ToGrpcStatus(watched);
 }
 
 grpc::Status AutotuneService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
@@ -69,9 +73,12 @@ grpc::Status AutotuneService::ListJobs(grpc::ServerContext*, const v1::ListJobsR
   return Answer(admin_->ListJobs(*request), response);
 }
 
-grpc::Status AutotuneService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*,
-                                        v1::Job*) {
-  return NotYet("CancelJob", "this daemon does not run jobs yet");
+grpc::Status AutotuneService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                                        v1::Job* response) {
+  if (request->id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id is empty");
+  }
+  return Answer(jobs_->Cancel(request->id()), response);
 }
 
 grpc::Status AutotuneService::ListEntries(grpc::ServerContext*,

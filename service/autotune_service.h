@@ -12,6 +12,7 @@
 
 #include "proto/autotune.grpc.pb.h"
 #include "service/cache_admin.h"
+#include "service/job_runner.h"
 #include "service/lookup_resolver.h"
 
 namespace autotune::service {
@@ -22,7 +23,7 @@ using AutotuneServiceBase = v1::Autotune::WithCallbackMethod_Lookup<
 class AutotuneService final : public AutotuneServiceBase {
  public:
   // `fill_stats` adds what only the server knows (uptime, addresses).
-  AutotuneService(const LookupResolver* resolver, CacheAdmin* admin,
+  AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                   std::function<void(v1::StatsResponse*)> fill_stats);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
@@ -65,6 +66,7 @@ class AutotuneService final : public AutotuneServiceBase {
  private:
   const LookupResolver* resolver_;
   CacheAdmin* admin_;
+  JobRunner* jobs_;
   std::function<void(v1::StatsResponse*)> fill_stats_;
 };
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
+#include "kernels/family_loader.h"
 #include "service/lookup_resolver.h"
 
 namespace autotune::service {
@@ -44,6 +45,29 @@ absl::StatusOr<v1::ListKernelsResponse> CacheAdmin::ListKernels() const {
   ASSIGN_OR_RETURN(std::vector<v1::KernelSummary> kernels, store_->ListFamilies());
   v1::ListKernelsResponse response;
   for (v1::KernelSummary& kernel : kernels) *response.add_kernels() = std::move(kernel);
+  return response;
+}
+
+absl::StatusOr<v1::RegisterKernelResponse> CacheAdmin::RegisterKernel(
+    const v1::RegisterKernelRequest& request) {
+  RETURN_IF_ERROR(kernels::ValidateFamily(request.family(), "family"));
+  const std::string hash = cache::FamilyContentHash(request.family());
+  absl::StatusOr<cache::FamilyRecord> existing = store_->GetFamily(request.family().name());
+  if (existing.ok() && existing->content_hash != hash && !request.replace()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "family '", request.family().name(), "' is registered with another content hash (",
+        existing->content_hash.substr(0, 12), "...); set replace to make this version current"));
+  }
+  if (!existing.ok() && !absl::IsNotFound(existing.status())) return existing.status();
+  bool changed = false;
+  ASSIGN_OR_RETURN(cache::FamilyRecord record,
+                   store_->PutFamily(request.family(), /*builtin=*/false, &changed));
+  ASSIGN_OR_RETURN(std::vector<v1::KernelSummary> kernels, store_->ListFamilies());
+  v1::RegisterKernelResponse response;
+  for (v1::KernelSummary& kernel : kernels) {
+    if (kernel.name() == record.family.name()) *response.mutable_kernel() = std::move(kernel);
+  }
+  response.set_changed(changed);
   return response;
 }
 

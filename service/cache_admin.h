@@ -24,6 +24,12 @@ class CacheAdmin {
   explicit CacheAdmin(cache::Store* store) : store_(store) {}
 
   absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
+  // Checks the descriptor (kernels::ValidateFamily) and stores it. A name
+  // that already has another content hash needs `replace`
+  // (ALREADY_EXISTS otherwise); entries of the old version stay, reachable
+  // by its hash.
+  absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
+      const v1::RegisterKernelRequest& request);
   absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request) const;
   // The entry and every measurement of its family version x problem x device.
   absl::StatusOr<v1::GetEntryResponse> GetEntry(const v1::GetEntryRequest& request) const;

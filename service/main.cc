@@ -31,6 +31,13 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--readers", options.readers, "pooled database read connections")
       ->check(CLI::Range(1, 64));
+  app.add_option("--kernels", options.kernels_dir,
+                 "directory of built-in kernel families (*.textproto); 'none' to skip");
+  app.add_option("--worker", options.worker_path,
+                 "the autotune-worker executable (default: beside autotuned)");
+  app.add_option("--compile-workers", options.compile_workers,
+                 "compile worker processes (default: one per core)")
+      ->check(CLI::Range(0, 1024));
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,
                  "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")

@@ -23,7 +23,10 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "service/autotune_service.h"
+#include "kernels/family_loader.h"
 #include "service/cache_admin.h"
+#include "service/compile_pool.h"
+#include "service/job_runner.h"
 #include "service/listen_address.h"
 #include "service/lookup_resolver.h"
 #include "spdlog/spdlog.h"
@@ -92,6 +95,14 @@ absl::Status ClaimSocketPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+// autotune-worker in the directory of the running program.
+std::string WorkerBesideThisProgram() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "autotune-worker";
+  return absl::StrCat(Dirname(std::string(path, static_cast<size_t>(n))), "/autotune-worker");
+}
+
 }  // namespace
 
 class Server::Impl {
@@ -106,6 +117,7 @@ class Server::Impl {
 
  private:
   void FillStats(v1::StatsResponse* response) const;
+  absl::Status RegisterBuiltinFamilies(const std::string& dir_option);
 
   absl::Duration shutdown_grace_;
   absl::Time started_ = absl::Now();
@@ -113,6 +125,8 @@ class Server::Impl {
   std::unique_ptr<cache::Store> store_;
   std::unique_ptr<LookupResolver> resolver_;
   std::unique_ptr<CacheAdmin> admin_;
+  std::unique_ptr<CompilePool> compile_pool_;
+  std::unique_ptr<JobRunner> jobs_;
   std::unique_ptr<AutotuneService> service_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
@@ -173,8 +187,27 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
   resolver_ = std::make_unique<LookupResolver>(store_.get());
   admin_ = std::make_unique<CacheAdmin>(store_.get());
+  RETURN_IF_ERROR(RegisterBuiltinFamilies(options.kernels_dir));
+
+  CompilePoolOptions pool_options;
+  pool_options.worker_path =
+      options.worker_path.empty() ? WorkerBesideThisProgram() : options.worker_path;
+  pool_options.workers = options.compile_workers;
+  absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(pool_options);
+  std::string pool_error;
+  if (pool.ok()) {
+    compile_pool_ = *std::move(pool);
+    spdlog::info("compile pool: up to {} workers, NVRTC {}", compile_pool_->size(),
+                 compile_pool_->nvrtc_version());
+  } else {
+    pool_error = std::string(pool.status().message());
+    spdlog::warn("compiling is unavailable: {}", pool_error);
+  }
+  jobs_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), pool_error,
+                                      JobRunnerOptions{});
   service_ = std::make_unique<AutotuneService>(
-      resolver_.get(), admin_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
+      resolver_.get(), admin_.get(), jobs_.get(),
+      [this](v1::StatsResponse* response) { FillStats(response); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -214,9 +247,28 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
                                         ports[i]));
     }
   }
+  absl::StatusOr<int> resumed = jobs_->ResumeUnfinished();
+  if (!resumed.ok()) spdlog::warn("cannot resume unfinished jobs: {}", std::string(resumed.status().message()));
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   server_->GetHealthCheckService()->SetServingStatus(true);
   started_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option) {
+  const std::string dir = dir_option.empty() ? AUTOTUNE_BUILTIN_KERNELS_DIR : dir_option;
+  if (dir == "none") return absl::OkStatus();
+  absl::StatusOr<std::vector<v1::KernelFamily>> families = kernels::LoadFamilyDirectory(dir);
+  if (!families.ok()) {
+    return absl::Status(families.status().code(),
+                        absl::StrCat("built-in kernel families: ", families.status().message()));
+  }
+  for (const v1::KernelFamily& family : *families) {
+    bool changed = false;
+    RETURN_IF_ERROR(store_->PutFamily(family, /*builtin=*/true, &changed).status());
+    if (changed) spdlog::info("kernel family {}: new version registered", family.name());
+  }
+  spdlog::info("{} built-in kernel families from {}", families->size(), dir);
   return absl::OkStatus();
 }
 
@@ -240,6 +292,8 @@ void Server::Impl::Shutdown() {
     server_.reset();
   }
   service_.reset();
+  jobs_.reset();  // cancels running jobs and waits for them
+  compile_pool_.reset();
   admin_.reset();
   resolver_.reset();
   store_.reset();  // checkpoints the WAL and closes the file

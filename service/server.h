@@ -10,7 +10,9 @@
 // the database cannot be opened or is held by another daemon, a listen
 // address is unsafe or malformed, or another daemon already answers on a
 // Unix socket path. A stale socket file from a dead daemon is replaced.
-// Files are created owner-only: the database 0600 in a 0700 directory, the
+// Without NVRTC (or without the worker executable) the daemon still starts
+// and serves lookups and admin calls; compile jobs are refused with the
+// reason. Files are created owner-only: the database 0600 in a 0700 directory, the
 // socket `socket_mode` (0600 unless the operator widens it).
 #ifndef AUTOTUNE_SERVICE_SERVER_H_
 #define AUTOTUNE_SERVICE_SERVER_H_
@@ -34,6 +36,12 @@ struct ServerOptions {
   int readers = 4;                  // pooled database read connections
   unsigned socket_mode = 0600;      // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
+  // Built-in kernel families (*.textproto), registered at start-up.
+  // Empty = the kernels/ directory this build was made from; "none" = skip.
+  std::string kernels_dir;
+  // The autotune-worker executable; empty = beside this program.
+  std::string worker_path;
+  int compile_workers = 0;  // 0 = one per core
 };
 
 class Server {

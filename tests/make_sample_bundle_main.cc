@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   auto* cubin_opt = app.add_option(
       "--cubin", cubin_path,
       "cubin of tests/sample/vector_scale.cu compiled for sm_90 with -DBLOCK=256 "
-      "-DELEMS_PER_THREAD=2 -DELEM_TYPE=__nv_bfloat16; the bundle gets bf16 entries for "
+      "-DELEMS_PER_THREAD=2 -DAUTOTUNE_DTYPE=__nv_bfloat16; the bundle gets bf16 entries for "
       "batch 1, 8 and 64 at n=4096 on an NVIDIA H200");
   auto* synthetic_opt = app.add_option(
       "--synthetic-entries", synthetic_entries,

@@ -111,7 +111,7 @@ v1::KernelFamily VectorScaleFamily() {
   f.set_name(std::string(kVectorScaleFamily));
   f.set_description(
       "y = alpha * x over batch*n elements; BLOCK threads per block, ELEMS_PER_THREAD "
-      "elements per thread, element type from -DELEM_TYPE. A sample family: the timings "
+      "elements per thread, element type from -DAUTOTUNE_DTYPE. A sample family: the timings "
       "in sample bundles are illustrative, not measured.");
   f.set_source(std::string(VectorScaleSource()));
   f.set_kernel_name("vector_scale");

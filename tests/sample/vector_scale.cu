@@ -4,19 +4,19 @@
 //   BLOCK             threads per block (the launch block size)
 //   ELEMS_PER_THREAD  elements each thread handles; a block covers
 //                     BLOCK * ELEMS_PER_THREAD consecutive elements
-//   ELEM_TYPE         float, __half or __nv_bfloat16
+//   AUTOTUNE_DTYPE         float, __half or __nv_bfloat16
 //
 // Launch: grid = ceil(count / (BLOCK * ELEMS_PER_THREAD)), block = BLOCK.
-// Arithmetic is done in fp32 and rounded once to ELEM_TYPE, so the reference
+// Arithmetic is done in fp32 and rounded once to AUTOTUNE_DTYPE, so the reference
 // kernel below gives bit-identical results for every config.
 //
 //   nvcc -cubin -arch=sm_90 -DBLOCK=256 -DELEMS_PER_THREAD=2 \
-//        -DELEM_TYPE=__nv_bfloat16 -o vector_scale.cubin vector_scale.cu
+//        -DAUTOTUNE_DTYPE=__nv_bfloat16 -o vector_scale.cubin vector_scale.cu
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#ifndef ELEM_TYPE
-#error "define ELEM_TYPE (float, __half or __nv_bfloat16)"
+#ifndef AUTOTUNE_DTYPE
+#error "define AUTOTUNE_DTYPE (float, __half or __nv_bfloat16)"
 #endif
 
 __device__ __forceinline__ float ToFloat(float v) { return v; }
@@ -36,11 +36,11 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
 
 // The reference the tuner validates every variant against: one element per
 // thread, any 1-D launch that covers `count`.
-extern "C" __global__ void vector_scale_reference(const ELEM_TYPE* __restrict__ x,
-                                                  ELEM_TYPE* __restrict__ y, float alpha,
+extern "C" __global__ void vector_scale_reference(const AUTOTUNE_DTYPE* __restrict__ x,
+                                                  AUTOTUNE_DTYPE* __restrict__ y, float alpha,
                                                   long long count) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) y[i] = FromFloat<ELEM_TYPE>(alpha * ToFloat(x[i]));
+  if (i < count) y[i] = FromFloat<AUTOTUNE_DTYPE>(alpha * ToFloat(x[i]));
 }
 
 #if defined(BLOCK) && defined(ELEMS_PER_THREAD)
@@ -55,13 +55,13 @@ extern "C" __global__ void vector_scale_reference(const ELEM_TYPE* __restrict__ 
 // Each thread strides by BLOCK inside its block's tile, so neighbouring
 // threads touch neighbouring elements on every iteration (coalesced).
 extern "C" __global__ void __launch_bounds__(BLOCK)
-    vector_scale(const ELEM_TYPE* __restrict__ x, ELEM_TYPE* __restrict__ y, float alpha,
+    vector_scale(const AUTOTUNE_DTYPE* __restrict__ x, AUTOTUNE_DTYPE* __restrict__ y, float alpha,
                  long long count) {
   const long long tile = static_cast<long long>(blockIdx.x) * (BLOCK * ELEMS_PER_THREAD);
 #pragma unroll
   for (int k = 0; k < ELEMS_PER_THREAD; ++k) {
     const long long i = tile + static_cast<long long>(k) * BLOCK + threadIdx.x;
-    if (i < count) y[i] = FromFloat<ELEM_TYPE>(alpha * ToFloat(x[i]));
+    if (i < count) y[i] = FromFloat<AUTOTUNE_DTYPE>(alpha * ToFloat(x[i]));
   }
 }
 

@@ -1,0 +1,553 @@
+#include "kernels/family_loader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "cache/keys.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "kernels/expression.h"
+#include "kernels/search_space.h"
+
+namespace autotune::kernels {
+namespace {
+
+using google::protobuf::TextFormat;
+
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+std::string DTypeLabel(v1::DType dtype) {
+  if (dtype != v1::DTYPE_UNSPECIFIED && !v1::DType_IsValid(dtype)) {
+    return absl::StrCat("dtype ", static_cast<int>(dtype));
+  }
+  return std::string(cache::DTypeName(dtype));
+}
+
+absl::Status FileError(const std::string& path, int error) {
+  const std::string message = absl::StrCat("cannot read '", path, "': ", std::strerror(error));
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::UnavailableError(message);
+  }
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (file == nullptr) return FileError(path, errno);
+  std::string contents;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) contents.append(buffer, n);
+  // A directory opens fine on Linux and fails on the first read (EISDIR).
+  if (std::ferror(file.get())) return FileError(path, errno != 0 ? errno : EIO);
+  return contents;
+}
+
+// Keeps the first syntax error of a text-format file.
+class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstErrorCollector(std::string path) : path_(std::move(path)) {}
+
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!error_.empty()) return;
+    // Zero-based from protobuf; -1 when the error is not at a position.
+    error_ = line < 0 ? absl::StrCat(path_, ": ", message)
+                      : absl::StrCat(path_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::string error_;
+};
+
+bool IsIdentifier(absl::string_view name) {
+  if (name.empty()) return false;
+  if (!absl::ascii_isalpha(name[0]) && name[0] != '_') return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+}
+
+bool IsFamilyName(absl::string_view name) {
+  if (name.empty() || name[0] < 'a' || name[0] > 'z') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_';
+  });
+}
+
+// "kernel", "ns::kernel", "::ns::kernel".
+bool IsQualifiedName(absl::string_view name) {
+  if (absl::StartsWith(name, "::")) name.remove_prefix(2);
+  if (name.empty()) return false;
+  for (absl::string_view part : absl::StrSplit(name, "::")) {
+    if (!IsIdentifier(part)) return false;
+  }
+  return true;
+}
+
+// Checks one family; errors are "origin[:line]: field: message".
+class FamilyChecker {
+ public:
+  FamilyChecker(const v1::KernelFamily& family, absl::string_view origin,
+                const TextFormat::ParseInfoTree* locations)
+      : family_(family), origin_(origin), locations_(locations) {}
+
+  absl::Status Error(absl::string_view field, absl::string_view message) const {
+    const int line = locations_ == nullptr ? 0 : FieldLine(family_, *locations_, field);
+    if (line > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin_, ":", line, ": ", field, ": ", message));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(origin_, ": ", field, ": ", message));
+  }
+
+  absl::Status Check() {
+    RETURN_IF_ERROR(CheckNames());
+    RETURN_IF_ERROR(CheckParams());
+    RETURN_IF_ERROR(CheckDims());
+    RETURN_IF_ERROR(CheckDTypes());
+    BuildVariableNames();
+    RETURN_IF_ERROR(CheckBuffers());
+    RETURN_IF_ERROR(CheckScalars());
+    RETURN_IF_ERROR(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
+    for (int i = 0; i < family_.constraints_size(); ++i) {
+      RETURN_IF_ERROR(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
+                                      config_names_));
+    }
+    RETURN_IF_ERROR(CheckReference());
+    RETURN_IF_ERROR(CheckTolerances());
+    RETURN_IF_ERROR(CheckRequiredExpression("bytes_per_call", family_.bytes_per_call()));
+    RETURN_IF_ERROR(CheckRequiredExpression("flops_per_call", family_.flops_per_call()));
+    if (!v1::ParamBinding_IsValid(family_.binding())) {
+      return Error("binding", absl::StrCat("unknown value ", family_.binding()));
+    }
+    if (!v1::CacheState_IsValid(family_.cache_state())) {
+      return Error("cache_state", absl::StrCat("unknown value ", family_.cache_state()));
+    }
+    return CheckCompileOptions();
+  }
+
+ private:
+  absl::Status CheckNames() {
+    if (family_.name().empty()) return Error("name", "must be set");
+    if (!IsFamilyName(family_.name())) {
+      return Error("name", absl::StrCat("'", family_.name(), "' must match [a-z][a-z0-9_]*"));
+    }
+    if (family_.kernel_name().empty()) return Error("kernel_name", "must be set (the entry point)");
+    if (!IsQualifiedName(family_.kernel_name())) {
+      return Error("kernel_name",
+                   absl::StrCat("'", family_.kernel_name(), "' is not a C++ identifier"));
+    }
+    if (family_.source().empty()) return Error("source", "must be set (the CUDA source text)");
+    return absl::OkStatus();
+  }
+
+  // Params, dims, buffers and scalars share one namespace in expressions.
+  absl::Status ClaimName(const std::string& field, const std::string& name) {
+    if (name.empty()) return Error(absl::StrCat(field, ".name"), "must be set");
+    if (!IsIdentifier(name)) {
+      return Error(absl::StrCat(field, ".name"),
+                   absl::StrCat("'", name, "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"));
+    }
+    if (name == kDTypeBytesVariable || IsExpressionBuiltinName(name)) {
+      return Error(absl::StrCat(field, ".name"),
+                   absl::StrCat("'", name, "' is reserved (a name of the expression language)"));
+    }
+    const auto [it, inserted] = claimed_names_.emplace(name, field);
+    if (!inserted) {
+      return Error(absl::StrCat(field, ".name"),
+                   absl::StrCat("'", name, "' is also the name of ", it->second));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckParams() {
+    if (family_.params_size() == 0) {
+      return Error("params", "empty (a family needs at least one tunable parameter)");
+    }
+    for (int i = 0; i < family_.params_size(); ++i) {
+      const v1::TunableParameter& param = family_.params(i);
+      const std::string field = absl::StrCat("params[", i, "]");
+      RETURN_IF_ERROR(ClaimName(field, param.name()));
+      if (absl::StartsWith(param.name(), "AUTOTUNE_")) {
+        return Error(absl::StrCat(field, ".name"),
+                     absl::StrCat("'", param.name(), "' is reserved (AUTOTUNE_ macros)"));
+      }
+      if (param.values_size() == 0) {
+        return Error(absl::StrCat(field, ".values"), "empty (list at least one value)");
+      }
+      for (int j = 0; j < param.values_size(); ++j) {
+        const int64_t value = param.values(j);
+        const std::string value_field = absl::StrCat(field, ".values[", j, "]");
+        if (std::fabs(static_cast<double>(value)) > kMaxExactInteger) {
+          return Error(value_field, absl::StrCat(value, " is out of range (|value| <= 2^53)"));
+        }
+        for (int k = 0; k < j; ++k) {
+          if (param.values(k) == value) {
+            return Error(value_field, absl::StrCat(value, " is listed twice"));
+          }
+        }
+      }
+    }
+    const int64_t count = ConfigCount(family_);
+    if (count > kMaxConfigsPerFamily) {
+      return Error("params",
+                   absl::StrCat(count, " configs, more than the limit of ", kMaxConfigsPerFamily));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckDims() {
+    if (family_.dims_size() == 0) {
+      return Error("dims", "empty (a family needs at least one problem dimension)");
+    }
+    for (int i = 0; i < family_.dims_size(); ++i) {
+      const v1::ProblemDimension& dim = family_.dims(i);
+      const std::string field = absl::StrCat("dims[", i, "]");
+      RETURN_IF_ERROR(ClaimName(field, dim.name()));
+      if (dim.min() < 0) return Error(absl::StrCat(field, ".min"), "negative");
+      if (dim.max() < 0) return Error(absl::StrCat(field, ".max"), "negative");
+      if (dim.min() > 0 && dim.max() > 0 && dim.min() > dim.max()) {
+        return Error(field, absl::StrCat("min ", dim.min(), " is above max ", dim.max()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckDTypes() {
+    if (family_.dtypes_size() == 0) return Error("dtypes", "empty (list the supported dtypes)");
+    for (int i = 0; i < family_.dtypes_size(); ++i) {
+      const v1::DType dtype = family_.dtypes(i);
+      const std::string field = absl::StrCat("dtypes[", i, "]");
+      if (dtype == v1::DTYPE_UNSPECIFIED) return Error(field, "DTYPE_UNSPECIFIED is not a dtype");
+      if (!v1::DType_IsValid(dtype))
+        return Error(field, absl::StrCat("unknown ", DTypeLabel(dtype)));
+      for (int k = 0; k < i; ++k) {
+        if (family_.dtypes(k) == dtype) {
+          return Error(field, absl::StrCat(DTypeLabel(dtype), " is listed twice"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void BuildVariableNames() {
+    for (const v1::ProblemDimension& dim : family_.dims()) dim_names_.push_back(dim.name());
+    dim_names_.emplace_back(kDTypeBytesVariable);
+    config_names_ = dim_names_;
+    for (const v1::TunableParameter& param : family_.params())
+      config_names_.push_back(param.name());
+  }
+
+  absl::Status CheckExpression(const std::string& field, const std::string& text,
+                               const std::vector<std::string>& names) const {
+    absl::StatusOr<Expression> expression = Expression::Parse(text, names);
+    if (!expression.ok()) return Error(field, expression.status().message());
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckRequiredExpression(const std::string& field, const std::string& text) const {
+    if (text.empty()) {
+      return Error(field, "must be set (an expression of dims and params; \"0\" if none)");
+    }
+    return CheckExpression(field, text, config_names_);
+  }
+
+  absl::Status CheckOptionalDType(const std::string& field, v1::DType dtype) const {
+    if (!v1::DType_IsValid(dtype)) return Error(field, absl::StrCat("unknown ", DTypeLabel(dtype)));
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckBuffers() {
+    if (family_.buffers_size() == 0) return Error("buffers", "empty (a kernel needs buffers)");
+    bool has_output = false;
+    for (int i = 0; i < family_.buffers_size(); ++i) {
+      const v1::Buffer& buffer = family_.buffers(i);
+      const std::string field = absl::StrCat("buffers[", i, "]");
+      RETURN_IF_ERROR(ClaimName(field, buffer.name()));
+      RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), buffer.dtype()));
+      if (buffer.role() == v1::BUFFER_ROLE_UNSPECIFIED) {
+        return Error(absl::StrCat(field, ".role"), "must be IN, OUT or INOUT");
+      }
+      if (!v1::BufferRole_IsValid(buffer.role())) {
+        return Error(absl::StrCat(field, ".role"), absl::StrCat("unknown value ", buffer.role()));
+      }
+      has_output = has_output || buffer.role() == v1::OUT || buffer.role() == v1::INOUT;
+      if (buffer.shape_size() == 0) {
+        return Error(absl::StrCat(field, ".shape"), "empty (one expression per dimension)");
+      }
+      for (int j = 0; j < buffer.shape_size(); ++j) {
+        RETURN_IF_ERROR(CheckExpression(absl::StrCat(field, ".shape[", j, "]"), buffer.shape(j),
+                                        config_names_));
+      }
+      const v1::Fill& fill = buffer.fill();
+      const std::string fill_field = absl::StrCat(field, ".fill");
+      if (!v1::Fill::Kind_IsValid(fill.kind())) {
+        return Error(absl::StrCat(fill_field, ".kind"),
+                     absl::StrCat("unknown value ", fill.kind()));
+      }
+      if (!std::isfinite(fill.low()) || !std::isfinite(fill.high())) {
+        return Error(fill_field, "low and high must be finite");
+      }
+      if (fill.kind() == v1::Fill::UNIFORM && !(fill.low() < fill.high())) {
+        return Error(fill_field, absl::StrCat("UNIFORM needs low < high (low ", fill.low(),
+                                              ", high ", fill.high(), ")"));
+      }
+      if (fill.kind() == v1::Fill::NORMAL && fill.high() < 0) {
+        return Error(absl::StrCat(fill_field, ".high"), "NORMAL stddev is negative");
+      }
+    }
+    if (!has_output) {
+      return Error("buffers", "no OUT or INOUT buffer (results are compared with the reference)");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckScalars() {
+    for (int i = 0; i < family_.scalars_size(); ++i) {
+      const v1::ScalarArgument& scalar = family_.scalars(i);
+      const std::string field = absl::StrCat("scalars[", i, "]");
+      RETURN_IF_ERROR(ClaimName(field, scalar.name()));
+      RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), scalar.dtype()));
+      if (scalar.value().empty()) return Error(absl::StrCat(field, ".value"), "must be set");
+      RETURN_IF_ERROR(
+          CheckExpression(absl::StrCat(field, ".value"), scalar.value(), config_names_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLaunch(const std::string& field, bool present, const v1::LaunchGeometry& launch,
+                           const std::vector<std::string>& names) const {
+    if (!present) return Error(field, "must be set (grid and block expressions)");
+    const auto check_dims = [&](const char* part,
+                                const google::protobuf::RepeatedPtrField<std::string>& exprs) {
+      const std::string part_field = absl::StrCat(field, ".", part);
+      if (exprs.empty() || exprs.size() > 3) {
+        return Error(part_field, absl::StrCat(exprs.size(), " expressions; give 1 to 3 (x, y, z)"));
+      }
+      for (int i = 0; i < exprs.size(); ++i) {
+        RETURN_IF_ERROR(CheckExpression(absl::StrCat(part_field, "[", i, "]"), exprs[i], names));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check_dims("grid", launch.grid()));
+    RETURN_IF_ERROR(check_dims("block", launch.block()));
+    if (!launch.dynamic_shared_bytes().empty()) {
+      RETURN_IF_ERROR(CheckExpression(absl::StrCat(field, ".dynamic_shared_bytes"),
+                                      launch.dynamic_shared_bytes(), names));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckReference() const {
+    if (!family_.has_reference()) {
+      return Error("reference", "must be set (results are checked against a reference kernel)");
+    }
+    const v1::ReferenceKernel& reference = family_.reference();
+    if (reference.kernel_name().empty()) return Error("reference.kernel_name", "must be set");
+    if (!IsQualifiedName(reference.kernel_name())) {
+      return Error("reference.kernel_name",
+                   absl::StrCat("'", reference.kernel_name(), "' is not a C++ identifier"));
+    }
+    return CheckLaunch("reference.launch", reference.has_launch(), reference.launch(), dim_names_);
+  }
+
+  absl::Status CheckTolerances() const {
+    for (int i = 0; i < family_.tolerances_size(); ++i) {
+      const v1::Tolerance& tolerance = family_.tolerances(i);
+      const std::string field = absl::StrCat("tolerances[", i, "]");
+      const v1::DType dtype = tolerance.dtype();
+      if (dtype == v1::DTYPE_UNSPECIFIED)
+        return Error(absl::StrCat(field, ".dtype"), "must be set");
+      if (std::find(family_.dtypes().begin(), family_.dtypes().end(), dtype) ==
+          family_.dtypes().end()) {
+        return Error(absl::StrCat(field, ".dtype"),
+                     absl::StrCat(DTypeLabel(dtype), " is not in dtypes"));
+      }
+      for (int k = 0; k < i; ++k) {
+        if (family_.tolerances(k).dtype() == dtype) {
+          return Error(absl::StrCat(field, ".dtype"),
+                       absl::StrCat(DTypeLabel(dtype), " already has tolerances[", k, "]"));
+        }
+      }
+      if (!std::isfinite(tolerance.rtol()) || tolerance.rtol() < 0) {
+        return Error(absl::StrCat(field, ".rtol"), "must be finite and >= 0");
+      }
+      if (!std::isfinite(tolerance.atol()) || tolerance.atol() < 0) {
+        return Error(absl::StrCat(field, ".atol"), "must be finite and >= 0");
+      }
+    }
+    for (int i = 0; i < family_.dtypes_size(); ++i) {
+      const v1::DType dtype = family_.dtypes(i);
+      const bool covered =
+          std::any_of(family_.tolerances().begin(), family_.tolerances().end(),
+                      [dtype](const v1::Tolerance& t) { return t.dtype() == dtype; });
+      if (!covered) {
+        return Error(absl::StrCat("dtypes[", i, "]"),
+                     absl::StrCat("no tolerance for ", DTypeLabel(dtype),
+                                  " (add a tolerances entry with rtol and atol)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckCompileOptions() const {
+    for (int i = 0; i < family_.compile_options_size(); ++i) {
+      const std::string& option = family_.compile_options(i);
+      const std::string field = absl::StrCat("compile_options[", i, "]");
+      if (absl::StripAsciiWhitespace(option).empty()) return Error(field, "empty option");
+      if (absl::StartsWith(option, "-arch") || absl::StartsWith(option, "--gpu-architecture") ||
+          absl::StartsWith(option, "-gpu-architecture")) {
+        return Error(field, absl::StrCat("'", option,
+                                         "' sets the architecture, which the compiler chooses"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const v1::KernelFamily& family_;
+  std::string origin_;
+  const TextFormat::ParseInfoTree* locations_;
+  std::map<std::string, std::string> claimed_names_;  // name -> "params[0]" etc.
+  std::vector<std::string> dim_names_;                // dims + dtype_bytes
+  std::vector<std::string> config_names_;             // dims + dtype_bytes + params
+};
+
+}  // namespace
+
+absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message& message,
+                                TextFormat::ParseInfoTree& locations) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  FirstErrorCollector errors(path);
+  TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&locations);
+  if (!parser.ParseFromString(text, &message)) {
+    return absl::InvalidArgumentError(
+        errors.error().empty()
+            ? absl::StrCat(path, ": not a valid text-format ", message.GetTypeName())
+            : errors.error());
+  }
+  return absl::OkStatus();
+}
+
+int FieldLine(const google::protobuf::Message& message, const TextFormat::ParseInfoTree& locations,
+              absl::string_view field_path) {
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  const TextFormat::ParseInfoTree* tree = &locations;
+  int line = -1;
+  for (absl::string_view part : absl::StrSplit(field_path, '.')) {
+    if (tree == nullptr || descriptor == nullptr) break;
+    absl::string_view name = part;
+    int index = 0;
+    if (const size_t bracket = part.find('['); bracket != absl::string_view::npos) {
+      name = part.substr(0, bracket);
+      absl::string_view digits = part.substr(bracket + 1);
+      if (!digits.empty() && digits.back() == ']') digits.remove_suffix(1);
+      if (!absl::SimpleAtoi(digits, &index) || index < 0) break;
+    }
+    const google::protobuf::FieldDescriptor* field = descriptor->FindFieldByName(std::string(name));
+    if (field == nullptr) break;
+    int location_index = field->is_repeated() ? index : -1;
+    TextFormat::ParseLocation location = tree->GetLocation(field, location_index);
+    // A list (`values: [1, 2]`) is recorded once, at its first value.
+    while (location.line < 0 && location_index > 0) {
+      location = tree->GetLocation(field, --location_index);
+    }
+    if (location.line < 0) break;
+    line = location.line;
+    if (field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+        location_index == (field->is_repeated() ? index : -1)) {
+      tree = tree->GetTreeForNested(field, location_index);
+      descriptor = field->message_type();
+    } else {
+      tree = nullptr;
+    }
+  }
+  return line + 1;
+}
+
+absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
+  v1::KernelFamily family;
+  TextFormat::ParseInfoTree locations;
+  RETURN_IF_ERROR(ParseTextProtoFile(path, family, locations));
+  FamilyChecker checker(family, path, &locations);
+  if (!family.source_file().empty()) {
+    if (!family.source().empty()) {
+      return checker.Error("source_file", "set source or source_file, not both");
+    }
+    const std::filesystem::path source_path =
+        (std::filesystem::path(path).parent_path() / family.source_file()).lexically_normal();
+    absl::StatusOr<std::string> source = ReadFile(source_path.string());
+    if (!source.ok()) return checker.Error("source_file", source.status().message());
+    if (source->empty()) {
+      return checker.Error("source_file", absl::StrCat("'", source_path.string(), "' is empty"));
+    }
+    family.set_source(*std::move(source));
+  } else if (family.source().empty()) {
+    return checker.Error("source_file", "must be set (or source)");
+  }
+  RETURN_IF_ERROR(checker.Check());
+  return family;
+}
+
+absl::Status ValidateFamily(const v1::KernelFamily& family, absl::string_view origin) {
+  return FamilyChecker(family, origin, nullptr).Check();
+}
+
+absl::StatusOr<std::vector<v1::KernelFamily>> LoadFamilyDirectory(const std::string& dir) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) {
+    return absl::NotFoundError(absl::StrCat("'", dir, "' is not a directory"));
+  }
+  std::vector<std::string> file_names;
+  for (auto it = std::filesystem::directory_iterator(dir, error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    const std::filesystem::path& file = it->path();
+    if (file.extension() == ".textproto" && it->is_regular_file(error)) {
+      file_names.push_back(file.filename().string());
+    }
+  }
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot list '", dir, "': ", error.message()));
+  }
+  std::sort(file_names.begin(), file_names.end());
+
+  std::vector<v1::KernelFamily> families;
+  std::map<std::string, std::string> path_by_name;
+  for (const std::string& file_name : file_names) {
+    const std::string path = (std::filesystem::path(dir) / file_name).string();
+    ASSIGN_OR_RETURN(v1::KernelFamily family, LoadFamilyFile(path));
+    const auto [it, inserted] = path_by_name.emplace(family.name(), path);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "family '", family.name(), "' is defined twice: ", it->second, " and ", path));
+    }
+    families.push_back(std::move(family));
+  }
+  return families;
+}
+
+}  // namespace autotune::kernels

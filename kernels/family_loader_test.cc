@@ -1,0 +1,274 @@
+#include "kernels/family_loader.h"
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace autotune::kernels {
+namespace {
+
+using ::autotune::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string Testdata(const std::string& relative) {
+  return absl::StrCat(AUTOTUNE_KERNELS_DIR, "/testdata/", relative);
+}
+
+v1::KernelFamily GoodFamily() {
+  absl::StatusOr<v1::KernelFamily> family = LoadFamilyFile(Testdata("good/axpy.textproto"));
+  EXPECT_TRUE(family.ok()) << family.status();
+  return family.ok() ? *family : v1::KernelFamily();
+}
+
+TEST(LoadFamilyFileTest, LoadsTheGoodFamilyAndReadsItsSource) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family, LoadFamilyFile(Testdata("good/axpy.textproto")));
+  EXPECT_EQ(family.name(), "axpy");
+  EXPECT_EQ(family.kernel_name(), "axpy");
+  EXPECT_EQ(family.source_file(), "axpy.cu");  // kept; the hash ignores it
+  EXPECT_THAT(family.source(), HasSubstr("__global__ void axpy_reference("));
+  ASSERT_EQ(family.params_size(), 2);
+  EXPECT_THAT(family.params(0).values(), ElementsAre(64, 128, 256, 512, 1024, 2048));
+  EXPECT_EQ(family.buffers(1).role(), v1::INOUT);
+}
+
+TEST(LoadFamilyFileTest, MissingFileIsNotFound) {
+  EXPECT_THAT(LoadFamilyFile(Testdata("good/nope.textproto")),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("cannot read '", Testdata("good/nope.textproto"),
+                                    "': No such file or directory")));
+}
+
+struct BadFileCase {
+  std::string file;     // under testdata/bad/
+  std::string message;  // after "<path>"
+};
+
+void PrintTo(const BadFileCase& c, std::ostream* os) { *os << c.file.substr(0, c.file.find('.')); }
+
+class BadFamilyFileTest : public ::testing::TestWithParam<BadFileCase> {};
+
+TEST_P(BadFamilyFileTest, NamesFileLineAndField) {
+  const std::string path = Testdata(absl::StrCat("bad/", GetParam().file));
+  EXPECT_THAT(LoadFamilyFile(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, absl::StrCat(path, GetParam().message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Descriptors, BadFamilyFileTest,
+    ::testing::Values(
+        BadFileCase{"unknown_name.textproto",
+                    ":19: buffers[1].shape[0]: unknown name 'n2' (known: BLOCK, ELEMS, "
+                    "dtype_bytes, n)"},
+        BadFileCase{"empty_param.textproto",
+                    ":7: params[1].values: empty (list at least one value)"},
+        BadFileCase{"no_reference.textproto",
+                    ": reference: must be set (results are checked against a reference kernel)"},
+        BadFileCase{"reference_without_kernel.textproto",
+                    ":30: reference.kernel_name: must be set"},
+        BadFileCase{"syntax_error.textproto",
+                    ":11:8: Message type \"autotune.v1.KernelFamily\" has no field named "
+                    "\"bufers\"."},
+        BadFileCase{"duplicate_names.textproto",
+                    ":10: dims[1].name: 'BLOCK' is also the name of params[0]"},
+        BadFileCase{"missing_source.textproto",
+                    absl::StrCat(":4: source_file: cannot read '", AUTOTUNE_KERNELS_DIR,
+                                 "/testdata/bad/does_not_exist.cu': No such file or directory")},
+        BadFileCase{"missing_tolerance.textproto",
+                    ":10: dtypes[1]: no tolerance for fp16 (add a tolerances entry with rtol and "
+                    "atol)"},
+        BadFileCase{"expression_syntax.textproto",
+                    ":26: launch.grid[0]: syntax error at position 26 in 'ceil_div(n, BLOCK * "
+                    "ELEMS': Missing parenthesis"}),
+    [](const ::testing::TestParamInfo<BadFileCase>& info) {
+      std::string name = info.param.file.substr(0, info.param.file.find('.'));
+      return name;
+    });
+
+TEST(ValidateFamilyTest, TheGoodFamilyPasses) {
+  EXPECT_OK(ValidateFamily(GoodFamily(), "RegisterKernel"));
+}
+
+struct MutationCase {
+  std::string name;
+  std::function<void(v1::KernelFamily&)> mutate;
+  std::string message;  // after "RegisterKernel: "
+};
+
+void PrintTo(const MutationCase& c, std::ostream* os) { *os << c.name; }
+
+class ValidateFamilyMutationTest : public ::testing::TestWithParam<MutationCase> {};
+
+TEST_P(ValidateFamilyMutationTest, RejectsWithFieldAndReason) {
+  v1::KernelFamily family = GoodFamily();
+  GetParam().mutate(family);
+  EXPECT_THAT(ValidateFamily(family, "RegisterKernel"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("RegisterKernel: ", GetParam().message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ValidateFamilyMutationTest,
+    ::testing::Values(
+        MutationCase{"BadName", [](v1::KernelFamily& f) { f.set_name("Axpy"); },
+                     "name: 'Axpy' must match [a-z][a-z0-9_]*"},
+        MutationCase{"NoKernelName", [](v1::KernelFamily& f) { f.clear_kernel_name(); },
+                     "kernel_name: must be set (the entry point)"},
+        MutationCase{"NoSource", [](v1::KernelFamily& f) { f.clear_source(); },
+                     "source: must be set (the CUDA source text)"},
+        MutationCase{"NoParams", [](v1::KernelFamily& f) { f.clear_params(); },
+                     "params: empty (a family needs at least one tunable parameter)"},
+        MutationCase{"DuplicateParam",
+                     [](v1::KernelFamily& f) { f.mutable_params(1)->set_name("BLOCK"); },
+                     "params[1].name: 'BLOCK' is also the name of params[0]"},
+        MutationCase{"DuplicateValue",
+                     [](v1::KernelFamily& f) { f.mutable_params(1)->add_values(2); },
+                     "params[1].values[4]: 2 is listed twice"},
+        MutationCase{"ReservedPrefix",
+                     [](v1::KernelFamily& f) { f.mutable_params(1)->set_name("AUTOTUNE_X"); },
+                     "params[1].name: 'AUTOTUNE_X' is reserved (AUTOTUNE_ macros)"},
+        MutationCase{"DTypeBytesIsReserved",
+                     [](v1::KernelFamily& f) { f.mutable_dims(0)->set_name("dtype_bytes"); },
+                     "dims[0].name: 'dtype_bytes' is reserved (a name of the expression "
+                     "language)"},
+        MutationCase{"FunctionNameIsReserved",
+                     [](v1::KernelFamily& f) { f.mutable_buffers(0)->set_name("max"); },
+                     "buffers[0].name: 'max' is reserved (a name of the expression language)"},
+        MutationCase{"ScalarClashesWithBuffer",
+                     [](v1::KernelFamily& f) { f.mutable_scalars(0)->set_name("x"); },
+                     "scalars[0].name: 'x' is also the name of buffers[0]"},
+        MutationCase{"TooManyConfigs",
+                     [](v1::KernelFamily& f) {
+                       for (const char* name : {"A", "B", "C"}) {
+                         v1::TunableParameter* p = f.add_params();
+                         p->set_name(name);
+                         for (int v = 0; v < 100; ++v) p->add_values(v);
+                       }
+                     },
+                     "params: 24000000 configs, more than the limit of 1048576"},
+        MutationCase{"NoDims", [](v1::KernelFamily& f) { f.clear_dims(); },
+                     "dims: empty (a family needs at least one problem dimension)"},
+        MutationCase{"MinAboveMax",
+                     [](v1::KernelFamily& f) {
+                       f.mutable_dims(0)->set_min(10);
+                       f.mutable_dims(0)->set_max(5);
+                     },
+                     "dims[0]: min 10 is above max 5"},
+        MutationCase{"NoDTypes", [](v1::KernelFamily& f) { f.clear_dtypes(); },
+                     "dtypes: empty (list the supported dtypes)"},
+        MutationCase{"UnknownDType",
+                     [](v1::KernelFamily& f) { f.set_dtypes(1, static_cast<v1::DType>(42)); },
+                     "dtypes[1]: unknown dtype 42"},
+        MutationCase{"NoRole", [](v1::KernelFamily& f) { f.mutable_buffers(0)->clear_role(); },
+                     "buffers[0].role: must be IN, OUT or INOUT"},
+        MutationCase{"NoOutput",
+                     [](v1::KernelFamily& f) { f.mutable_buffers(1)->set_role(v1::IN); },
+                     "buffers: no OUT or INOUT buffer (results are compared with the "
+                     "reference)"},
+        MutationCase{"EmptyShape", [](v1::KernelFamily& f) { f.mutable_buffers(0)->clear_shape(); },
+                     "buffers[0].shape: empty (one expression per dimension)"},
+        MutationCase{"BadUniformFill",
+                     [](v1::KernelFamily& f) { f.mutable_buffers(0)->mutable_fill()->set_low(2); },
+                     "buffers[0].fill: UNIFORM needs low < high (low 2, high 1)"},
+        MutationCase{"ScalarSyntax",
+                     [](v1::KernelFamily& f) { f.mutable_scalars(1)->set_value("n *"); },
+                     "scalars[1].value: syntax error in 'n *': Unexpected end of expression at "
+                     "position 4"},
+        MutationCase{"NoLaunch", [](v1::KernelFamily& f) { f.clear_launch(); },
+                     "launch: must be set (grid and block expressions)"},
+        MutationCase{"FourBlockDims",
+                     [](v1::KernelFamily& f) {
+                       for (int i = 0; i < 3; ++i) f.mutable_launch()->add_block("1");
+                     },
+                     "launch.block: 4 expressions; give 1 to 3 (x, y, z)"},
+        MutationCase{"SharedUnknownName",
+                     [](v1::KernelFamily& f) {
+                       f.mutable_launch()->set_dynamic_shared_bytes("BLOCK * TILE");
+                     },
+                     "launch.dynamic_shared_bytes: unknown name 'TILE' (known: BLOCK, ELEMS, "
+                     "dtype_bytes, n)"},
+        MutationCase{"ConstraintAssignment",
+                     [](v1::KernelFamily& f) { f.set_constraints(0, "ELEMS = 1"); },
+                     "constraints[0]: assignment '=' at position 6 in 'ELEMS = 1' (compare "
+                     "with '==')"},
+        MutationCase{"ReferenceUsesAParam",
+                     [](v1::KernelFamily&
+                            f) { f.mutable_reference()->mutable_launch()->set_block(0, "BLOCK"); },
+                     "reference.launch.block[0]: unknown name 'BLOCK' (known: dtype_bytes, n)"},
+        MutationCase{"ReferenceWithoutLaunch",
+                     [](v1::KernelFamily& f) { f.mutable_reference()->clear_launch(); },
+                     "reference.launch: must be set (grid and block expressions)"},
+        MutationCase{"ToleranceForOtherDType",
+                     [](v1::KernelFamily& f) { f.mutable_tolerances(1)->set_dtype(v1::BFLOAT16); },
+                     "tolerances[1].dtype: bf16 is not in dtypes"},
+        MutationCase{"NegativeTolerance",
+                     [](v1::KernelFamily& f) { f.mutable_tolerances(0)->set_atol(-1); },
+                     "tolerances[0].atol: must be finite and >= 0"},
+        MutationCase{"NoBytes", [](v1::KernelFamily& f) { f.clear_bytes_per_call(); },
+                     "bytes_per_call: must be set (an expression of dims and params; \"0\" if "
+                     "none)"},
+        MutationCase{"FlopsUnknownName", [](v1::KernelFamily& f) { f.set_flops_per_call("2 * N"); },
+                     "flops_per_call: unknown name 'N' (known: BLOCK, ELEMS, dtype_bytes, n)"},
+        MutationCase{"UnknownBinding",
+                     [](v1::KernelFamily& f) { f.set_binding(static_cast<v1::ParamBinding>(7)); },
+                     "binding: unknown value 7"},
+        MutationCase{"ArchOption",
+                     [](v1::KernelFamily& f) { f.add_compile_options("-arch=sm_80"); },
+                     "compile_options[0]: '-arch=sm_80' sets the architecture, which the "
+                     "compiler chooses"}),
+    [](const ::testing::TestParamInfo<MutationCase>& info) { return info.param.name; });
+
+TEST(LoadFamilyDirectoryTest, LoadsEveryFamilyInFileNameOrder) {
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::KernelFamily> families,
+                       LoadFamilyDirectory(Testdata("good")));
+  ASSERT_EQ(families.size(), 2);
+  EXPECT_EQ(families[0].name(), "axpy");
+  EXPECT_EQ(families[1].name(), "row_scale");
+  EXPECT_THAT(families[1].source(), HasSubstr("template <int TILE_X, int TILE_Y>"));
+}
+
+TEST(LoadFamilyDirectoryTest, DuplicateNamesNameBothFiles) {
+  EXPECT_THAT(
+      LoadFamilyDirectory(Testdata("duplicate")),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               absl::StrCat("family 'axpy' is defined twice: ", Testdata("duplicate/a.textproto"),
+                            " and ", Testdata("duplicate/b.textproto"))));
+}
+
+TEST(LoadFamilyDirectoryTest, ReportsTheFirstBadFile) {
+  EXPECT_THAT(LoadFamilyDirectory(Testdata("bad")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(Testdata("bad/duplicate_names.textproto:10: "))));
+}
+
+TEST(LoadFamilyDirectoryTest, MissingDirectoryIsNotFound) {
+  EXPECT_THAT(LoadFamilyDirectory(Testdata("nope")),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("is not a directory")));
+}
+
+TEST(FieldLineTest, FindsFieldsAndFallsBackToTheEnclosingOne) {
+  v1::KernelFamily family;
+  google::protobuf::TextFormat::ParseInfoTree locations;
+  ASSERT_OK(ParseTextProtoFile(Testdata("good/axpy.textproto"), family, locations));
+  EXPECT_EQ(FieldLine(family, locations, "name"), 4);
+  EXPECT_EQ(FieldLine(family, locations, "params[1]"), 9);
+  EXPECT_EQ(FieldLine(family, locations, "params[1].values[3]"), 9);  // one list
+  EXPECT_EQ(FieldLine(family, locations, "buffers[1].shape[0]"), 21);
+  EXPECT_EQ(FieldLine(family, locations, "buffers[1].shape[5]"), 21);
+  EXPECT_EQ(FieldLine(family, locations, "buffers[1].fill.kind"), 23);
+  EXPECT_EQ(FieldLine(family, locations, "reference.launch.block[0]"), 34);
+  EXPECT_EQ(FieldLine(family, locations, "reference.source"), 32);
+  EXPECT_EQ(FieldLine(family, locations, "dtypes[1]"), 12);
+  EXPECT_EQ(FieldLine(family, locations, "launch.dynamic_shared_bytes"), 27);
+  EXPECT_EQ(FieldLine(family, locations, "compile_options"), 0);
+  EXPECT_EQ(FieldLine(family, locations, "no_such_field"), 0);
+}
+
+}  // namespace
+}  // namespace autotune::kernels

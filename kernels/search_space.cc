@@ -1,0 +1,611 @@
+#include "kernels/search_space.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "cache/keys.h"
+#include "kernels/expression.h"
+
+namespace autotune::kernels {
+namespace {
+
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
+// CUDA's own launch limits, whatever the device.
+constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
+constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+
+struct DTypeInfo {
+  v1::DType dtype;
+  int64_t bytes;
+  const char* cuda_type;
+};
+
+constexpr std::array<DTypeInfo, 10> kDTypes = {{
+    {v1::FLOAT32, 4, "float"},
+    {v1::FLOAT16, 2, "__half"},
+    {v1::BFLOAT16, 2, "__nv_bfloat16"},
+    {v1::FLOAT64, 8, "double"},
+    {v1::INT8, 1, "signed char"},
+    {v1::INT32, 4, "int"},
+    {v1::INT64, 8, "long long"},
+    {v1::UINT8, 1, "unsigned char"},
+    {v1::FLOAT8_E4M3, 1, "__nv_fp8_e4m3"},
+    {v1::FLOAT8_E5M2, 1, "__nv_fp8_e5m2"},
+}};
+
+bool IsIntegerDType(v1::DType dtype) {
+  return dtype == v1::INT8 || dtype == v1::INT32 || dtype == v1::INT64 || dtype == v1::UINT8;
+}
+
+std::string DTypeLabel(v1::DType dtype) { return std::string(cache::DTypeName(dtype)); }
+
+std::string ProblemLabel(const v1::Problem& problem) {
+  return absl::StrCat("problem ", cache::CanonicalDims(problem.dims()), " ",
+                      DTypeLabel(problem.dtype()));
+}
+
+std::vector<std::string> DTypeMacros(v1::DType dtype) {
+  return {absl::StrCat("-DAUTOTUNE_DTYPE=", DTypeCudaType(dtype)),
+          absl::StrCat("-DAUTOTUNE_DTYPE_", absl::AsciiStrToUpper(DTypeLabel(dtype)), "=1"),
+          absl::StrCat("-DAUTOTUNE_DTYPE_BYTES=", DTypeBytes(dtype))};
+}
+
+// An expression of the descriptor with the path of the field it came from.
+struct Field {
+  std::string path;
+  Expression expression;
+  bool uses_params = false;
+};
+
+// Why a config (or the problem) cannot run: `reason` is the aggregate key of
+// SearchSpace::dropped, `detail` the message with the offending value.
+struct Failure {
+  std::string reason;
+  std::string detail;
+};
+
+// Evaluates family expressions for one problem, config after config.
+class ConfigResolver {
+ public:
+  static absl::StatusOr<ConfigResolver> Create(const v1::KernelFamily& family,
+                                               const v1::Problem& problem,
+                                               const DeviceLimits& limits) {
+    ConfigResolver resolver(family, problem, limits);
+    RETURN_IF_ERROR(resolver.ParseAll());
+    return resolver;
+  }
+
+  // Fails when an expression that no param affects is invalid for the
+  // problem, or the reference launch is.
+  absl::Status CheckProblem() {
+    const auto error = [&](const Failure& failure) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(failure.detail, " (", ProblemLabel(problem_), ")"));
+    };
+    for (size_t axis = 0; axis < grid_.size(); ++axis) {
+      if (grid_[axis].uses_params) continue;
+      if (auto failure = EvalGrid(grid_[axis], axis, nullptr)) return error(*failure);
+    }
+    for (size_t axis = 0; axis < block_.size(); ++axis) {
+      if (block_[axis].uses_params) continue;
+      if (auto failure = EvalBlock(block_[axis], axis, nullptr)) return error(*failure);
+    }
+    if (shared_.has_value() && !shared_->uses_params) {
+      if (auto failure = EvalShared(*shared_, nullptr)) return error(*failure);
+    }
+    for (std::vector<Field>& shape : shapes_) {
+      for (Field& extent : shape) {
+        if (extent.uses_params) continue;
+        if (auto failure = EvalInteger(extent, 1, kNoLimit, "", nullptr)) return error(*failure);
+      }
+    }
+    for (size_t i = 0; i < scalars_.size(); ++i) {
+      if (scalars_[i].uses_params) continue;
+      if (auto failure = EvalScalar(i, nullptr)) return error(*failure);
+    }
+    for (std::optional<Field>* count : {&bytes_, &flops_}) {
+      if ((*count)->uses_params) continue;
+      if (auto failure = EvalCount(**count, nullptr)) return error(*failure);
+    }
+    if (auto failure = EvalLaunch(reference_grid_, reference_block_, reference_shared_,
+                                  "reference.launch", &reference_launch_)) {
+      return error(*failure);
+    }
+    return absl::OkStatus();
+  }
+
+  const v1::LaunchDims& reference_launch() const { return reference_launch_; }
+
+  std::vector<std::string> ReferenceOptions() const {
+    std::vector<std::string> options(family_.compile_options().begin(),
+                                     family_.compile_options().end());
+    for (std::string& macro : DTypeMacros(problem_.dtype())) options.push_back(std::move(macro));
+    options.push_back("-DAUTOTUNE_REFERENCE=1");
+    return options;
+  }
+
+  // Resolves the config with `param_values` (in params order). Returns the
+  // variant; otherwise sets `failed_constraint` to the first constraint that
+  // failed, or `failure` when the config passed the constraints but cannot
+  // run.
+  std::optional<Variant> Resolve(int64_t index, const std::vector<int64_t>& param_values,
+                                 int* failed_constraint, Failure* failure) {
+    for (int p = 0; p < family_.params_size(); ++p) {
+      variables_[family_.params(p).name()] = static_cast<double>(param_values[p]);
+    }
+    for (size_t i = 0; i < constraints_.size(); ++i) {
+      absl::StatusOr<bool> holds = constraints_[i].expression.EvaluateCondition(variables_);
+      if (!holds.ok() || !*holds) {
+        *failed_constraint = static_cast<int>(i);
+        return std::nullopt;
+      }
+    }
+    Variant variant;
+    variant.index = index;
+    variant.param_values = param_values;
+    if (auto f = EvalLaunch(grid_, block_, shared_, "launch", &variant.launch)) {
+      *failure = *std::move(f);
+      return std::nullopt;
+    }
+    for (int b = 0; b < family_.buffers_size(); ++b) {
+      if (auto f = EvalBuffer(b, &variant.buffers.emplace_back())) {
+        *failure = *std::move(f);
+        return std::nullopt;
+      }
+    }
+    for (size_t s = 0; s < scalars_.size(); ++s) {
+      if (auto f = EvalScalar(s, &variant.scalars.emplace_back())) {
+        *failure = *std::move(f);
+        return std::nullopt;
+      }
+    }
+    if (auto f = EvalCount(*bytes_, &variant.bytes_per_call)) {
+      *failure = *std::move(f);
+      return std::nullopt;
+    }
+    if (auto f = EvalCount(*flops_, &variant.flops_per_call)) {
+      *failure = *std::move(f);
+      return std::nullopt;
+    }
+
+    auto& config = *variant.config.mutable_params();
+    std::vector<std::string> values;
+    for (int p = 0; p < family_.params_size(); ++p) {
+      config[family_.params(p).name()] = param_values[p];
+      values.push_back(absl::StrCat(param_values[p]));
+    }
+    variant.compile_options.assign(family_.compile_options().begin(),
+                                   family_.compile_options().end());
+    if (family_.binding() == v1::TEMPLATE_ARGUMENTS) {
+      variant.name_expression =
+          absl::StrCat(family_.kernel_name(), "<", absl::StrJoin(values, ", "), ">");
+    } else {
+      variant.name_expression = family_.kernel_name();
+      for (int p = 0; p < family_.params_size(); ++p) {
+        variant.compile_options.push_back(
+            absl::StrCat("-D", family_.params(p).name(), "=", values[p]));
+      }
+    }
+    for (std::string& macro : DTypeMacros(problem_.dtype())) {
+      variant.compile_options.push_back(std::move(macro));
+    }
+    return variant;
+  }
+
+ private:
+  ConfigResolver(const v1::KernelFamily& family, const v1::Problem& problem,
+                 const DeviceLimits& limits)
+      : family_(family), problem_(problem), limits_(limits) {}
+
+  absl::Status ParseAll() {
+    std::vector<std::string> dim_names;
+    for (const v1::ProblemDimension& dim : family_.dims()) {
+      dim_names.push_back(dim.name());
+      variables_[dim.name()] = static_cast<double>(problem_.dims().at(dim.name()));
+    }
+    dim_names.emplace_back(kDTypeBytesVariable);
+    variables_[std::string(kDTypeBytesVariable)] =
+        static_cast<double>(DTypeBytes(problem_.dtype()));
+    std::vector<std::string> names = dim_names;
+    for (const v1::TunableParameter& param : family_.params()) names.push_back(param.name());
+
+    for (int i = 0; i < family_.constraints_size(); ++i) {
+      ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("constraints[", i, "]"),
+                                               family_.constraints(i), names));
+      constraints_.push_back(std::move(field));
+    }
+    RETURN_IF_ERROR(ParseLaunch(family_.launch(), "launch", names, &grid_, &block_, &shared_));
+    RETURN_IF_ERROR(ParseLaunch(family_.reference().launch(), "reference.launch", dim_names,
+                                &reference_grid_, &reference_block_, &reference_shared_));
+    for (int b = 0; b < family_.buffers_size(); ++b) {
+      std::vector<Field>& shape = shapes_.emplace_back();
+      for (int j = 0; j < family_.buffers(b).shape_size(); ++j) {
+        ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("buffers[", b, "].shape[", j, "]"),
+                                                 family_.buffers(b).shape(j), names));
+        shape.push_back(std::move(field));
+      }
+    }
+    for (int s = 0; s < family_.scalars_size(); ++s) {
+      ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("scalars[", s, "].value"),
+                                               family_.scalars(s).value(), names));
+      scalars_.push_back(std::move(field));
+    }
+    ASSIGN_OR_RETURN(bytes_, ParseField("bytes_per_call", family_.bytes_per_call(), names));
+    ASSIGN_OR_RETURN(flops_, ParseField("flops_per_call", family_.flops_per_call(), names));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Field> ParseField(std::string path, const std::string& text,
+                                   const std::vector<std::string>& names) const {
+    absl::StatusOr<Expression> expression = Expression::Parse(text, names);
+    if (!expression.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", expression.status().message()));
+    }
+    const bool uses_params =
+        std::any_of(family_.params().begin(), family_.params().end(),
+                    [&](const v1::TunableParameter& p) { return expression->Uses(p.name()); });
+    return Field{std::move(path), *std::move(expression), uses_params};
+  }
+
+  absl::Status ParseLaunch(const v1::LaunchGeometry& launch, const std::string& path,
+                           const std::vector<std::string>& names, std::vector<Field>* grid,
+                           std::vector<Field>* block, std::optional<Field>* shared) const {
+    const auto count_ok = [](int n) { return n >= 1 && n <= 3; };
+    if (!count_ok(launch.grid_size()) || !count_ok(launch.block_size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": needs 1 to 3 grid and 1 to 3 block expressions"));
+    }
+    for (int i = 0; i < launch.grid_size(); ++i) {
+      ASSIGN_OR_RETURN(Field field,
+                       ParseField(absl::StrCat(path, ".grid[", i, "]"), launch.grid(i), names));
+      grid->push_back(std::move(field));
+    }
+    for (int i = 0; i < launch.block_size(); ++i) {
+      ASSIGN_OR_RETURN(Field field,
+                       ParseField(absl::StrCat(path, ".block[", i, "]"), launch.block(i), names));
+      block->push_back(std::move(field));
+    }
+    if (!launch.dynamic_shared_bytes().empty()) {
+      ASSIGN_OR_RETURN(*shared, ParseField(absl::StrCat(path, ".dynamic_shared_bytes"),
+                                           launch.dynamic_shared_bytes(), names));
+    }
+    return absl::OkStatus();
+  }
+
+  // An integer in [min, max]; `max_reason` says what exceeding max means.
+  std::optional<Failure> EvalInteger(Field& field, int64_t min, int64_t max,
+                                     absl::string_view max_reason, int64_t* out) {
+    absl::StatusOr<double> value = field.expression.Evaluate(variables_);
+    const std::string& text = field.expression.text();
+    if (!value.ok()) {
+      return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
+                     absl::StrCat(field.path, ": ", value.status().message())};
+    }
+    const double v = *value;
+    const auto fail = [&](absl::string_view what) {
+      return Failure{absl::StrCat(field.path, ": ", what),
+                     absl::StrCat(field.path, ": '", text, "' = ", v, " is ", what)};
+    };
+    if (!std::isfinite(v)) return fail("not finite");
+    const double rounded = std::nearbyint(v);
+    if (std::fabs(v - rounded) > 1e-9 * std::max(1.0, std::fabs(rounded))) {
+      return fail("not an integer");
+    }
+    if (std::fabs(rounded) > kMaxExactInteger) return fail("out of range");
+    const auto integer = static_cast<int64_t>(rounded);
+    if (integer < min) return fail(min == 1 ? "not positive" : "negative");
+    if (integer > max) {
+      return Failure{absl::StrCat(field.path, ": ", max_reason),
+                     absl::StrCat(field.path, ": '", text, "' = ", integer, " is ", max_reason)};
+    }
+    if (out != nullptr) *out = integer;
+    return std::nullopt;
+  }
+
+  std::optional<Failure> EvalGrid(Field& field, size_t axis, int64_t* out) {
+    return EvalInteger(field, 1, kMaxGrid[axis],
+                       absl::StrCat("above the CUDA limit (", kMaxGrid[axis], ")"), out);
+  }
+
+  std::optional<Failure> EvalBlock(Field& field, size_t axis, int64_t* out) {
+    return EvalInteger(field, 1, kMaxBlock[axis],
+                       absl::StrCat("above the CUDA limit (", kMaxBlock[axis], ")"), out);
+  }
+
+  std::optional<Failure> EvalShared(Field& field, int64_t* out) {
+    const int64_t max = limits_.max_dynamic_shared_bytes;
+    return EvalInteger(field, 0, max, absl::StrCat("above the device limit (", max, " bytes)"),
+                       out);
+  }
+
+  std::optional<Failure> EvalLaunch(std::vector<Field>& grid, std::vector<Field>& block,
+                                    std::optional<Field>& shared, const std::string& path,
+                                    v1::LaunchDims* launch) {
+    launch->Clear();
+    for (size_t axis = 0; axis < grid.size(); ++axis) {
+      int64_t value = 0;
+      if (auto failure = EvalGrid(grid[axis], axis, &value)) return failure;
+      launch->add_grid(value);
+    }
+    int64_t threads = 1;
+    for (size_t axis = 0; axis < block.size(); ++axis) {
+      int64_t value = 0;
+      if (auto failure = EvalBlock(block[axis], axis, &value)) return failure;
+      launch->add_block(value);
+      threads *= value;  // at most 1024 * 1024 * 64
+    }
+    if (threads > limits_.max_threads_per_block) {
+      const std::string reason = absl::StrCat("more threads per block than the device limit (",
+                                              limits_.max_threads_per_block, ")");
+      return Failure{absl::StrCat(path, ".block: ", reason),
+                     absl::StrCat(path, ".block: ", threads, " threads per block, ", reason)};
+    }
+    if (shared.has_value()) {
+      int64_t bytes = 0;
+      if (auto failure = EvalShared(*shared, &bytes)) return failure;
+      launch->set_dynamic_shared_bytes(bytes);
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> EvalBuffer(int b, BufferExtent* extent) {
+    const v1::Buffer& buffer = family_.buffers(b);
+    extent->name = buffer.name();
+    extent->dtype = buffer.dtype() == v1::DTYPE_UNSPECIFIED ? problem_.dtype() : buffer.dtype();
+    int64_t elements = 1;
+    bool overflow = false;
+    for (Field& field : shapes_[b]) {
+      int64_t value = 0;
+      if (auto failure = EvalInteger(field, 1, kNoLimit, "", &value)) return failure;
+      extent->shape.push_back(value);
+      overflow = overflow || __builtin_mul_overflow(elements, value, &elements);
+    }
+    int64_t bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(elements, DTypeBytes(extent->dtype), &bytes);
+    if (overflow) {
+      const std::string path = absl::StrCat("buffers[", b, "]");
+      return Failure{absl::StrCat(path, ": size overflows int64"),
+                     absl::StrCat(path, ": size overflows int64 (shape ",
+                                  absl::StrJoin(extent->shape, " x "), ")")};
+    }
+    extent->elements = elements;
+    extent->bytes = bytes;
+    return std::nullopt;
+  }
+
+  std::optional<Failure> EvalScalar(size_t s, ScalarValue* out) {
+    const v1::ScalarArgument& scalar = family_.scalars(static_cast<int>(s));
+    Field& field = scalars_[s];
+    const v1::DType dtype =
+        scalar.dtype() == v1::DTYPE_UNSPECIFIED ? problem_.dtype() : scalar.dtype();
+    double value = 0;
+    if (IsIntegerDType(dtype)) {
+      int64_t integer = 0;
+      if (auto failure = EvalInteger(field, -kNoLimit, kNoLimit, "", &integer)) {
+        return failure;
+      }
+      value = static_cast<double>(integer);
+    } else {
+      absl::StatusOr<double> result = field.expression.Evaluate(variables_);
+      if (!result.ok()) {
+        return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
+                       absl::StrCat(field.path, ": ", result.status().message())};
+      }
+      if (!std::isfinite(*result)) {
+        return Failure{absl::StrCat(field.path, ": not finite"),
+                       absl::StrCat(field.path, ": '", field.expression.text(), "' = ", *result,
+                                    " is not finite")};
+      }
+      value = *result;
+    }
+    if (out != nullptr) *out = ScalarValue{scalar.name(), dtype, value};
+    return std::nullopt;
+  }
+
+  std::optional<Failure> EvalCount(Field& field, double* out) {
+    absl::StatusOr<double> value = field.expression.Evaluate(variables_);
+    if (!value.ok()) {
+      return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
+                     absl::StrCat(field.path, ": ", value.status().message())};
+    }
+    if (!std::isfinite(*value) || *value < 0) {
+      return Failure{absl::StrCat(field.path, ": not a finite value >= 0"),
+                     absl::StrCat(field.path, ": '", field.expression.text(), "' = ", *value,
+                                  " is not a finite value >= 0")};
+    }
+    if (out != nullptr) *out = *value;
+    return std::nullopt;
+  }
+
+  const v1::KernelFamily& family_;
+  const v1::Problem& problem_;
+  DeviceLimits limits_;
+  Expression::Variables variables_;
+  std::vector<Field> constraints_;
+  std::vector<Field> grid_, block_;
+  std::optional<Field> shared_;
+  std::vector<Field> reference_grid_, reference_block_;
+  std::optional<Field> reference_shared_;
+  std::vector<std::vector<Field>> shapes_;  // per buffer
+  std::vector<Field> scalars_;
+  std::optional<Field> bytes_;
+  std::optional<Field> flops_;
+  v1::LaunchDims reference_launch_;
+};
+
+}  // namespace
+
+int64_t DTypeBytes(v1::DType dtype) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.dtype == dtype) return info.bytes;
+  }
+  return 0;
+}
+
+std::string DTypeCudaType(v1::DType dtype) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.dtype == dtype) return info.cuda_type;
+  }
+  return "";
+}
+
+int64_t ConfigCount(const v1::KernelFamily& family) {
+  int64_t count = 1;
+  for (const v1::TunableParameter& param : family.params()) {
+    if (__builtin_mul_overflow(count, static_cast<int64_t>(param.values_size()), &count)) {
+      return std::numeric_limits<int64_t>::max();
+    }
+  }
+  return count;
+}
+
+absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem) {
+  std::vector<std::string> dim_names;
+  for (const v1::ProblemDimension& dim : family.dims()) dim_names.push_back(dim.name());
+  const std::string known = absl::StrJoin(dim_names, ", ");
+  for (const v1::ProblemDimension& dim : family.dims()) {
+    const auto it = problem.dims().find(dim.name());
+    if (it == problem.dims().end()) {
+      return absl::InvalidArgumentError(absl::StrCat("problem.dims: missing '", dim.name(),
+                                                     "' (family '", family.name(),
+                                                     "' has dims: ", known, ")"));
+    }
+    const std::string field = absl::StrCat("problem.dims['", dim.name(), "']");
+    const int64_t value = it->second;
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is not positive"));
+    }
+    if (dim.min() > 0 && value < dim.min()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", value, " is below the min ", dim.min()));
+    }
+    if (dim.max() > 0 && value > dim.max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", value, " is above the max ", dim.max()));
+    }
+    if (static_cast<double>(value) > kMaxExactInteger) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range"));
+    }
+  }
+  // Sorted, so the first unknown dim reported does not depend on map order.
+  std::vector<std::string> given;
+  for (const auto& [name, value] : problem.dims()) given.push_back(name);
+  std::sort(given.begin(), given.end());
+  for (const std::string& name : given) {
+    if (std::find(dim_names.begin(), dim_names.end(), name) == dim_names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("problem.dims['", name,
+                                                     "']: not a dim of family '", family.name(),
+                                                     "' (dims: ", known, ")"));
+    }
+  }
+  if (std::find(family.dtypes().begin(), family.dtypes().end(), problem.dtype()) ==
+      family.dtypes().end()) {
+    std::vector<std::string> supported;
+    for (int dtype : family.dtypes())
+      supported.push_back(DTypeLabel(static_cast<v1::DType>(dtype)));
+    return absl::InvalidArgumentError(absl::StrCat("problem.dtype: ", DTypeLabel(problem.dtype()),
+                                                   " is not supported by family '", family.name(),
+                                                   "' (", absl::StrJoin(supported, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
+                                              const v1::Problem& problem,
+                                              const DeviceLimits& limits) {
+  RETURN_IF_ERROR(ValidateProblem(family, problem));
+  SearchSpace space;
+  space.total_configs = ConfigCount(family);
+  if (space.total_configs > kMaxConfigsPerFamily) {
+    return absl::InvalidArgumentError(absl::StrCat("params: ", space.total_configs,
+                                                   " configs, more than the limit of ",
+                                                   kMaxConfigsPerFamily));
+  }
+  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, problem, limits));
+  RETURN_IF_ERROR(resolver.CheckProblem());
+  space.reference_launch = resolver.reference_launch();
+  space.reference_name = family.reference().kernel_name();
+  space.reference_compile_options = resolver.ReferenceOptions();
+  space.rejected_by_constraint.assign(family.constraints_size(), 0);
+
+  const int param_count = family.params_size();
+  std::vector<int> digits(param_count, 0);
+  std::vector<int64_t> values(param_count, 0);
+  for (int64_t index = 0; index < space.total_configs; ++index) {
+    for (int p = 0; p < param_count; ++p) values[p] = family.params(p).values(digits[p]);
+    int failed_constraint = -1;
+    Failure failure;
+    std::optional<Variant> variant = resolver.Resolve(index, values, &failed_constraint, &failure);
+    if (variant.has_value()) {
+      ++space.after_constraints;
+      space.variants.push_back(*std::move(variant));
+    } else if (failed_constraint >= 0) {
+      ++space.rejected_by_constraint[failed_constraint];
+    } else {
+      ++space.after_constraints;
+      ++space.dropped[failure.reason];
+    }
+    for (int p = param_count - 1; p >= 0; --p) {
+      if (++digits[p] < family.params(p).values_size()) break;
+      digits[p] = 0;
+    }
+  }
+  return space;
+}
+
+absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
+                                      const v1::Config& config, const DeviceLimits& limits) {
+  RETURN_IF_ERROR(ValidateProblem(family, problem));
+  std::vector<int64_t> values;
+  int64_t index = 0;
+  for (const v1::TunableParameter& param : family.params()) {
+    const auto it = config.params().find(param.name());
+    if (it == config.params().end()) {
+      return absl::InvalidArgumentError(absl::StrCat("config: missing '", param.name(), "'"));
+    }
+    const auto position = std::find(param.values().begin(), param.values().end(), it->second);
+    if (position == param.values().end()) {
+      return absl::InvalidArgumentError(absl::StrCat("config: ", param.name(), "=", it->second,
+                                                     " is not a value of the param (",
+                                                     absl::StrJoin(param.values(), ", "), ")"));
+    }
+    index = index * param.values_size() + (position - param.values().begin());
+    values.push_back(it->second);
+  }
+  std::vector<std::string> extra;
+  for (const auto& [name, value] : config.params()) {
+    const bool known = std::any_of(family.params().begin(), family.params().end(),
+                                   [&](const v1::TunableParameter& p) { return p.name() == name; });
+    if (!known) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    std::sort(extra.begin(), extra.end());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: '", extra.front(), "' is not a param of family '", family.name(), "'"));
+  }
+  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, problem, limits));
+  RETURN_IF_ERROR(resolver.CheckProblem());
+  int failed_constraint = -1;
+  Failure failure;
+  std::optional<Variant> variant = resolver.Resolve(index, values, &failed_constraint, &failure);
+  if (variant.has_value()) return *std::move(variant);
+  if (failed_constraint >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config fails constraints[", failed_constraint,
+                                                   "] '", family.constraints(failed_constraint),
+                                                   "'"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("config cannot run: ", failure.detail));
+}
+
+}  // namespace autotune::kernels

@@ -1,0 +1,171 @@
+// The search space of a kernel family for one problem: every config of the
+// family's parameters that satisfies its constraints and fits the problem
+// and the device, each resolved into what compiling and launching it needs.
+//
+//   ASSIGN_OR_RETURN(SearchSpace space, ExpandSearchSpace(family, problem));
+//   LOG(INFO) << space.total_configs << " configs, " << space.after_constraints
+//             << " after constraints, " << space.variants.size() << " valid";
+//   for (const Variant& v : space.variants) {
+//     CompileRequest request{.source = family.source(),
+//                            .name_expression = v.name_expression,
+//                            .options = v.compile_options, .arch = "sm_90"};
+//     ...launch with v.launch, v.buffers, v.scalars...
+//   }
+//
+// Order: configs are the cartesian product of the params in declaration
+// order, each param's values in declaration order, the last param varying
+// fastest (nested loops over params[0], params[1], ...). The same family and
+// problem always give the same variants in the same order.
+//
+// Counting: total_configs = product of the value counts; after_constraints
+// = configs for which every constraint is non-zero; of those, configs whose
+// geometry does not fit the problem or the device are dropped and counted
+// by reason in `dropped`, so
+//   after_constraints == variants.size() + sum of dropped counts.
+//
+// How params and the dtype reach the source (macro names):
+//   binding DEFINES (or unspecified): one "-D<PARAM>=<value>" per param, in
+//     declaration order, e.g. "-DBLOCK=256"; name_expression = kernel_name.
+//   binding TEMPLATE_ARGUMENTS: no param macros; name_expression =
+//     "kernel_name<v1, v2, ...>" with the values in declaration order.
+//   Always, for the problem dtype:
+//     -DAUTOTUNE_DTYPE=<C++ type>     float, __half, __nv_bfloat16, double,
+//                                     signed char, int, long long,
+//                                     unsigned char, __nv_fp8_e4m3,
+//                                     __nv_fp8_e5m2 (the source includes
+//                                     cuda_fp16.h / cuda_bf16.h / cuda_fp8.h
+//                                     as needed; two-word types cannot be
+//                                     used in a functional cast: write
+//                                     static_cast<AUTOTUNE_DTYPE>(x))
+//     -DAUTOTUNE_DTYPE_<NAME>=1       NAME is the upper-cased short dtype
+//                                     name: FP32, FP16, BF16, FP64, INT8,
+//                                     INT32, INT64, UINT8, FP8E4M3, FP8E5M2
+//                                     (for #if in the source)
+//     -DAUTOTUNE_DTYPE_BYTES=<n>      element size in bytes
+//   compile_options = the family's compile_options, then the macros above.
+//   The reference kernel is compiled with the family's compile_options, the
+//   dtype macros and -DAUTOTUNE_REFERENCE=1, without param macros: code that
+//   needs param macros and shares a source with the reference goes under
+//   #ifndef AUTOTUNE_REFERENCE.
+//
+// Thread-safety: all functions are safe to call concurrently.
+#ifndef AUTOTUNE_KERNELS_SEARCH_SPACE_H_
+#define AUTOTUNE_KERNELS_SEARCH_SPACE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/autotune.pb.h"
+
+namespace autotune::kernels {
+
+// Families whose parameter space is larger than this are rejected by
+// ValidateFamily (family_loader.h).
+inline constexpr int64_t kMaxConfigsPerFamily = int64_t{1} << 20;
+
+// Element size in bytes; 0 for DTYPE_UNSPECIFIED and unknown values.
+int64_t DTypeBytes(v1::DType dtype);
+
+// The C++ type named by AUTOTUNE_DTYPE ("float", "__half", ...); empty for
+// DTYPE_UNSPECIFIED and unknown values.
+std::string DTypeCudaType(v1::DType dtype);
+
+// Product of the params' value counts, saturating at INT64_MAX.
+int64_t ConfigCount(const v1::KernelFamily& family);
+
+// What the search space enforces about the device. The defaults are those
+// of sm_90 (H100/H200): 1024 threads per block and 227 KiB of dynamic
+// shared memory per block (above 48 KiB the launcher must opt in with
+// cudaFuncAttributeMaxDynamicSharedMemorySize).
+struct DeviceLimits {
+  int64_t max_threads_per_block = 1024;
+  int64_t max_dynamic_shared_bytes = 227 * 1024;
+};
+
+// One of the family's buffers, sized for the problem and config.
+struct BufferExtent {
+  std::string name;
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;  // resolved: never UNSPECIFIED
+  std::vector<int64_t> shape;               // every extent >= 1
+  int64_t elements = 0;                     // product of `shape`
+  int64_t bytes = 0;                        // elements * DTypeBytes(dtype)
+};
+
+// One of the family's scalar arguments (ScalarArgument.dtype unspecified =
+// the problem's dtype). Integer dtypes hold integral values.
+struct ScalarValue {
+  std::string name;
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  double value = 0;
+};
+
+// A config resolved for one problem: everything needed to compile and run it.
+struct Variant {
+  int64_t index = 0;                  // position among all total_configs
+  v1::Config config;                  // param name -> value
+  std::vector<int64_t> param_values;  // the same values, in params order
+  v1::LaunchDims launch;              // as many grid/block values as expressions
+  std::vector<BufferExtent> buffers;  // in family.buffers order
+  std::vector<ScalarValue> scalars;   // in family.scalars order
+  std::string name_expression;        // see the binding notes above
+  std::vector<std::string> compile_options;
+  double bytes_per_call = 0;
+  double flops_per_call = 0;
+};
+
+struct SearchSpace {
+  int64_t total_configs = 0;
+  int64_t after_constraints = 0;
+  // Configs rejected by each constraint (the first one that failed),
+  // indexed like family.constraints; they sum to total - after_constraints.
+  std::vector<int64_t> rejected_by_constraint;
+  // Reason -> count for configs that passed the constraints but were
+  // dropped, e.g. "launch.block: more threads per block than the device
+  // limit (1024)", "buffers[1].shape[0]: not positive",
+  // "launch.dynamic_shared_bytes: above the device limit (232448 bytes)".
+  // A reason names a field and a kind of failure, never a value, so
+  // configs failing the same way share one count.
+  std::map<std::string, int64_t> dropped;
+  std::vector<Variant> variants;
+  // The reference kernel for this problem.
+  v1::LaunchDims reference_launch;
+  std::string reference_name;  // reference.kernel_name
+  std::vector<std::string> reference_compile_options;
+};
+
+// OK when `problem` fits `family`: every dim of the family given, no other
+// dims, each value positive and within the dim's min/max (0 = unbounded),
+// and the dtype among family.dtypes. INVALID_ARGUMENT naming the field:
+//   "problem.dims: missing 'n' (family 'axpy' has dims: n)"
+//   "problem.dims['m']: not a dim of family 'axpy' (dims: n)"
+//   "problem.dims['n']: 0 is not positive"
+//   "problem.dims['n']: 5000 is above the max 4096"
+//   "problem.dtype: fp64 is not supported by family 'axpy' (fp32, fp16)"
+absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem);
+
+// Expands `family` (one that passed ValidateFamily) for `problem`.
+// INVALID_ARGUMENT from ValidateProblem; INVALID_ARGUMENT naming the field
+// and the problem when an expression that does not depend on any param is
+// invalid for the problem, since then no config could run, e.g.
+//   "buffers[0].shape[0]: 'n - 8' = 0 is not positive (problem n=8 fp32)"
+//   "reference.launch.grid[0]: ..."
+// An expression that fails for some configs only drops those configs.
+absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
+                                              const v1::Problem& problem,
+                                              const DeviceLimits& limits = {});
+
+// Resolves one config (e.g. a cached best config) for `problem`.
+// INVALID_ARGUMENT when the config lacks a param, has one the family does
+// not, uses a value not listed for its param ("config: BLOCK=96 is not a
+// value of the param (64, 128)"), fails a constraint ("config fails
+// constraints[0] 'BLOCK * ELEMS <= 4096'") or would be dropped (the reason).
+absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
+                                      const v1::Config& config, const DeviceLimits& limits = {});
+
+}  // namespace autotune::kernels
+
+#endif  // AUTOTUNE_KERNELS_SEARCH_SPACE_H_

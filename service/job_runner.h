@@ -1,0 +1,103 @@
+// Runs warmup jobs: a manifest (families x problems) expanded into kernel
+// variants, each distinct variant compiled once in the compile pool, with
+// results kept in the store's compile cache, and progress streamed to
+// whoever watches.
+//
+//   JobRunner runner(store, pool, {});
+//   ASSIGN_OR_RETURN(v1::Job job, runner.Submit(spec));   // returns at once
+//   runner.Watch(job.id(), [](const v1::JobProgress& p) { ...; return true; });
+//
+// Compile phase: the variants of every problem are keyed by
+// kernels::CompileKey (source, name expression, options, arch, NVRTC
+// version); a key already in the compile cache costs one SELECT; the others
+// go to the pool, compile_parallelism at a time. A compile past its deadline
+// is COMPILE_TIMEOUT and a crashed worker counts as a compile error; neither
+// is cached, so a rerun tries again. Reference kernels are compiled too.
+//
+// Profiling on a GPU is not part of this build: a job without
+// options.compile_only is refused with UNIMPLEMENTED.
+//
+// Jobs are stored as they progress; a job the daemon was stopped in the
+// middle of is run again by ResumeUnfinished() (the compile cache makes the
+// finished part free).
+//
+// Thread-safe. The destructor cancels running jobs and waits for them.
+#ifndef AUTOTUNE_SERVICE_JOB_RUNNER_H_
+#define AUTOTUNE_SERVICE_JOB_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cache/store.h"
+#include "proto/autotune.pb.h"
+#include "service/compile_pool.h"
+
+namespace autotune::service {
+
+struct JobRunnerOptions {
+  int compile_parallelism = 0;  // 0 = the pool's size
+  absl::Duration compile_timeout = absl::Seconds(120);  // when the job gives none
+  std::string default_arch = "sm_90";
+};
+
+class JobRunner {
+ public:
+  // `pool` may be null (NVRTC unavailable): then compile jobs are refused
+  // with FAILED_PRECONDITION carrying `pool_error`.
+  JobRunner(cache::Store* store, CompilePool* pool, std::string pool_error,
+            JobRunnerOptions options);
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Checks the whole spec first (INVALID_ARGUMENT naming
+  // "manifest.items[2].dims[0]" and the like, NOT_FOUND for an unknown
+  // family), stores the job and starts it. Returns the QUEUED job.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+
+  // Sends the job's state now and after every change until the job ends,
+  // `on_progress` returns false, or `stop()` turns true. NOT_FOUND for an
+  // unknown id. A finished job is sent once, from the store.
+  absl::Status Watch(absl::string_view id,
+                     const std::function<bool(const v1::JobProgress&)>& on_progress,
+                     const std::function<bool()>& stop = nullptr);
+
+  // Asks a running job to stop; it ends CANCELLED. A finished job is
+  // returned as it is.
+  absl::StatusOr<v1::Job> Cancel(absl::string_view id);
+
+  // Starts again every stored job left QUEUED or COMPILING by a daemon that
+  // stopped. Returns how many.
+  absl::StatusOr<int> ResumeUnfinished();
+
+ private:
+  struct Work;
+  struct Running;
+
+  // Expands the spec into the compile work, checking it on the way.
+  absl::StatusOr<std::shared_ptr<Work>> Plan(const v1::JobSpec& spec) const;
+  void Start(v1::Job job, std::shared_ptr<Work> work);
+  void Run(Running* running);
+  // Stores and announces the job's new state.
+  void Publish(Running* running, const v1::Measurement* last, absl::string_view message);
+
+  cache::Store* store_;
+  CompilePool* pool_;
+  const std::string pool_error_;
+  const JobRunnerOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_JOB_RUNNER_H_
