@@ -63,6 +63,8 @@
 #include "proto/autotune.grpc.pb.h"
 #include "service/lookup_resolver.h"
 #include "service/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tests/sample_bundle.h"
 
 namespace autotune::bench {
@@ -405,6 +407,8 @@ absl::StatusOr<std::unique_ptr<service::Server>> StartDaemon(const std::string& 
   options.db_path = absl::StrCat(dir, "/", name, ".db");
   options.listen = {absl::StrCat("unix://", dir, "/", name, ".sock")};
   options.shutdown_grace = absl::Seconds(1);
+  // Lookups only: the families come from the imported bundles.
+  options.kernels_dir = "none";
   return service::Server::BuildAndStart(options);
 }
 
@@ -836,6 +840,8 @@ std::string ReportJson(const MachineFacts& facts, const BenchOptions& options,
 }
 
 int Run(const BenchOptions& options) {
+  // The report owns stdout; the servers' log goes to stderr with the progress.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("autotune-bench-lookup"));
   if (!options.mutex_deadlock_detection) {
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   }

@@ -283,6 +283,37 @@ Command KernelsCommand(CLI::App& root, Streams io) {
   return command;
 }
 
+Command RegisterCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string file;
+    bool replace = false;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "register", "Register a kernel family (descriptor in protobuf text format)");
+  command.app->add_option("file", s->file, "Descriptor file; source_file is read beside it")
+      ->required();
+  command.app->add_flag("--replace", s->replace,
+                        "Make this version current when the family exists with other content");
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::RegisterKernelRequest request;
+    ASSIGN_OR_RETURN(*request.mutable_family(), ReadFamilyFile(s->file));
+    request.set_replace(s->replace);
+    ASSIGN_OR_RETURN(v1::RegisterKernelResponse response, client.RegisterKernel(request));
+    if (s->json) return PrintJson(response, io.out);
+    io.out << "kernel family " << response.kernel().name() << " "
+           << (response.changed() ? "registered" : "unchanged") << " (content hash "
+           << response.kernel().content_hash() << ", " << response.kernel().config_count()
+           << " configs)\n";
+    return absl::OkStatus();
+  };
+  return command;
+}
+
 Command JobsCommand(CLI::App& root, Streams io) {
   struct State {
     int32_t limit = 0;
@@ -584,8 +615,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   const std::vector<Command> commands = {
       LookupCommand(app, io),     ListCommand(app, io),   ShowCommand(app, io),
       InvalidateCommand(app, io), StatsCommand(app, io),  KernelsCommand(app, io),
-      JobsCommand(app, io),       GcCommand(app, io),     ExportCommand(app, io),
-      ImportCommand(app, io),     WarmupCommand(app, io),
+      RegisterCommand(app, io),   JobsCommand(app, io),   GcCommand(app, io),
+      ExportCommand(app, io),     ImportCommand(app, io), WarmupCommand(app, io),
   };
 
   try {

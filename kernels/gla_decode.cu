@@ -98,6 +98,9 @@ extern "C" __global__ void gla_decode_reference(float* state, const gla_t* q, co
 #if UNROLL < 1
 #error "UNROLL must be at least 1"
 #endif
+#if ((BLOCK_V / VEC) & (BLOCK_V / VEC - 1)) != 0
+#error "BLOCK_V / VEC must be a power of two (the o reduction uses xor shuffles)"
+#endif
 
 constexpr int kColThreads = BLOCK_V / VEC;         // threads across one tile row
 constexpr int kRowGroups = THREADS / kColThreads;  // threads down one tile column
@@ -138,9 +141,9 @@ struct FloatVec<4> {
 };
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    gla_decode(float* __restrict__ state, const gla_t* __restrict__ q,
-               const gla_t* __restrict__ k, const gla_t* __restrict__ v,
-               const float* __restrict__ g, gla_t* __restrict__ o, float scale, int dim) {
+    gla_decode(float* __restrict__ state, const gla_t* __restrict__ q, const gla_t* __restrict__ k,
+               const gla_t* __restrict__ v, const float* __restrict__ g, gla_t* __restrict__ o,
+               float scale, int dim) {
   extern __shared__ float staged[];  // [3][dim]: scale * q, k, exp(g)
   float* const q_s = staged;
   float* const k_s = staged + dim;

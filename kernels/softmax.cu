@@ -18,6 +18,8 @@
 // checked by the descriptor), so one binary serves every hidden size it
 // tiles exactly.
 //
+// fp16/bf16 headers come from the toolkit: NVRTC needs -I<cuda>/include.
+//
 // Launch: grid = ceil(rows / ROWS_PER_BLOCK),
 //         block = ROWS_PER_BLOCK * hidden / (VEC * ITEMS).
 #if defined(AUTOTUNE_DTYPE_FP16)
@@ -96,9 +98,11 @@ static_assert(kVecBytes == 4 || kVecBytes == 8 || kVecBytes == 16,
               "VEC * sizeof(element) must be 4, 8 or 16 bytes");
 typedef RawVector<kVecBytes>::type RawVec;
 
-// The largest block the register budget allows: with CACHE_ROW a thread holds
-// ITEMS * VEC elements in registers. The descriptor's constraints admit only
-// blocks within this bound.
+// The largest block the register budget allows. With CACHE_ROW a thread holds
+// ITEMS * VEC elements in registers, and a block of N threads leaves each
+// 65536 / N registers: 64 at 1024 threads (room for a 64-byte slice), 128 at
+// 512 (a 128-byte slice), 255 at 256 (a 256-byte slice). The descriptor's
+// constraints admit only blocks within this bound.
 constexpr int kRowBytes = CACHE_ROW ? ITEMS * kVecBytes : 0;
 static_assert(kRowBytes <= 256, "a cached row slice is at most 256 bytes (64 registers)");
 constexpr int kMaxBlock = kRowBytes <= 64 ? 1024 : kRowBytes <= 128 ? 512 : 256;

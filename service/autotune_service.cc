@@ -18,8 +18,7 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
 
 }  // namespace
 
-AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin,
-                                 JobRunner* jobs,
+AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                                  std::function<void(v1::StatsResponse*)> fill_stats)
     : resolver_(resolver), admin_(admin), jobs_(jobs), fill_stats_(std::move(fill_stats)) {}
 
@@ -92,8 +91,7 @@ grpc::Status AutotuneService::GetEntry(grpc::ServerContext*, const v1::GetEntryR
   return Answer(admin_->GetEntry(*request), response);
 }
 
-grpc::Status AutotuneService::Invalidate(grpc::ServerContext*,
-                                         const v1::InvalidateRequest* request,
+grpc::Status AutotuneService::Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* request,
                                          v1::InvalidateResponse* response) {
   return Answer(admin_->Invalidate(*request), response);
 }
@@ -118,8 +116,7 @@ grpc::Status AutotuneService::Stats(grpc::ServerContext*, const v1::StatsRequest
   return grpc::Status::OK;
 }
 
-grpc::Status AutotuneService::Export(grpc::ServerContext* context,
-                                     const v1::ExportRequest* request,
+grpc::Status AutotuneService::Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                                      grpc::ServerWriter<v1::ExportResponse>* writer) {
   absl::StatusOr<v1::CacheBundle> bundle = admin_->Export(*request);
   if (!bundle.ok()) return ToGrpcStatus(bundle.status());

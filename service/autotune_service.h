@@ -56,8 +56,7 @@ class AutotuneService final : public AutotuneServiceBase {
                      v1::StatsResponse* response) override;
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                       grpc::ServerWriter<v1::ExportResponse>* writer) override;
-  grpc::Status Import(grpc::ServerContext* context,
-                      grpc::ServerReader<v1::ImportRequest>* reader,
+  grpc::Status Import(grpc::ServerContext* context, grpc::ServerReader<v1::ImportRequest>* reader,
                       v1::ImportResponse* response) override;
   grpc::Status GarbageCollect(grpc::ServerContext* context,
                               const v1::GarbageCollectRequest* request,

@@ -107,8 +107,8 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
   if (!entry.has_value()) {
     return absl::NotFoundError(absl::StrCat(
-        "no entry for ", request.family(), " ", cache::CanonicalDims(request.problem().dims()),
-        " ", std::string(cache::DTypeName(request.problem().dtype())), " on ", request.device().name()));
+        "no entry for ", request.family(), " ", cache::CanonicalDims(request.problem().dims()), " ",
+        std::string(cache::DTypeName(request.problem().dtype())), " on ", request.device().name()));
   }
   ASSIGN_OR_RETURN(std::vector<v1::Measurement> measurements, store_->ListMeasurements(key));
   v1::GetEntryResponse response;
@@ -146,8 +146,7 @@ absl::StatusOr<v1::CacheBundle> CacheAdmin::Export(const v1::ExportRequest& requ
   return store_->Export(request.filter(), request.include_measurements());
 }
 
-absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle,
-                                                      bool replace) {
+absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle, bool replace) {
   return store_->Import(bundle, replace);
 }
 

@@ -44,8 +44,9 @@ wv1::CompileOutcome Failed(const wv1::CompileTask& task, wv1::CompileOutcome::St
 
 CompilePool::CompilePool(CompilePoolOptions options)
     : options_(std::move(options)),
-      size_(options_.workers > 0 ? options_.workers
-                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      size_(options_.workers > 0
+                ? options_.workers
+                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
       slots_(static_cast<size_t>(size_)) {}
 
 absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(const CompilePoolOptions& options) {
@@ -106,12 +107,11 @@ absl::Status CompilePool::Spawn(Slot& slot) {
   slot.from_worker = from_worker[0];
 
   wv1::WorkerResponse hello;
-  absl::Status read =
-      ReadDelimited(slot.from_worker, absl::Now() + options_.start_timeout, &hello);
+  absl::Status read = ReadDelimited(slot.from_worker, absl::Now() + options_.start_timeout, &hello);
   if (!read.ok() || !hello.has_hello() || !hello.hello().error().empty()) {
-    std::string why = !read.ok() ? std::string(read.message())
-                                 : hello.has_hello() ? hello.hello().error()
-                                                     : "it did not say hello";
+    std::string why = !read.ok()          ? std::string(read.message())
+                      : hello.has_hello() ? hello.hello().error()
+                                          : "it did not say hello";
     Kill(slot);
     return absl::FailedPreconditionError(absl::StrCat("compile worker ", path, ": ", why));
   }
@@ -188,9 +188,9 @@ wv1::CompileOutcome CompilePool::Compile(const wv1::CompileTask& task, absl::Dur
     }
     Kill(*slot);
     ++replaced_;
-    outcome = Failed(task, wv1::CompileOutcome::WORKER_LOST,
-                     absl::StrCat("the compile worker ", how, " while compiling (",
-                                  status.message(), ")"));
+    outcome = Failed(
+        task, wv1::CompileOutcome::WORKER_LOST,
+        absl::StrCat("the compile worker ", how, " while compiling (", status.message(), ")"));
   }
   release();
   return outcome;

@@ -49,15 +49,16 @@ TEST(CompilePoolTest, CompilesInAWorkerProcess) {
   wv1::CompileOutcome outcome = pool->Compile(Task("a"), absl::Seconds(60));
   ASSERT_EQ(outcome.status(), wv1::CompileOutcome::OK) << outcome.log();
   EXPECT_EQ(outcome.task_id(), "a");
-  EXPECT_THAT(outcome.cubin(), StartsWith("\x7f" "ELF"));
+  EXPECT_THAT(outcome.cubin(), StartsWith("\x7f"
+                                          "ELF"));
   EXPECT_EQ(outcome.lowered_name(), "scale");
 }
 
 TEST(CompilePoolTest, CompileErrorsComeBackWithTheLog) {
   auto pool = StartPool(1);
   ASSERT_NE(pool, nullptr);
-  wv1::CompileOutcome outcome =
-      pool->Compile(Task("bad", "extern \"C\" __global__ void scale() { oops; }"), absl::Seconds(60));
+  wv1::CompileOutcome outcome = pool->Compile(
+      Task("bad", "extern \"C\" __global__ void scale() { oops; }"), absl::Seconds(60));
   EXPECT_EQ(outcome.status(), wv1::CompileOutcome::COMPILE_ERROR);
   EXPECT_THAT(outcome.log(), HasSubstr("scale.cu"));
   EXPECT_THAT(outcome.log(), HasSubstr("oops"));

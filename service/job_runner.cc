@@ -75,7 +75,10 @@ struct JobRunner::Running {
 
 JobRunner::JobRunner(cache::Store* store, CompilePool* pool, std::string pool_error,
                      JobRunnerOptions options)
-    : store_(store), pool_(pool), pool_error_(std::move(pool_error)), options_(std::move(options)) {}
+    : store_(store),
+      pool_(pool),
+      pool_error_(std::move(pool_error)),
+      options_(std::move(options)) {}
 
 JobRunner::~JobRunner() {
   std::vector<Running*> jobs;
@@ -131,8 +134,9 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
     if (records.contains(name)) continue;
     absl::StatusOr<cache::FamilyRecord> record = store_->GetFamily(name);
     if (!record.ok()) {
-      return absl::Status(record.status().code(), absl::StrCat("manifest.items[", i, "].family: ",
-                                                               record.status().message()));
+      return absl::Status(
+          record.status().code(),
+          absl::StrCat("manifest.items[", i, "].family: ", record.status().message()));
     }
     families[name] = record->family;
     records.emplace(name, *std::move(record));
@@ -140,8 +144,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
   ASSIGN_OR_RETURN(std::vector<kernels::ManifestProblem> problems,
                    kernels::ExpandManifest(spec.manifest(), families));
   if (options.shard_count() > 0) {
-    ASSIGN_OR_RETURN(problems,
-                     kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
+    ASSIGN_OR_RETURN(
+        problems, kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
   }
 
   auto work = std::make_shared<Work>();
@@ -151,8 +155,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
                               : options_.compile_timeout;
   absl::flat_hash_map<std::string, size_t> seen;
   auto add = [&](const cache::FamilyRecord& record, const v1::Problem& problem,
-                 const std::string& name_expression, const std::vector<std::string>& compile_options,
-                 const v1::Config* config) {
+                 const std::string& name_expression,
+                 const std::vector<std::string>& compile_options, const v1::Config* config) {
     kernels::CompileRequest request;
     request.source = record.family.source();
     request.program_name = record.family.name() + ".cu";
@@ -241,7 +245,9 @@ void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::str
   }
   if (persist) {
     absl::Status stored = store_->UpdateJob(snapshot);
-    if (!stored.ok()) spdlog::warn("job {}: cannot store progress: {}", snapshot.id(), std::string(stored.message()));
+    if (!stored.ok())
+      spdlog::warn("job {}: cannot store progress: {}", snapshot.id(),
+                   std::string(stored.message()));
   }
 }
 

@@ -44,7 +44,7 @@
 namespace autotune::service {
 
 struct JobRunnerOptions {
-  int compile_parallelism = 0;  // 0 = the pool's size
+  int compile_parallelism = 0;                          // 0 = the pool's size
   absl::Duration compile_timeout = absl::Seconds(120);  // when the job gives none
   std::string default_arch = "sm_90";
 };

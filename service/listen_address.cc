@@ -40,8 +40,8 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text, bool tl
     return address;
   }
   if (absl::StrContains(text, "://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", text, ": unknown scheme; use unix:///path or host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", text, ": unknown scheme; use unix:///path or host:port"));
   }
   const size_t colon = text.rfind(':');
   if (colon == absl::string_view::npos || colon == 0) {
@@ -72,9 +72,9 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text, bool tl
           ": TCP needs TLS (--tls-cert and --tls-key) or --insecure on a loopback address"));
     }
     if (!address.loopback) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--listen ", text, ": refusing plaintext TCP on non-loopback host '", host,
-          "'; use --tls-cert/--tls-key, or listen on 127.0.0.1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen ", text, ": refusing plaintext TCP on non-loopback host '", host,
+                       "'; use --tls-cert/--tls-key, or listen on 127.0.0.1"));
     }
   }
   return address;

@@ -62,8 +62,8 @@ absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& 
   for (const auto& [name, value] : problem.dims()) {
     if (!Contains(names, name)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ".dims: '", name, "' is not a dimension of family '",
-                       family.name(), "' (dims: ", absl::StrJoin(names, ", "), ")"));
+          absl::StrCat(field, ".dims: '", name, "' is not a dimension of family '", family.name(),
+                       "' (dims: ", absl::StrJoin(names, ", "), ")"));
     }
     if (value <= 0) {
       return absl::InvalidArgumentError(
@@ -80,17 +80,16 @@ absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& 
   if (problem.dtype() == v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is not set"));
   }
-  if (family.dtypes_size() > 0 &&
-      std::find(family.dtypes().begin(), family.dtypes().end(), problem.dtype()) ==
-          family.dtypes().end()) {
+  if (family.dtypes_size() > 0 && std::find(family.dtypes().begin(), family.dtypes().end(),
+                                            problem.dtype()) == family.dtypes().end()) {
     std::vector<std::string> supported;
     for (int dtype : family.dtypes()) {
       supported.emplace_back(std::string(cache::DTypeName(static_cast<v1::DType>(dtype))));
     }
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".dtype: family '", family.name(), "' does not support ",
-                     std::string(cache::DTypeName(problem.dtype())), " (supported: ",
-                     absl::StrJoin(supported, ", "), ")"));
+                     std::string(cache::DTypeName(problem.dtype())),
+                     " (supported: ", absl::StrJoin(supported, ", "), ")"));
   }
   return absl::OkStatus();
 }
@@ -147,10 +146,9 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
       }
     }
     if (better) {
-      std::sort(choice.distance.begin(), choice.distance.end(),
-                [](const v1::DimDistance& a, const v1::DimDistance& b) {
-                  return a.name() < b.name();
-                });
+      std::sort(
+          choice.distance.begin(), choice.distance.end(),
+          [](const v1::DimDistance& a, const v1::DimDistance& b) { return a.name() < b.name(); });
       best = std::move(choice);
       best_rounds_up = rounds_up;
       best_key = std::move(key);
@@ -170,7 +168,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   } else {
     ASSIGN_OR_RETURN(family, store_->GetFamilyVersion(request.family(), request.family_hash()));
   }
-  RETURN_IF_ERROR(ValidateProblem(family.family, request.problem(), absl::StrCat(field, ".problem")));
+  RETURN_IF_ERROR(
+      ValidateProblem(family.family, request.problem(), absl::StrCat(field, ".problem")));
 
   const std::string& device = request.device().name();
   const v1::Problem& problem = request.problem();
@@ -180,8 +179,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   // EXACT.
   std::optional<v1::Entry> exact;
   if (!device.empty()) {
-    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{
-                                request.family(), family.content_hash, problem, device}));
+    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{request.family(), family.content_hash,
+                                                              problem, device}));
   } else {
     ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family.content_hash,
                                                         problem.dtype(), ""));
@@ -238,10 +237,9 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
           }
         }
         if (devices.size() > 1) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(field, ".device.name is empty and the nearest entries exist for ",
-                           devices.size(), " devices (", absl::StrJoin(devices, ", "),
-                           "); name one"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              field, ".device.name is empty and the nearest entries exist for ", devices.size(),
+              " devices (", absl::StrJoin(devices, ", "), "); name one"));
         }
       }
       v1::LookupResponse response;
@@ -271,8 +269,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   int64_t total = 0;
   RETURN_IF_ERROR(store_->ListEntries(other_versions, 0, 0, &total).status());
   if (total > 0) {
-    absl::StrAppend(&reason, "; the cache holds ", total, " entries for family '",
-                    request.family(), "' in all, possibly for other versions of its source");
+    absl::StrAppend(&reason, "; the cache holds ", total, " entries for family '", request.family(),
+                    "' in all, possibly for other versions of its source");
   }
   return Miss(std::move(reason));
 }
@@ -289,8 +287,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupReques
 absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
     const v1::BatchLookupRequest& request) const {
   if (request.lookups_size() > kMaxBatchLookups) {
-    return absl::InvalidArgumentError(absl::StrCat("lookups: ", request.lookups_size(),
-                                                   " items, at most ", kMaxBatchLookups));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lookups: ", request.lookups_size(), " items, at most ", kMaxBatchLookups));
   }
   v1::BatchLookupResponse response;
   absl::flat_hash_map<std::string, absl::Status> binary_errors;

@@ -7,9 +7,9 @@
 
 #include "base/status_matchers.h"
 #include "cache/keys.h"
-#include "tests/sample_bundle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/sample_bundle.h"
 
 namespace autotune::service {
 namespace {
@@ -44,8 +44,7 @@ v1::KernelFamily MakeFamily() {
 }
 
 TEST(ChooseNearestTest, PicksSmallestLogDistance) {
-  std::vector<v1::Entry> candidates = {MakeEntry(1, 4096), MakeEntry(8, 4096),
-                                       MakeEntry(64, 4096)};
+  std::vector<v1::Entry> candidates = {MakeEntry(1, 4096), MakeEntry(8, 4096), MakeEntry(64, 4096)};
   auto choice = ChooseNearest(MakeProblem(10, 4096), {"batch"}, candidates);
   ASSERT_TRUE(choice.has_value());
   EXPECT_EQ(choice->index, 1u);
@@ -106,7 +105,6 @@ TEST(ValidateProblemTest, NamesTheField) {
   EXPECT_THAT(ValidateProblem(family, MakeProblem(8, 4096, v1::FLOAT16), "problem"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not support fp16")));
 }
-
 
 // The resolver over a real store holding the quick start's sample:
 // vector_scale bf16 n=4096 at batch 1, 8 and 64 on an H200.
@@ -171,8 +169,7 @@ TEST_F(LookupResolverStoreTest, ExactNearestMissAndCounters) {
 TEST_F(LookupResolverStoreTest, UnknownFamilyIsNotFound) {
   v1::LookupRequest request = Request(8);
   request.set_family("nope");
-  EXPECT_THAT(resolver_->Lookup(request),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(resolver_->Lookup(request), StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
 }
 
 TEST_F(LookupResolverStoreTest, DeviceRulesAreApplied) {

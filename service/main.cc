@@ -1,9 +1,9 @@
 // autotuned: the autotune daemon. Parses flags into ServerOptions, starts
 // the server and stops it cleanly on SIGTERM or SIGINT.
-#include <csignal>
-#include <cstdio>
 #include <pthread.h>
 
+#include <csignal>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   std::thread stopper([&server, stop_signals] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    spdlog::info("received {}, finishing in-flight calls", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    spdlog::info("received {}, finishing in-flight calls",
+                 signal == SIGTERM ? "SIGTERM" : "SIGINT");
     (*server)->Shutdown();
   });
   (*server)->Wait();

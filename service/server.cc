@@ -22,8 +22,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "service/autotune_service.h"
 #include "kernels/family_loader.h"
+#include "service/autotune_service.h"
 #include "service/cache_admin.h"
 #include "service/compile_pool.h"
 #include "service/job_runner.h"
@@ -84,8 +84,8 @@ absl::Status ClaimSocketPath(const std::string& path) {
         absl::StrCat("another server is already listening on unix://", path));
   }
   if (connect_errno != ECONNREFUSED) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot check socket ", path, ": ",
-                                                      std::strerror(connect_errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot check socket ", path, ": ", std::strerror(connect_errno)));
   }
   if (unlink(path.c_str()) != 0) {
     return absl::FailedPreconditionError(
@@ -164,8 +164,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
     if (!options.tls_client_ca.empty()) {
       ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "--tls-client-ca"));
-      ssl.client_certificate_request =
-          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     tcp_credentials = grpc::SslServerCredentials(ssl);
   }
@@ -233,8 +232,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
       socket_paths_.push_back(address.path);
       if (chmod(address.path.c_str(), options.socket_mode) != 0) {
         server_->Shutdown();
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot set the mode of ", address.path, ": ", std::strerror(errno)));
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot set the mode of ", address.path, ": ", std::strerror(errno)));
       }
       addresses_.push_back(address.uri);
     } else {
@@ -243,12 +242,12 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
         return absl::UnavailableError(absl::StrCat("could not listen on ", address.uri));
       }
       const bool v6 = address.host.find(':') != std::string::npos;
-      addresses_.push_back(absl::StrCat(v6 ? "[" : "", address.host, v6 ? "]" : "", ":",
-                                        ports[i]));
+      addresses_.push_back(absl::StrCat(v6 ? "[" : "", address.host, v6 ? "]" : "", ":", ports[i]));
     }
   }
   absl::StatusOr<int> resumed = jobs_->ResumeUnfinished();
-  if (!resumed.ok()) spdlog::warn("cannot resume unfinished jobs: {}", std::string(resumed.status().message()));
+  if (!resumed.ok())
+    spdlog::warn("cannot resume unfinished jobs: {}", std::string(resumed.status().message()));
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   server_->GetHealthCheckService()->SetServingStatus(true);
   started_ = absl::Now();

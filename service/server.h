@@ -32,9 +32,9 @@ struct ServerOptions {
   bool insecure = false;            // allow plaintext TCP on loopback
   std::string tls_cert;             // PEM files; both or neither
   std::string tls_key;
-  std::string tls_client_ca;        // set: clients must present a cert it signed
-  int readers = 4;                  // pooled database read connections
-  unsigned socket_mode = 0600;      // Unix sockets; 0660 lets a group in
+  std::string tls_client_ca;    // set: clients must present a cert it signed
+  int readers = 4;              // pooled database read connections
+  unsigned socket_mode = 0600;  // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
   // Built-in kernel families (*.textproto), registered at start-up.
   // Empty = the kernels/ directory this build was made from; "none" = skip.

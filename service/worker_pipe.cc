@@ -24,8 +24,9 @@ absl::Status ReadExactly(int fd, absl::Time deadline, char* out, size_t size) {
       return absl::DeadlineExceededError("no answer from the worker before the deadline");
     }
     pollfd pfd{fd, POLLIN, 0};
-    const int timeout_ms =
-        deadline == absl::InfiniteFuture() ? -1 : static_cast<int>(std::min<int64_t>(left_ms, 1000));
+    const int timeout_ms = deadline == absl::InfiniteFuture()
+                               ? -1
+                               : static_cast<int>(std::min<int64_t>(left_ms, 1000));
     const int ready = poll(&pfd, 1, timeout_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;

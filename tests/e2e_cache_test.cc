@@ -56,8 +56,8 @@ class CacheEndToEndTest : public ::testing::Test {
 
   v1::LookupResponse LookupJson(const std::string& dims, const std::string& dtype,
                                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"lookup", "vector_scale", "--dims", dims, "--dtype", dtype,
-                                     "--device", "NVIDIA H200", "--json"};
+    std::vector<std::string> args = {"lookup", "vector_scale", "--dims",      dims,    "--dtype",
+                                     dtype,    "--device",     "NVIDIA H200", "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     CommandResult result = Cli(args);
     EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -112,16 +112,16 @@ TEST_F(CacheEndToEndTest, ImportedEntryIsExactNeighbourIsNearestUnknownIsMiss) {
   EXPECT_EQ(LookupJson("batch=12,n=4096", "bf16", {"--exact"}).match(), v1::MISS);
 
   // The human form says the same, and a MISS still exits 0.
-  CommandResult miss = Cli({"lookup", "vector_scale", "--dims", "batch=8,n=1024", "--dtype",
-                            "bf16", "--device", "NVIDIA H200"});
+  CommandResult miss = Cli({"lookup", "vector_scale", "--dims", "batch=8,n=1024", "--dtype", "bf16",
+                            "--device", "NVIDIA H200"});
   EXPECT_EQ(miss.exit_code, 0) << miss.err;
   EXPECT_THAT(miss.out, HasSubstr("MISS"));
 }
 
 TEST_F(CacheEndToEndTest, LookupsWithoutDeviceNameAreAnsweredWhenUnambiguous) {
   ImportSample();
-  CommandResult result = Cli({"lookup", "vector_scale", "--dims", "batch=64,n=4096", "--dtype",
-                              "bf16", "--json"});
+  CommandResult result =
+      Cli({"lookup", "vector_scale", "--dims", "batch=64,n=4096", "--dtype", "bf16", "--json"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   v1::LookupResponse response;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(result.out, &response).ok());
@@ -131,8 +131,8 @@ TEST_F(CacheEndToEndTest, LookupsWithoutDeviceNameAreAnsweredWhenUnambiguous) {
 
 TEST_F(CacheEndToEndTest, BadInputNamesTheFieldAndUnknownFamilyIsNotFound) {
   ImportSample();
-  CommandResult unknown = Cli({"lookup", "no_such_family", "--dims", "batch=8", "--dtype",
-                               "bf16", "--device", "NVIDIA H200"});
+  CommandResult unknown = Cli({"lookup", "no_such_family", "--dims", "batch=8", "--dtype", "bf16",
+                               "--device", "NVIDIA H200"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
   EXPECT_THAT(unknown.err, HasSubstr("no_such_family"));
@@ -190,8 +190,8 @@ TEST_F(CacheEndToEndTest, InvalidateRemovesExactlyWhatItNames) {
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
   EXPECT_EQ(EntryCount(), 3);
 
-  CommandResult one = Cli({"invalidate", "--family", "vector_scale", "--dims", "batch=8,n=4096",
-                           "--dtype", "bf16"});
+  CommandResult one = Cli(
+      {"invalidate", "--family", "vector_scale", "--dims", "batch=8,n=4096", "--dtype", "bf16"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(EntryCount(), 2);
   // Batch 8 is gone: it is now answered from a neighbour, the others stay exact.
@@ -220,8 +220,8 @@ TEST_F(CacheEndToEndTest, HandCorruptedCubinIsRefusedOnLookup) {
     ASSERT_EQ(sqlite3_open(daemon_->db_path().c_str(), &db), SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);
     char* error = nullptr;
-    const int rc = sqlite3_exec(db, "UPDATE binaries SET cubin = zeroblob(length(cubin))",
-                                nullptr, nullptr, &error);
+    const int rc = sqlite3_exec(db, "UPDATE binaries SET cubin = zeroblob(length(cubin))", nullptr,
+                                nullptr, &error);
     EXPECT_EQ(rc, SQLITE_OK) << (error != nullptr ? error : "");
     sqlite3_free(error);
     sqlite3_close(db);
@@ -282,14 +282,13 @@ TEST_F(CacheEndToEndTest, ExportThenImportIntoAFreshDaemonGivesTheSameAnswers) {
 
 TEST_F(CacheEndToEndTest, ReadCommandsAnswerJson) {
   ImportSample();
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"stats", "--json"},
-                                             {"ls", "--json"},
-                                             {"kernels", "--json"},
-                                             {"jobs", "--json"},
-                                             {"show", "vector_scale", "--dims", "batch=8,n=4096",
-                                              "--dtype", "bf16", "--device", "NVIDIA H200",
-                                              "--json"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"stats", "--json"},
+           {"ls", "--json"},
+           {"kernels", "--json"},
+           {"jobs", "--json"},
+           {"show", "vector_scale", "--dims", "batch=8,n=4096", "--dtype", "bf16", "--device",
+            "NVIDIA H200", "--json"}}) {
     CommandResult result = Cli(args);
     EXPECT_EQ(result.exit_code, 0) << args[0] << ": " << result.err;
     EXPECT_THAT(result.out, HasSubstr("{")) << args[0];
@@ -316,8 +315,8 @@ TEST_F(CacheEndToEndTest, ProfilingJobsAnswerUnimplemented) {
 
 TEST(ClientWithoutDaemonTest, SaysTheServerCannotBeReached) {
   TempDir dir;
-  CommandResult result = RunCommand(
-      {AutotuneCliPath(), "--server", "unix://" + dir.path() + "/none.sock", "stats"});
+  CommandResult result =
+      RunCommand({AutotuneCliPath(), "--server", "unix://" + dir.path() + "/none.sock", "stats"});
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_THAT(result.err, HasSubstr("cannot reach autotuned"));
 }

@@ -132,8 +132,8 @@ TEST(DaemonTest, RefusesADatabaseHeldByAnotherDaemon) {
   TempDir dir;
   Daemon first(dir.path());
   ASSERT_OK(first.Start());
-  Daemon second(dir.path(), {"--db", first.db_path(), "--listen",
-                             "unix://" + dir.path() + "/second.sock"});
+  Daemon second(dir.path(),
+                {"--db", first.db_path(), "--listen", "unix://" + dir.path() + "/second.sock"});
   ASSERT_OK(second.Start());
   EXPECT_NE(second.WaitExit(), 0);
   EXPECT_THAT(LastLine(second.Stderr()), HasSubstr("in use"));
@@ -211,8 +211,7 @@ TEST_P(BadDatabaseTest, ExitsNonZeroWithOneLineReason) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadDatabaseTest,
-    ::testing::Values(BadDatabaseCase{"garbage", "not"},
-                      BadDatabaseCase{"newer_schema", "newer"},
+    ::testing::Values(BadDatabaseCase{"garbage", "not"}, BadDatabaseCase{"newer_schema", "newer"},
                       BadDatabaseCase{"unreadable_directory", "not a directory"}),
     [](const ::testing::TestParamInfo<BadDatabaseCase>& info) { return info.param.name; });
 
@@ -241,7 +240,6 @@ TEST(DaemonTest, TcpNeedsTlsOrInsecureLoopback) {
   EXPECT_EQ(loopback.Stop(), 0);
 }
 
-
 // Runs a shell-free openssl command line; fails the test when it fails.
 void OpenSsl(std::vector<std::string> args) {
   args.insert(args.begin(), "/usr/bin/openssl");
@@ -259,13 +257,12 @@ TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
   OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/server.key", "-out",
            d + "/server.csr", "-subj", "/CN=localhost", "-addext",
            "subjectAltName=DNS:localhost,IP:127.0.0.1"});
-  OpenSsl({"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey",
-           d + "/ca.key", "-CAcreateserial", "-out", d + "/server.pem", "-days", "1",
-           "-copy_extensions", "copy"});
+  OpenSsl({"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+           "-CAcreateserial", "-out", d + "/server.pem", "-days", "1", "-copy_extensions", "copy"});
 
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
-                    d + "/server.key"});
+  Daemon daemon(
+      d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
   ASSERT_OK(daemon.Start());
   CommandResult secure;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -280,8 +277,8 @@ TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
       RunCommand({AutotuneCliPath(), "--server", address, "--timeout", "2", "stats"});
   EXPECT_NE(plaintext.exit_code, 0);
   // A client that does not trust the CA is refused too.
-  CommandResult untrusted = RunCommand(
-      {AutotuneCliPath(), "--server", address, "--tls", "--timeout", "2", "stats"});
+  CommandResult untrusted =
+      RunCommand({AutotuneCliPath(), "--server", address, "--tls", "--timeout", "2", "stats"});
   EXPECT_NE(untrusted.exit_code, 0);
   EXPECT_EQ(daemon.Stop(), 0);
 }

@@ -189,8 +189,8 @@ absl::Status Daemon::Start(absl::Duration timeout) {
           absl::StrCat("autotuned exited with ", code, " (signal ", sig, "): ", Stderr()));
     }
     // A fresh channel each try: a failed one waits out gRPC's reconnect backoff.
-    auto stub = v1::Autotune::NewStub(
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    auto stub =
+        v1::Autotune::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
     v1::StatsRequest request;
@@ -198,9 +198,8 @@ absl::Status Daemon::Start(absl::Duration timeout) {
     if (stub->Stats(&context, request, &response).ok()) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("autotuned did not answer within ", absl::FormatDuration(timeout), ": ",
-                   Stderr()));
+  return absl::DeadlineExceededError(absl::StrCat("autotuned did not answer within ",
+                                                  absl::FormatDuration(timeout), ": ", Stderr()));
 }
 
 int Daemon::Stop(absl::Duration timeout) {
