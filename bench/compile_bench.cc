@@ -867,22 +867,31 @@ int Run(const BenchOptions& options) {
     }
     std::cout << "\n";
   }
-  std::cout << "NVRTC cubins differing from the first NVRTC cubin of the same variant: "
-            << nvrtc_differ << "\n";
+  if (wants("pool") || wants("threads")) {
+    std::cout << "NVRTC cubins differing from the first NVRTC cubin of the same variant: "
+              << nvrtc_differ << "\n";
+  }
 
-  const WarmResult warm =
-      RunWarm(*work, for_cache, facts.nvrtc_version, scratch->path(), options.lookup_passes);
-  errors += warm.errors;
-  if (first_error.empty() && !warm.first_error.empty()) first_error = warm.first_error;
-  std::cout << "\nWarm rerun (cache::Store in a temp SQLite file, " << warm.keys << " keys, "
-            << warm.database_bytes << " bytes on disk):\n"
-            << "  PutCompile                        " << Fixed(warm.put_us, 1) << " us/variant\n"
-            << "  FindCompile, first pass           " << Fixed(warm.find_first_us, 1)
-            << " us/variant\n"
-            << "  FindCompile, median of " << warm.passes << " passes    "
-            << Fixed(warm.find_median_us, 1) << " us/variant\n"
-            << "  FindCompile + GetBinary, median   " << Fixed(warm.find_get_median_us, 1)
-            << " us/variant\n";
+  // The warm rerun stores what NVRTC built, under NVRTC's compile keys.
+  const bool nvrtc_ran = wants("pool") || wants("threads");
+  WarmResult warm;
+  if (nvrtc_ran) {
+    warm = RunWarm(*work, for_cache, facts.nvrtc_version, scratch->path(), options.lookup_passes);
+    errors += warm.errors;
+    if (first_error.empty() && !warm.first_error.empty()) first_error = warm.first_error;
+    std::cout << "\nWarm rerun (cache::Store in a temp SQLite file, " << warm.keys << " keys, "
+              << warm.database_bytes << " bytes on disk):\n"
+              << "  PutCompile                        " << Fixed(warm.put_us, 1)
+              << " us/variant\n"
+              << "  FindCompile, first pass           " << Fixed(warm.find_first_us, 1)
+              << " us/variant\n"
+              << "  FindCompile, median of " << warm.passes << " passes    "
+              << Fixed(warm.find_median_us, 1) << " us/variant\n"
+              << "  FindCompile + GetBinary, median   " << Fixed(warm.find_get_median_us, 1)
+              << " us/variant\n";
+  } else {
+    std::cout << "\nWarm rerun: not run (it stores NVRTC's cubins; run pool or threads)\n";
+  }
 
   std::cout << "\nGoals\n";
   bool have_goal_n = false;

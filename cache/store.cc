@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -604,6 +605,9 @@ class Store::Impl {
 
   const StoreOptions options;
   int schema_version = 0;
+  // Bumped after every committed write that can change a family's current
+  // version; see Store::family_generation().
+  std::atomic<int64_t> family_generation{0};
   LockFile lock;  // released last, after every connection has closed
   absl::Mutex writer_mu;
   std::unique_ptr<Connection> writer ABSL_GUARDED_BY(writer_mu);
@@ -617,6 +621,8 @@ Store::~Store() = default;
 
 const std::string& Store::path() const { return impl_->options.path; }
 int Store::schema_version() const { return impl_->schema_version; }
+
+int64_t Store::family_generation() const { return impl_->family_generation.load(); }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   const std::string& path = options.path;
@@ -720,6 +726,7 @@ absl::StatusOr<FamilyRecord> Store::PutFamily(const v1::KernelFamily& family, bo
   ASSIGN_OR_RETURN(std::optional<FamilyRecord> record, ReadFamilyVersion(db, family.name(), hash));
   if (!record.has_value()) return absl::InternalError("family version vanished while storing it");
   RETURN_IF_ERROR(transaction.Commit());
+  impl_->family_generation.fetch_add(1);
   if (changed != nullptr) *changed = previous != hash;
   return *std::move(record);
 }
@@ -1210,6 +1217,7 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
     if (stored) response.set_measurements(response.measurements() + 1);
   }
   RETURN_IF_ERROR(transaction.Commit());
+  if (bundle.families_size() > 0) impl_->family_generation.fetch_add(1);
   return response;
 }
 

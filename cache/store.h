@@ -142,6 +142,11 @@ class Store {
   // The schema version of the open database (kSchemaVersion unless
   // migrate_to was set).
   int schema_version() const;
+  // Changes after every write that may move a family's current version
+  // (PutFamily, Import with families). Callers that cache what GetFamily
+  // returned compare it to know when to read again. Versions themselves
+  // (name + content hash) never change once stored.
+  int64_t family_generation() const;
 
   // ---- Families -----------------------------------------------------------
   // Stores `family` under its content hash and makes that hash the current

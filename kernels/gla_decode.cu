@@ -22,7 +22,7 @@
 // The descriptor's constraints guarantee that dim is a multiple of BLOCK_V and
 // of (row groups * UNROLL), so no access needs a bounds check.
 //
-// fp16/bf16 headers come from the toolkit: NVRTC needs -I<cuda>/include.
+// fp16/bf16 headers come from the toolkit; the compiler passes its include directory.
 //
 // Launch: grid = (dim / BLOCK_V, batch * heads), block = THREADS,
 // dynamic shared memory = 3 * dim * sizeof(float) (scaled q, k, exp(g)).

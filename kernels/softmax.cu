@@ -18,7 +18,7 @@
 // checked by the descriptor), so one binary serves every hidden size it
 // tiles exactly.
 //
-// fp16/bf16 headers come from the toolkit: NVRTC needs -I<cuda>/include.
+// fp16/bf16 headers come from the toolkit; the compiler passes its include directory.
 //
 // Launch: grid = ceil(rows / ROWS_PER_BLOCK),
 //         block = ROWS_PER_BLOCK * hidden / (VEC * ITEMS).

@@ -398,7 +398,9 @@ absl::Status JobRunner::Watch(absl::string_view id,
       }
       seen = running->version;
       progress = running->latest;
-      finished = Finished(running->job.state());
+      // From the snapshot sent, not the live job: the job may have ended
+      // after this snapshot was taken, and the final one is still to come.
+      finished = Finished(progress.job().state());
     }
     if (!on_progress(progress) || finished) return absl::OkStatus();
     if (stop && stop()) return absl::CancelledError("the watcher went away");

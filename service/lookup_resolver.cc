@@ -18,12 +18,15 @@ bool Contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::vector<std::string> BucketedDims(const v1::KernelFamily& family) {
-  std::vector<std::string> names;
-  for (const v1::ProblemDimension& dim : family.dims()) {
-    if (dim.bucketed()) names.push_back(dim.name());
+std::shared_ptr<const FamilyView> MakeView(cache::FamilyRecord record) {
+  auto view = std::make_shared<FamilyView>();
+  view->content_hash = std::move(record.content_hash);
+  view->family = std::move(record.family);
+  view->family.clear_source();
+  for (const v1::ProblemDimension& dim : view->family.dims()) {
+    if (dim.bucketed()) view->bucketed.push_back(dim.name());
   }
-  return names;
+  return view;
 }
 
 // Why an entry tuned on `entry` may not stand in for `wanted`; empty when it may.
@@ -157,19 +160,52 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
   return best;
 }
 
+absl::StatusOr<std::shared_ptr<const FamilyView>> LookupResolver::Family(
+    const std::string& name, const std::string& hash) const {
+  // Read the generation before the store: a family write that lands in
+  // between makes this answer's generation stale, so it is not kept as current.
+  const int64_t generation = store_->family_generation();
+  {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    if (cached_generation_ == generation) {
+      std::string key;
+      if (!hash.empty()) {
+        key = absl::StrCat(name, "/", hash);
+      } else if (auto current = current_.find(name); current != current_.end()) {
+        key = absl::StrCat(name, "/", current->second);
+      }
+      if (auto found = versions_.find(key); !key.empty() && found != versions_.end()) {
+        return found->second;
+      }
+    }
+  }
+  cache::FamilyRecord record;
+  if (hash.empty()) {
+    ASSIGN_OR_RETURN(record, store_->GetFamily(name));
+  } else {
+    ASSIGN_OR_RETURN(record, store_->GetFamilyVersion(name, hash));
+  }
+  std::shared_ptr<const FamilyView> view = MakeView(std::move(record));
+  absl::MutexLock lock(&cache_mu_);
+  if (cached_generation_ != generation) {
+    if (store_->family_generation() != generation) return view;  // moved meanwhile
+    current_.clear();
+    cached_generation_ = generation;
+  }
+  if (hash.empty()) current_[name] = view->content_hash;
+  versions_[absl::StrCat(name, "/", view->content_hash)] = view;
+  return view;
+}
+
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
                                                            absl::string_view field) const {
   if (request.family().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".family is empty"));
   }
-  cache::FamilyRecord family;
-  if (request.family_hash().empty()) {
-    ASSIGN_OR_RETURN(family, store_->GetFamily(request.family()));
-  } else {
-    ASSIGN_OR_RETURN(family, store_->GetFamilyVersion(request.family(), request.family_hash()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const FamilyView> family,
+                   Family(request.family(), request.family_hash()));
   RETURN_IF_ERROR(
-      ValidateProblem(family.family, request.problem(), absl::StrCat(field, ".problem")));
+      ValidateProblem(family->family, request.problem(), absl::StrCat(field, ".problem")));
 
   const std::string& device = request.device().name();
   const v1::Problem& problem = request.problem();
@@ -179,10 +215,10 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   // EXACT.
   std::optional<v1::Entry> exact;
   if (!device.empty()) {
-    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{request.family(), family.content_hash,
+    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{request.family(), family->content_hash,
                                                               problem, device}));
   } else {
-    ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family.content_hash,
+    ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
                                                         problem.dtype(), ""));
     have_candidates = true;
     const std::string wanted = cache::CanonicalDims(problem.dims());
@@ -213,10 +249,10 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   }
 
   // NEAREST.
-  const std::vector<std::string> bucketed = BucketedDims(family.family);
+  const std::vector<std::string>& bucketed = family->bucketed;
   if (!request.exact_only() && !bucketed.empty()) {
     if (!have_candidates) {
-      ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family.content_hash,
+      ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
                                                           problem.dtype(), device));
     }
     std::vector<v1::Entry> usable;

@@ -20,16 +20,23 @@
 // - With include_cubin the binary is read and checked against its sha256; a
 //   corrupt binary fails the lookup with DATA_LOSS and is never served.
 //
-// Thread-safe; the store does the synchronisation.
+// Thread-safe. What a lookup needs of a family (its current content hash,
+// dimensions and dtypes; not its source) is kept in memory and read again
+// when the store's family generation moves, so a lookup costs one indexed
+// read of the entry.
 #ifndef AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
 #define AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
 
 #include <atomic>
+#include <memory>
+#include <string>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
@@ -62,6 +69,13 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
 absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
                              absl::string_view field);
 
+// What a lookup needs of one family version.
+struct FamilyView {
+  std::string content_hash;
+  v1::KernelFamily family;  // without `source`
+  std::vector<std::string> bucketed;
+};
+
 class LookupResolver {
  public:
   explicit LookupResolver(const cache::Store* store) : store_(store) {}
@@ -80,8 +94,19 @@ class LookupResolver {
   absl::StatusOr<v1::LookupResponse> Resolve(const v1::LookupRequest& request,
                                              absl::string_view field) const;
 
+  // The family version a request names: its family_hash, or the current one.
+  absl::StatusOr<std::shared_ptr<const FamilyView>> Family(const std::string& name,
+                                                           const std::string& hash) const;
+
   const cache::Store* store_;
   mutable LookupCounters counters_;
+  mutable absl::Mutex cache_mu_;
+  mutable int64_t cached_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;
+  // Family name -> current content hash, valid for cached_generation_.
+  mutable absl::flat_hash_map<std::string, std::string> current_ ABSL_GUARDED_BY(cache_mu_);
+  // "name/hash" -> view; versions never change once stored.
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const FamilyView>> versions_
+      ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace autotune::service
