@@ -1,6 +1,9 @@
 #include "client/cli.h"
 
+#include <unistd.h>
+
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -437,10 +440,13 @@ Command ImportCommand(CLI::App& root, Streams io) {
 // compile everywhere does not flood a CI log).
 class WarmupProgressPrinter {
  public:
-  explicit WarmupProgressPrinter(std::ostream& out) : out_(out) {}
+  // `tty`: redraw one progress bar line in place; otherwise (logs) print a
+  // progress line at every tenth of the work.
+  WarmupProgressPrinter(std::ostream& out, bool tty) : out_(out), tty_(tty) {}
 
   void Print(const v1::JobProgress& progress) {
     const v1::Job& job = progress.job();
+    ClearBar();
     if (!job.id().empty() && job.id() != job_id_) {
       job_id_ = job.id();
       out_ << "job " << job_id_ << " submitted\n";
@@ -453,6 +459,13 @@ class WarmupProgressPrinter {
     if (!progress.message().empty())
       out_ << "job " << job_id_ << ": " << progress.message() << "\n";
     if (progress.has_last()) PrintFailure(progress.last());
+    PrintBar(job.counts());
+    out_.flush();
+  }
+
+  // Ends the bar's line before the final report.
+  void Finish() {
+    ClearBar();
     out_.flush();
   }
 
@@ -477,7 +490,37 @@ class WarmupProgressPrinter {
     out_ << "\n";
   }
 
+  void PrintBar(const v1::JobCounts& counts) {
+    const int64_t total = counts.compiles();
+    if (total <= 0) return;
+    const int64_t done = counts.compiled() + counts.compile_cache_hits() + counts.compile_errors();
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(kWidth * done / total);
+      out_ << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
+           << done << "/" << total << " compiles";
+      if (counts.compile_errors() > 0) out_ << ", " << counts.compile_errors() << " errors";
+      bar_shown_ = true;
+      return;
+    }
+    const int64_t tenth = done * 10 / total;
+    if (tenth > last_tenth_) {
+      last_tenth_ = tenth;
+      out_ << "  " << done << "/" << total << " compiles (" << counts.compiled() << " compiled, "
+           << counts.compile_cache_hits() << " cached, " << counts.compile_errors() << " errors)\n";
+    }
+  }
+
+  void ClearBar() {
+    if (!bar_shown_) return;
+    out_ << "\r" << std::string(80, ' ') << "\r";
+    bar_shown_ = false;
+  }
+
   std::ostream& out_;
+  const bool tty_;
+  bool bar_shown_ = false;
+  int64_t last_tenth_ = 0;
   std::string job_id_;
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
   std::string last_failure_;
@@ -527,11 +570,14 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     ASSIGN_OR_RETURN(*s->request.mutable_spec()->mutable_manifest(),
                      ParseManifestText(text, s->manifest));
     std::ostream& progress_out = s->json ? io.err : io.out;
-    WarmupProgressPrinter printer(progress_out);
+    const bool tty = (&progress_out == &std::cout && isatty(STDOUT_FILENO)) ||
+                     (&progress_out == &std::cerr && isatty(STDERR_FILENO));
+    WarmupProgressPrinter printer(progress_out, tty);
     ASSIGN_OR_RETURN(v1::Job job,
                      client.SubmitJob(s->request, [&printer](const v1::JobProgress& progress) {
                        printer.Print(progress);
                      }));
+    printer.Finish();
     progress_out << "job " << job.id() << " " << v1::JobState_Name(job.state()) << ": "
                  << FormatJobCounts(job.counts()) << "\n";
     if (s->json) {
