@@ -27,8 +27,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -278,8 +278,8 @@ absl::StatusOr<LoadResult> RunLoad(int clients, const BenchOptions& options,
   std::atomic<bool> cancelled{false};
   Clock::time_point measure_start;
   Clock::time_point measure_end;
-  const auto warmup = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(options.warmup_s));
+  const auto warmup =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.warmup_s));
   const auto duration = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(options.duration_s));
 
@@ -362,8 +362,8 @@ class TempDir {
 
 class EchoService final : public Echo::CallbackService {
  public:
-  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
-                                 const EchoRequest* request, EchoResponse* response) override {
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoRequest* request,
+                                 EchoResponse* response) override {
     std::string* payload = response->mutable_payload();
     *payload = request->payload();
     payload->resize(static_cast<size_t>(std::max(0, request->response_bytes())), 'e');
@@ -426,9 +426,9 @@ absl::StatusOr<double> ImportBundle(client::Client& client, const v1::CacheBundl
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (imported.entries() != bundle.entries_size() ||
       imported.binaries() != bundle.binaries_size()) {
-    return absl::InternalError(absl::StrCat(
-        "import stored ", imported.entries(), " entries and ", imported.binaries(),
-        " binaries of ", bundle.entries_size(), " and ", bundle.binaries_size()));
+    return absl::InternalError(
+        absl::StrCat("import stored ", imported.entries(), " entries and ", imported.binaries(),
+                     " binaries of ", bundle.entries_size(), " and ", bundle.binaries_size()));
   }
   return seconds;
 }
@@ -447,17 +447,17 @@ EchoRequest SizedEchoRequest(size_t bytes, size_t response_bytes) {
   EchoRequest request;
   // The response carries only the payload: one tag byte and its length.
   const size_t response_overhead = response_bytes < 128 ? 2 : 3;
-  request.set_response_bytes(
-      static_cast<int32_t>(response_bytes > response_overhead ? response_bytes - response_overhead
-                                                              : 0));
+  request.set_response_bytes(static_cast<int32_t>(
+      response_bytes > response_overhead ? response_bytes - response_overhead : 0));
   request.set_payload(std::string(bytes, 'r'));
   const size_t overshoot = request.ByteSizeLong() - bytes;
   request.mutable_payload()->resize(bytes > overshoot ? bytes - overshoot : 0);
   return request;
 }
 
-// Per-call latency of the parts of a Lookup, on one thread, over every key
-// once, against the database the daemon served (after it has shut down).
+// Per-call latency of the store reads a Lookup may make and of the whole
+// resolver, on one thread, over every key once, against the database the
+// daemon served (after it has shut down).
 struct InProcessResult {
   int64_t calls = 0;  // per part
   double get_family_us = 0;
@@ -494,8 +494,7 @@ absl::StatusOr<InProcessResult> RunInProcess(const std::string& db_path,
   result.calls = static_cast<int64_t>(keys.size());
   ASSIGN_OR_RETURN(const cache::FamilyRecord family, store->GetFamily(keys.front().family()));
 
-  ASSIGN_OR_RETURN(result.get_family_us,
-                   MedianCallUs(keys, [&](const v1::LookupRequest& key) {
+  ASSIGN_OR_RETURN(result.get_family_us, MedianCallUs(keys, [&](const v1::LookupRequest& key) {
                      return store->GetFamily(key.family()).status();
                    }));
   ASSIGN_OR_RETURN(
@@ -506,12 +505,13 @@ absl::StatusOr<InProcessResult> RunInProcess(const std::string& db_path,
         if (!entry.has_value()) return absl::InternalError("FindEntry found no imported key");
         return absl::OkStatus();
       }));
-  ASSIGN_OR_RETURN(
-      result.resolve_us, MedianCallUs(keys, [&](const v1::LookupRequest& key) -> absl::Status {
-        ASSIGN_OR_RETURN(v1::LookupResponse answer, resolver.Lookup(key));
-        if (answer.match() != v1::EXACT) return absl::InternalError("resolver missed a key");
-        return absl::OkStatus();
-      }));
+  ASSIGN_OR_RETURN(result.resolve_us,
+                   MedianCallUs(keys, [&](const v1::LookupRequest& key) -> absl::Status {
+                     ASSIGN_OR_RETURN(v1::LookupResponse answer, resolver.Lookup(key));
+                     if (answer.match() != v1::EXACT)
+                       return absl::InternalError("resolver missed a key");
+                     return absl::OkStatus();
+                   }));
   return result;
 }
 
@@ -542,14 +542,12 @@ absl::Status CheckBatchAnswer(const v1::BatchLookupResponse& answer, const v1::C
   for (int i = 0; i < answer.results_size(); ++i) {
     const v1::BatchLookupResult& result = answer.results(i);
     if (result.error_code() != 0) {
-      return absl::InternalError(
-          absl::StrCat("results[", i, "]: error ", result.error_code(), ": ",
-                       result.error_message()));
+      return absl::InternalError(absl::StrCat("results[", i, "]: error ", result.error_code(), ": ",
+                                              result.error_message()));
     }
     if (result.response().match() != v1::EXACT) {
-      return absl::InternalError(absl::StrCat("results[", i, "]: ",
-                                              v1::MatchKind_Name(result.response().match()),
-                                              ", expected EXACT"));
+      return absl::InternalError(absl::StrCat(
+          "results[", i, "]: ", v1::MatchKind_Name(result.response().match()), ", expected EXACT"));
     }
     if (result.response().entry().binary_sha256() != bundle.entries(i).binary_sha256()) {
       return absl::InternalError(absl::StrCat("results[", i, "]: binary ",
@@ -721,8 +719,7 @@ void PrintTable(const MachineFacts& facts, const BenchOptions& options, size_t r
   std::cout << absl::StrFormat(
       "\nthe same reads in this process, 1 thread, no gRPC (p50 of %d calls each):\n"
       "  Store::GetFamily %.1f us, Store::FindEntry %.1f us, LookupResolver::Lookup %.1f us\n",
-      in_process.calls, in_process.get_family_us, in_process.find_entry_us,
-      in_process.resolve_us);
+      in_process.calls, in_process.get_family_us, in_process.find_entry_us, in_process.resolve_us);
   if (batch.ms.empty()) return;
   std::cout << absl::StrFormat(
       "\nBatchLookup: %d entries x %d B distinct cubins, include_cubin, answer %.1f MB checked "
@@ -776,9 +773,8 @@ google::protobuf::Value SummaryJson(const Summary& s, const std::vector<LoadResu
   return value;
 }
 
-std::string ReportJson(const MachineFacts& facts, const BenchOptions& options,
-                       size_t request_bytes, size_t response_bytes,
-                       const std::vector<Comparison>& comparisons,
+std::string ReportJson(const MachineFacts& facts, const BenchOptions& options, size_t request_bytes,
+                       size_t response_bytes, const std::vector<Comparison>& comparisons,
                        const std::map<int, std::vector<LoadResult>>& echo_rounds,
                        const std::map<int, std::vector<LoadResult>>& lookup_rounds,
                        const InProcessResult& in_process, const BatchResult& batch) {
@@ -953,9 +949,9 @@ int Run(const BenchOptions& options) {
                comparisons, *in_process, batch);
   }
   if (!options.json.empty()) {
-    const std::string json = ReportJson(facts, options, echo_request_bytes, echo_response_bytes,
-                                        comparisons, echo_rounds, lookup_rounds, *in_process,
-                                        batch);
+    const std::string json =
+        ReportJson(facts, options, echo_request_bytes, echo_response_bytes, comparisons,
+                   echo_rounds, lookup_rounds, *in_process, batch);
     if (options.json == "-") {
       std::cout << json << "\n";
     } else {
