@@ -608,6 +608,9 @@ class Store::Impl {
   // Bumped after every committed write that can change a family's current
   // version; see Store::family_generation().
   std::atomic<int64_t> family_generation{0};
+  // Bumped after every committed write that adds, replaces or removes an
+  // entry; see Store::entry_generation().
+  std::atomic<int64_t> entry_generation{0};
   LockFile lock;  // released last, after every connection has closed
   absl::Mutex writer_mu;
   std::unique_ptr<Connection> writer ABSL_GUARDED_BY(writer_mu);
@@ -623,6 +626,8 @@ const std::string& Store::path() const { return impl_->options.path; }
 int Store::schema_version() const { return impl_->schema_version; }
 
 int64_t Store::family_generation() const { return impl_->family_generation.load(); }
+
+int64_t Store::entry_generation() const { return impl_->entry_generation.load(); }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   const std::string& path = options.path;
@@ -908,7 +913,9 @@ absl::Status Store::PutEntry(const v1::Entry& entry) {
     }
   }
   RETURN_IF_ERROR(WriteEntry(db, impl_->schema_version, entry, /*replace=*/true).status());
-  return transaction.Commit();
+  RETURN_IF_ERROR(transaction.Commit());
+  impl_->entry_generation.fetch_add(1);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<v1::Entry>> Store::FindEntry(const EntryKey& key) const {
@@ -998,6 +1005,7 @@ absl::StatusOr<InvalidateResult> Store::Invalidate(const v1::EntryFilter& filter
     RETURN_IF_ERROR(remove.Run());
   }
   RETURN_IF_ERROR(transaction.Commit());
+  impl_->entry_generation.fetch_add(1);
   return result;
 }
 
@@ -1218,6 +1226,7 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
   }
   RETURN_IF_ERROR(transaction.Commit());
   if (bundle.families_size() > 0) impl_->family_generation.fetch_add(1);
+  if (bundle.entries_size() > 0) impl_->entry_generation.fetch_add(1);
   return response;
 }
 

@@ -147,6 +147,10 @@ class Store {
   // returned compare it to know when to read again. Versions themselves
   // (name + content hash) never change once stored.
   int64_t family_generation() const;
+  // The same for entries: changes after every PutEntry, Invalidate and
+  // Import with entries. Another process writing the file (which the lock
+  // file rules out for daemons) is not seen.
+  int64_t entry_generation() const;
 
   // ---- Families -----------------------------------------------------------
   // Stores `family` under its content hash and makes that hash the current

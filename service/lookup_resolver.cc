@@ -197,6 +197,32 @@ absl::StatusOr<std::shared_ptr<const FamilyView>> LookupResolver::Family(
   return view;
 }
 
+absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
+    const cache::EntryKey& key) const {
+  const int64_t generation = store_->entry_generation();
+  const std::string cache_key =
+      absl::StrCat(key.family, "/", key.family_hash, "/", cache::CanonicalDims(key.problem.dims()),
+                   "/", key.problem.dtype(), "/", key.device);
+  {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    if (cached_entry_generation_ == generation) {
+      if (auto found = entries_.find(cache_key); found != entries_.end()) return *found->second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
+  if (!entry.has_value()) return entry;
+  absl::MutexLock lock(&cache_mu_);
+  if (cached_entry_generation_ != generation || entries_.size() >= kMaxCachedEntries) {
+    // Read the generation again: a write that landed after ours was read
+    // may already be in `entry`, but an older cache must not survive it.
+    if (store_->entry_generation() != generation) return entry;
+    entries_.clear();
+    cached_entry_generation_ = generation;
+  }
+  entries_[cache_key] = std::make_shared<const v1::Entry>(*entry);
+  return entry;
+}
+
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
                                                            absl::string_view field) const {
   if (request.family().empty()) {
@@ -215,7 +241,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   // EXACT.
   std::optional<v1::Entry> exact;
   if (!device.empty()) {
-    ASSIGN_OR_RETURN(exact, store_->FindEntry(cache::EntryKey{request.family(), family->content_hash,
+    ASSIGN_OR_RETURN(exact, FindExact(cache::EntryKey{request.family(), family->content_hash,
                                                               problem, device}));
   } else {
     ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,

@@ -22,8 +22,9 @@
 //
 // Thread-safe. What a lookup needs of a family (its current content hash,
 // dimensions and dtypes; not its source) is kept in memory and read again
-// when the store's family generation moves, so a lookup costs one indexed
-// read of the entry.
+// when the store's family generation moves; entries found by exact key are
+// kept until the store's entry generation moves (up to kMaxCachedEntries),
+// so a repeated EXACT lookup reads nothing from SQLite.
 #ifndef AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
 #define AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
 
@@ -42,6 +43,9 @@
 #include "proto/autotune.pb.h"
 
 namespace autotune::service {
+
+// Entries an EXACT-lookup cache holds before it starts over.
+inline constexpr size_t kMaxCachedEntries = 200000;
 
 // Most lookups one BatchLookup may carry.
 inline constexpr int kMaxBatchLookups = 100000;
@@ -107,6 +111,13 @@ class LookupResolver {
   // "name/hash" -> view; versions never change once stored.
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const FamilyView>> versions_
       ABSL_GUARDED_BY(cache_mu_);
+  // Entries found by exact key, valid for cached_entry_generation_.
+  mutable int64_t cached_entry_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const v1::Entry>> entries_
+      ABSL_GUARDED_BY(cache_mu_);
+
+  // The entry stored under exactly this key, or nullopt.
+  absl::StatusOr<std::optional<v1::Entry>> FindExact(const cache::EntryKey& key) const;
 };
 
 }  // namespace autotune::service

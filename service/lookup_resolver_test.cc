@@ -231,5 +231,28 @@ TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
   EXPECT_OK(resolver_->Lookup(request));
 }
 
+
+TEST_F(LookupResolverStoreTest, CachedEntriesFollowWritesAndInvalidation) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse first, resolver_->Lookup(Request(8)));
+  ASSERT_EQ(first.match(), v1::EXACT);
+  // Served again (from memory), then replaced in the store: the new config
+  // is what the next lookup sees.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse again, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(again.entry().config().params().at("BLOCK"),
+            first.entry().config().params().at("BLOCK"));
+  v1::Entry changed = first.entry();
+  (*changed.mutable_config()->mutable_params())["BLOCK"] = 512;
+  ASSERT_OK(store_->PutEntry(changed));
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse after, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(after.entry().config().params().at("BLOCK"), 512);
+
+  v1::EntryFilter filter;
+  filter.set_family("vector_scale");
+  *filter.mutable_problem() = MakeProblem(8, 4096);
+  ASSERT_OK(store_->Invalidate(filter, /*dry_run=*/false).status());
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse gone, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(gone.match(), v1::NEAREST);
+}
+
 }  // namespace
 }  // namespace autotune::service
