@@ -1,4 +1,5 @@
 #include "kernels/family_loader.h"
+#include "kernels/names.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -83,19 +84,7 @@ class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
-bool IsIdentifier(absl::string_view name) {
-  if (name.empty()) return false;
-  if (!absl::ascii_isalpha(name[0]) && name[0] != '_') return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
-}
 
-bool IsFamilyName(absl::string_view name) {
-  if (name.empty() || name[0] < 'a' || name[0] > 'z') return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_';
-  });
-}
 
 // "kernel", "ns::kernel", "::ns::kernel".
 bool IsQualifiedName(absl::string_view name) {

@@ -1,4 +1,5 @@
 #include "kernels/manifest.h"
+#include "kernels/names.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -25,27 +26,8 @@ std::string DTypeLabel(v1::DType dtype) {
   return std::string(cache::DTypeName(dtype));
 }
 
-bool IsIdentifier(absl::string_view name) {
-  if (name.empty()) return false;
-  if (!absl::ascii_isalpha(name[0]) && name[0] != '_') return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
-}
 
-bool IsFamilyName(absl::string_view name) {
-  if (name.empty() || name[0] < 'a' || name[0] > 'z') return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_';
-  });
-}
 
-// "sm_90", "sm_90a", "sm_100a".
-bool IsArch(absl::string_view arch) {
-  if (!absl::ConsumePrefix(&arch, "sm_")) return false;
-  if (!arch.empty() && absl::ascii_islower(arch.back())) arch.remove_suffix(1);
-  return !arch.empty() &&
-         std::all_of(arch.begin(), arch.end(), [](char c) { return absl::ascii_isdigit(c); });
-}
 
 class ManifestChecker {
  public:
@@ -64,7 +46,7 @@ class ManifestChecker {
   absl::Status Check() const {
     if (manifest_.items_size() == 0) return Error("items", "empty (list what to tune)");
     for (int i = 0; i < manifest_.items_size(); ++i) RETURN_IF_ERROR(CheckItem(i));
-    if (!manifest_.arch().empty() && !IsArch(manifest_.arch())) {
+    if (!manifest_.arch().empty() && !IsGpuArch(manifest_.arch())) {
       return Error("arch", absl::StrCat("'", manifest_.arch(),
                                         "' is not an architecture like sm_90 or sm_90a"));
     }

@@ -12,6 +12,7 @@
 #include "cache/keys.h"
 #include "kernels/compiler.h"
 #include "kernels/manifest.h"
+#include "kernels/names.h"
 #include "kernels/search_space.h"
 #include "spdlog/spdlog.h"
 
@@ -29,13 +30,6 @@ bool Finished(v1::JobState state) {
 
 std::string Now() { return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()); }
 
-bool ValidArch(absl::string_view arch) {
-  if (!absl::StartsWith(arch, "sm_")) return false;
-  arch.remove_prefix(3);
-  if (!arch.empty() && arch.back() == 'a') arch.remove_suffix(1);
-  return !arch.empty() && arch.size() <= 3 &&
-         std::all_of(arch.begin(), arch.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
 
 // The first lines of a compiler log, enough to say what went wrong.
 std::string LogExcerpt(const std::string& log) {
@@ -118,7 +112,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
   }
   const std::string arch =
       spec.manifest().arch().empty() ? options_.default_arch : spec.manifest().arch();
-  if (!ValidArch(arch)) {
+  if (!kernels::IsGpuArch(arch)) {
     return absl::InvalidArgumentError(
         absl::StrCat("manifest.arch: '", arch, "' is not a GPU architecture like sm_90"));
   }
