@@ -30,7 +30,6 @@ bool Finished(v1::JobState state) {
 
 std::string Now() { return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()); }
 
-
 // The first lines of a compiler log, enough to say what went wrong.
 std::string LogExcerpt(const std::string& log) {
   constexpr size_t kMax = 2000;

@@ -241,8 +241,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   // EXACT.
   std::optional<v1::Entry> exact;
   if (!device.empty()) {
-    ASSIGN_OR_RETURN(exact, FindExact(cache::EntryKey{request.family(), family->content_hash,
-                                                              problem, device}));
+    ASSIGN_OR_RETURN(
+        exact, FindExact(cache::EntryKey{request.family(), family->content_hash, problem, device}));
   } else {
     ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
                                                         problem.dtype(), ""));

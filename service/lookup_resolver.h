@@ -29,16 +29,16 @@
 #define AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
 
 #include <atomic>
-#include <memory>
-#include <string>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 

@@ -2,11 +2,14 @@
 // warmup jobs run by the real daemon and its autotune-worker processes,
 // with the real NVRTC.
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -177,6 +180,64 @@ TEST(BuiltinFamiliesEndToEndTest, TheDaemonRegistersItsBuiltinFamilies) {
     EXPECT_THAT(kernels.out, HasSubstr(name));
   }
   EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// Polls `autotune jobs --json` until `done` accepts the newest job.
+v1::Job WaitForJob(const std::string& address, const std::function<bool(const v1::Job&)>& done,
+                   absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::Job newest;
+  while (absl::Now() < deadline) {
+    CommandResult jobs = RunCommand({AutotuneCliPath(), "--server", address, "jobs", "--json"});
+    v1::ListJobsResponse response;
+    if (jobs.exit_code == 0 &&
+        google::protobuf::util::JsonStringToMessage(jobs.out, &response).ok() &&
+        response.jobs_size() > 0) {
+      newest = response.jobs(0);
+      if (done(newest)) return newest;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return newest;
+}
+
+TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
+  TempDir dir;
+  auto daemon =
+      std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
+  ASSERT_OK(daemon->Start());
+  // gla_decode has about 300 distinct compiles: long enough to kill the
+  // daemon in the middle.
+  const std::string manifest = std::string(AUTOTUNE_KERNELS_DIR) + "/gla_decode.manifest";
+  std::thread warmup([&] {
+    RunCommand(
+        {AutotuneCliPath(), "--server", daemon->address(), "warmup", manifest, "--compile-only"},
+        absl::Minutes(10));
+  });
+  v1::Job started = WaitForJob(
+      daemon->address(),
+      [](const v1::Job& job) {
+        return job.state() == v1::COMPILING && job.counts().compiled() > 0;
+      },
+      absl::Minutes(2));
+  ASSERT_EQ(started.state(), v1::COMPILING);
+  daemon->Kill();
+  warmup.join();
+
+  auto restarted =
+      std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
+  ASSERT_OK(restarted->Start());
+  v1::Job finished = WaitForJob(
+      restarted->address(), [](const v1::Job& job) { return job.state() == v1::SUCCEEDED; },
+      absl::Minutes(8));
+  EXPECT_EQ(finished.id(), started.id());
+  EXPECT_EQ(finished.state(), v1::SUCCEEDED) << finished.error();
+  EXPECT_EQ(finished.counts().compile_errors(), 0);
+  // What was compiled before the crash is not compiled again.
+  EXPECT_GT(finished.counts().compile_cache_hits(), 0);
+  EXPECT_EQ(finished.counts().compiled() + finished.counts().compile_cache_hits(),
+            finished.counts().compiles());
+  EXPECT_EQ(restarted->Stop(), 0) << restarted->Stderr();
 }
 
 }  // namespace

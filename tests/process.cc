@@ -215,6 +215,14 @@ int Daemon::Stop(absl::Duration timeout) {
   return code;
 }
 
+void Daemon::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int code = 0, sig = 0;
+  WaitUntil(pid_, absl::InfiniteFuture(), &code, &sig);
+  pid_ = -1;
+}
+
 int Daemon::WaitExit(absl::Duration timeout) {
   if (pid_ <= 0) return -1;
   int code = -1, sig = 0;

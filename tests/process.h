@@ -50,6 +50,8 @@ class Daemon {
   absl::Status Start(absl::Duration timeout = absl::Seconds(20));
   // SIGTERM, then waits for the exit code (SIGKILL after `timeout`).
   int Stop(absl::Duration timeout = absl::Seconds(20));
+  // SIGKILL, as a crash or an OOM kill would end it; waits for it to go.
+  void Kill();
   // Waits for the process to end by itself (start-up failures).
   int WaitExit(absl::Duration timeout = absl::Seconds(20));
 
