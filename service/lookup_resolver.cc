@@ -326,13 +326,20 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     absl::StrAppend(&reason, " (and none that differs only in ", absl::StrJoin(bucketed, ", "),
                     ")");
   }
-  v1::EntryFilter other_versions;
-  other_versions.set_family(request.family());
-  int64_t total = 0;
-  RETURN_IF_ERROR(store_->ListEntries(other_versions, 0, 0, &total).status());
-  if (total > 0) {
-    absl::StrAppend(&reason, "; the cache holds ", total, " entries for family '", request.family(),
-                    "' in all, possibly for other versions of its source");
+  v1::EntryFilter same_family;
+  same_family.set_family(request.family());
+  int64_t all_versions = 0;
+  RETURN_IF_ERROR(store_->ListEntries(same_family, 0, 0, &all_versions).status());
+  same_family.set_family_hash(family->content_hash);
+  int64_t this_version = 0;
+  RETURN_IF_ERROR(store_->ListEntries(same_family, 0, 0, &this_version).status());
+  if (all_versions > this_version) {
+    absl::StrAppend(&reason, "; ", all_versions - this_version,
+                    " entries exist for other versions of the family's source (tuned before it "
+                    "changed; look them up by family_hash, or tune again)");
+  } else if (this_version > 0) {
+    absl::StrAppend(&reason, "; ", this_version,
+                    " entries exist for this family for other problems, dtypes or devices");
   }
   return Miss(std::move(reason));
 }

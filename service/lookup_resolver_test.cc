@@ -161,6 +161,7 @@ TEST_F(LookupResolverStoreTest, ExactNearestMissAndCounters) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(Request(8, 1000)));
   EXPECT_EQ(miss.match(), v1::MISS);
   EXPECT_THAT(miss.miss_reason(), HasSubstr("n=1000"));
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("3 entries exist for this family for other problems"));
   EXPECT_EQ(resolver_->counters().exact.load(), 1);
   EXPECT_EQ(resolver_->counters().nearest.load(), 1);
   EXPECT_EQ(resolver_->counters().miss.load(), 1);
