@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/temp_dir.h"
 #include "cache/keys.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
@@ -27,32 +28,7 @@
 
 namespace autotune::cache::testing {
 
-// A fresh directory under $TEST_TMPDIR (else /tmp), removed with everything
-// in it when the object goes.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp",
-                                       "/autotune_cache_test.XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << pattern << ": " << strerror(errno);
-    }
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return absl::StrCat(path_, "/", name); }
-
- private:
-  std::string path_;
-};
+using ::autotune::testing::TempDir;
 
 inline StoreOptions OptionsFor(const std::string& path) {
   StoreOptions options;

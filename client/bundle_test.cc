@@ -4,12 +4,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -24,31 +26,16 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
-class TempDir {
- public:
-  TempDir() {
-    char path[] = "/tmp/autotune-bundle-test-XXXXXX";
-    path_ = mkdtemp(path);
-  }
-  ~TempDir() {
-    for (const std::string& name : Files()) unlink((path_ + "/" + name).c_str());
-    rmdir(path_.c_str());
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> Files() const {
-    std::vector<std::string> names;
-    DIR* dir = opendir(path_.c_str());
-    while (dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(dir);
-    return names;
-  }
+using ::autotune::testing::TempDir;
 
- private:
-  std::string path_;
-};
+// The names of the files in `dir`.
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -92,7 +79,7 @@ TEST(BundleFileTest, RoundTripsThroughAFile) {
   ASSERT_OK_AND_ASSIGN(v1::CacheBundle read, ReadBundleFile(dir.File("cache.json")));
   EXPECT_TRUE(MessageDifferencer::Equals(read, bundle)) << read.DebugString();
   // Only the bundle is left: the temporary file was renamed into place.
-  EXPECT_THAT(dir.Files(), ElementsAre("cache.json"));
+  EXPECT_THAT(FilesIn(dir.path()), ElementsAre("cache.json"));
 }
 
 TEST(BundleFileTest, OverwritesAnExistingFile) {

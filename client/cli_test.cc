@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "client/bundle.h"
 #include "client/fake_autotune_server.h"
 #include "gmock/gmock.h"
@@ -41,13 +42,7 @@ class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK(server_.Start());
-    char dir[] = "/tmp/autotune-cli-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    for (const std::string& file : files_) unlink(file.c_str());
-    rmdir(dir_.c_str());
+    ASSERT_FALSE(dir_.path().empty());
   }
 
   // Runs `autotune --server <fake> args...`.
@@ -66,14 +61,10 @@ class CliTest : public ::testing::Test {
     return {code, out.str(), err.str()};
   }
 
-  std::string File(const std::string& name) {
-    files_.push_back(absl::StrCat(dir_, "/", name));
-    return files_.back();
-  }
+  std::string File(const std::string& name) { return dir_.File(name); }
 
   FakeAutotuneServer server_;
-  std::string dir_;
-  std::vector<std::string> files_;
+  ::autotune::testing::TempDir dir_;
 };
 
 v1::Entry SampleEntry() {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "cache/keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -111,12 +112,9 @@ TEST(ValidateProblemTest, NamesTheField) {
 class LookupResolverStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "autotune-resolver-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.path().empty());
     cache::StoreOptions options;
-    options.path = dir_ + "/cache.db";
+    options.path = dir_.File("cache.db");
     ASSERT_OK_AND_ASSIGN(store_, cache::Store::Open(options));
     ASSERT_OK(Import(testing::SampleDevice()));
     resolver_ = std::make_unique<LookupResolver>(store_.get());
@@ -124,7 +122,6 @@ class LookupResolverStoreTest : public ::testing::Test {
   void TearDown() override {
     resolver_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   absl::Status Import(const v1::Device& device) {
@@ -147,7 +144,7 @@ class LookupResolverStoreTest : public ::testing::Test {
     return request;
   }
 
-  std::string dir_;
+  testing::TempDir dir_;
   std::unique_ptr<cache::Store> store_;
   std::unique_ptr<LookupResolver> resolver_;
 };
@@ -219,7 +216,7 @@ TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
   EXPECT_EQ(good.cubin().size(), 1024u);
 
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_ + "/cache.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
   sqlite3_busy_timeout(db, 5000);
   ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
                          nullptr, nullptr),
@@ -231,7 +228,6 @@ TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
   request.set_include_cubin(false);
   EXPECT_OK(resolver_->Lookup(request));
 }
-
 
 TEST_F(LookupResolverStoreTest, CachedEntriesFollowWritesAndInvalidation) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse first, resolver_->Lookup(Request(8)));

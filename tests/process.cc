@@ -130,18 +130,6 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   return result;
 }
 
-TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "autotune-test-XXXXXX").string();
-  char* made = mkdtemp(pattern.data());
-  path_ = made != nullptr ? std::string(made) : std::string();
-}
-
-TempDir::~TempDir() {
-  if (path_.empty()) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
 Daemon::Daemon(std::string dir, std::vector<std::string> args)
     : dir_(std::move(dir)), args_(std::move(args)) {
   socket_path_ = dir_ + "/autotune.sock";

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/temp_dir.h"
 
 namespace autotune::testing {
 
@@ -24,19 +25,6 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv,
                          absl::Duration timeout = absl::Seconds(60),
                          const std::string& stdin_text = "");
-
-// A fresh private directory, removed (recursively) by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // The daemon under test. Start() returns once it answers on its socket.
 class Daemon {

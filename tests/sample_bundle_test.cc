@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "cache/keys.h"
 #include "cache/store.h"
 #include "gmock/gmock.h"
@@ -29,7 +30,12 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 // The smallest thing that passes for a cubin: an ELF header and some bytes.
-std::string FakeElf(const std::string& tag) { return absl::StrCat("\x7f" "ELF", tag); }
+std::string FakeElf(const std::string& tag) {
+  return absl::StrCat(
+      "\x7f"
+      "ELF",
+      tag);
+}
 
 SampleEntry EntryFor(int64_t batch, Variant variant = kQuickstartVariant) {
   SampleEntry entry;
@@ -88,8 +94,7 @@ void ExpectSelfConsistent(const v1::CacheBundle& bundle) {
     used.insert(entry.binary_sha256());
     EXPECT_TRUE(keys.insert(absl::StrCat(cache::CanonicalDims(entry.problem().dims()), " ",
                                          std::string(cache::DTypeName(entry.problem().dtype())),
-                                         " ",
-                                         entry.device().name()))
+                                         " ", entry.device().name()))
                     .second);
     EXPECT_EQ(entry.phase(), v1::IMPORTED);
     EXPECT_EQ(entry.timing().samples(), 0) << "sample timings are not measurements";
@@ -130,8 +135,8 @@ TEST(VectorScaleFamilyTest, DescribesTheKernel) {
 
   std::map<std::string, std::vector<int64_t>> params;
   for (const auto& p : family.params()) params[p.name()] = {p.values().begin(), p.values().end()};
-  EXPECT_EQ(params, (std::map<std::string, std::vector<int64_t>>{
-                        {"BLOCK", {64, 128, 256, 512}}, {"ELEMS_PER_THREAD", {1, 2, 4}}}));
+  EXPECT_EQ(params, (std::map<std::string, std::vector<int64_t>>{{"BLOCK", {64, 128, 256, 512}},
+                                                                 {"ELEMS_PER_THREAD", {1, 2, 4}}}));
 
   std::set<int> tolerated;
   for (const auto& t : family.tolerances()) tolerated.insert(t.dtype());
@@ -149,8 +154,9 @@ TEST(VectorScaleFamilyTest, HashChangesWithTheSource) {
 
 TEST(MakeSampleBundleTest, QuickstartBundle) {
   const std::string cubin = FakeElf("quickstart");
-  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle,
-                       MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, cubin}})));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CacheBundle bundle,
+      MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, cubin}})));
   ExpectSelfConsistent(bundle);
   ASSERT_THAT(bundle.binaries(), SizeIs(1));
   EXPECT_EQ(bundle.binaries(0).cubin(), cubin);
@@ -177,9 +183,8 @@ TEST(MakeSampleBundleTest, QuickstartBundle) {
 TEST(MakeSampleBundleTest, LaunchCoversAPartialLastBlock) {
   SampleEntry entry = EntryFor(3, MakeVariant(v1::FLOAT32, 128, 4));
   entry.n = 1000;  // 3000 elements, 512 per block: 5 full blocks and a partial one
-  ASSERT_OK_AND_ASSIGN(
-      v1::CacheBundle bundle,
-      MakeSampleBundle(Compiled({entry}, {{entry.variant, FakeElf("fp32")}})));
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle,
+                       MakeSampleBundle(Compiled({entry}, {{entry.variant, FakeElf("fp32")}})));
   ExpectSelfConsistent(bundle);
   EXPECT_EQ(bundle.entries(0).launch().grid(0), 6);
   EXPECT_EQ(bundle.entries(0).launch().block(0), 128);
@@ -211,8 +216,9 @@ TEST(MakeSampleBundleTest, RejectsWhatAnImporterWould) {
   fails_with({EntryFor(1, MakeVariant(v1::BFLOAT16, 512, 2))},
              "no compiled cubin for bf16 BLOCK=512");
 
-  EXPECT_THAT(MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, "not a cubin"}})),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an ELF image")));
+  EXPECT_THAT(
+      MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, "not a cubin"}})),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an ELF image")));
   EXPECT_THAT(MakeSampleBundle(Synthetic(QuickstartEntries(), 4)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 8")));
 }
@@ -226,7 +232,9 @@ TEST(MakeSampleBundleTest, SyntheticBinariesAreDeterministicAndFlagged) {
   EXPECT_EQ(first.binaries(0).cubin().size(), 100u);
   EXPECT_EQ(first.binaries(0).cubin(), second.binaries(0).cubin());
   EXPECT_THAT(first.binaries(0).compile_log(), HasSubstr("not a loadable cubin"));
-  EXPECT_NE(first.binaries(0).cubin().substr(0, 4), "\x7f" "ELF");
+  EXPECT_NE(first.binaries(0).cubin().substr(0, 4),
+            "\x7f"
+            "ELF");
 }
 
 TEST(MakeSyntheticBundleTest, DistinctProblemsAndCubins) {
@@ -247,8 +255,8 @@ TEST(MakeSyntheticBundleTest, DistinctProblemsAndCubins) {
   ASSERT_OK_AND_ASSIGN(v1::CacheBundle empty, MakeSyntheticBundle(0, 64));
   EXPECT_THAT(empty.entries(), SizeIs(0));
   EXPECT_THAT(empty.families(), SizeIs(1));
-  EXPECT_THAT(MakeSyntheticBundle(-1, 64), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                    HasSubstr("entries must be >= 0")));
+  EXPECT_THAT(MakeSyntheticBundle(-1, 64),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("entries must be >= 0")));
 }
 
 TEST(MakeSampleBundleTest, SurvivesJson) {
@@ -266,29 +274,20 @@ TEST(MakeSampleBundleTest, SurvivesJson) {
 class StoreImportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp",
-                                       "/sample_bundle_test.XXXXXX");
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.path().empty());
     cache::StoreOptions options;
-    options.path = dir_ + "/cache.db";
+    options.path = dir_.File("cache.db");
     ASSERT_OK_AND_ASSIGN(store_, cache::Store::Open(options));
   }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
-
-  std::string dir_;
+  TempDir dir_;  // declared first: removed after the store has closed
   std::unique_ptr<cache::Store> store_;
 };
 
 TEST_F(StoreImportTest, TakesTheQuickstartBundle) {
   const std::string cubin = FakeElf("quickstart cubin");
-  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle,
-                       MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, cubin}})));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CacheBundle bundle,
+      MakeSampleBundle(Compiled(QuickstartEntries(), {{kQuickstartVariant, cubin}})));
   ASSERT_OK_AND_ASSIGN(v1::ImportResponse first, store_->Import(bundle, /*replace=*/false));
   EXPECT_EQ(first.families(), 1);
   EXPECT_EQ(first.binaries(), 1);
