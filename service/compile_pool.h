@@ -16,8 +16,6 @@
 #ifndef AUTOTUNE_SERVICE_COMPILE_POOL_H_
 #define AUTOTUNE_SERVICE_COMPILE_POOL_H_
 
-#include <sys/types.h>
-
 #include <atomic>
 #include <memory>
 #include <string>
@@ -27,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker.pb.h"
+#include "service/worker_process.h"
 
 namespace autotune::service {
 
@@ -56,16 +55,13 @@ class CompilePool {
 
  private:
   struct Slot {
-    pid_t pid = -1;
-    int to_worker = -1;    // its stdin
-    int from_worker = -1;  // its stdout
+    WorkerProcess process;
     bool busy = false;
   };
 
   explicit CompilePool(CompilePoolOptions options);
   // Starts the worker of `slot` and reads its Hello.
   absl::Status Spawn(Slot& slot);
-  void Kill(Slot& slot);
 
   const CompilePoolOptions options_;
   const int size_;

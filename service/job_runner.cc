@@ -7,12 +7,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "kernels/compiler.h"
 #include "kernels/manifest.h"
 #include "kernels/names.h"
+#include "kernels/profile_task.h"
 #include "kernels/search_space.h"
 #include "spdlog/spdlog.h"
 
@@ -48,11 +50,36 @@ struct CompileUnit {
   v1::Config config;    // empty for a reference kernel
 };
 
+// How a compile ended, for the screen phase.
+struct CompileEnd {
+  v1::VariantStatus status = v1::VARIANT_STATUS_UNSPECIFIED;
+  std::string log;
+};
+
+// One problem to screen on a GPU.
+struct JobRunner::ProblemWork {
+  const cache::FamilyRecord* record = nullptr;  // in Work::records
+  v1::Problem problem;
+  kernels::SearchSpace space;
+  std::string reference_key;
+  std::vector<std::string> variant_keys;  // parallel to space.variants
+};
+
 struct JobRunner::Work {
   int64_t problems = 0;
   int64_t variants = 0;
+  int64_t cached_problems = 0;
   std::vector<CompileUnit> units;
   absl::Duration compile_timeout;
+  // Screening (profile jobs only).
+  bool profile = false;
+  std::string arch;
+  std::string nvrtc_version;
+  std::map<std::string, cache::FamilyRecord> records;
+  std::vector<ProblemWork> to_screen;
+  kernels::ProfileSettings settings;
+  absl::Mutex compiled_mu;
+  std::map<std::string, CompileEnd> compiled ABSL_GUARDED_BY(compiled_mu);  // by key
 };
 
 struct JobRunner::Running {
@@ -61,6 +88,9 @@ struct JobRunner::Running {
   v1::JobProgress latest ABSL_GUARDED_BY(mu);
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   absl::Time persisted_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  // Problems the screen phase could not give a best entry.
+  int64_t problems_failed ABSL_GUARDED_BY(mu) = 0;
+  std::string first_problem_error ABSL_GUARDED_BY(mu);
   std::atomic<bool> cancel{false};
   std::shared_ptr<Work> work;
   std::thread thread;
@@ -89,10 +119,17 @@ JobRunner::~JobRunner() {
 
 absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSpec& spec) const {
   const v1::JobOptions& options = spec.options();
-  if (!options.compile_only()) {
-    return absl::UnimplementedError(
-        "profiling on a GPU is not available in this build; submit with compile_only "
-        "(autotune warmup --compile-only)");
+  const bool profile = !options.compile_only();
+  ProfilePool* gpus = nullptr;
+  if (profile) {
+    absl::StatusOr<ProfilePool*> started = Gpus();
+    if (!started.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot measure on a GPU: ", started.status().message(),
+                       "; submit with compile_only (autotune warmup --compile-only) to compile "
+                       "without measuring"));
+    }
+    gpus = *started;
   }
   if (pool_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot compile here: ", pool_error_));
@@ -109,15 +146,28 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
   if (options.compile_timeout_s() < 0) {
     return absl::InvalidArgumentError("options.compile_timeout_s is negative");
   }
-  const std::string arch =
-      spec.manifest().arch().empty() ? options_.default_arch : spec.manifest().arch();
+  if (options.variant_timeout_s() < 0) {
+    return absl::InvalidArgumentError("options.variant_timeout_s is negative");
+  }
+  std::optional<worker::v1::DeviceInfo> device;
+  if (gpus != nullptr) device = gpus->devices().front();
+  std::string arch = spec.manifest().arch();
+  if (arch.empty()) {
+    arch = device ? absl::StrCat("sm_", device->compute_capability()) : options_.default_arch;
+  }
+  if (device && arch != absl::StrCat("sm_", device->compute_capability())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest.arch: '", arch, "' cannot run on ", device->name(), " (sm_",
+        device->compute_capability(), "); leave it empty to compile for the GPU present"));
+  }
   if (!kernels::IsGpuArch(arch)) {
     return absl::InvalidArgumentError(
         absl::StrCat("manifest.arch: '", arch, "' is not a GPU architecture like sm_90"));
   }
 
+  auto work = std::make_shared<Work>();
   // The current version of every family the manifest names.
-  std::map<std::string, cache::FamilyRecord> records;
+  std::map<std::string, cache::FamilyRecord>& records = work->records;
   absl::flat_hash_map<std::string, v1::KernelFamily> families;
   for (int i = 0; i < spec.manifest().items_size(); ++i) {
     const std::string& name = spec.manifest().items(i).family();
@@ -141,15 +191,20 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
         problems, kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
   }
 
-  auto work = std::make_shared<Work>();
   work->problems = static_cast<int64_t>(problems.size());
+  work->profile = profile;
+  work->arch = arch;
+  work->nvrtc_version = pool_->nvrtc_version();
+  work->settings.launch_timeout_s = options.variant_timeout_s() > 0 ? options.variant_timeout_s()
+                                                                    : options_.variant_timeout_s;
   work->compile_timeout = options.compile_timeout_s() > 0
                               ? absl::Seconds(options.compile_timeout_s())
                               : options_.compile_timeout;
   absl::flat_hash_map<std::string, size_t> seen;
   auto add = [&](const cache::FamilyRecord& record, const v1::Problem& problem,
                  const std::string& name_expression,
-                 const std::vector<std::string>& compile_options, const v1::Config* config) {
+                 const std::vector<std::string>& compile_options,
+                 const v1::Config* config) -> std::string {
     kernels::CompileRequest request;
     request.source = record.family.source();
     request.program_name = record.family.name() + ".cu";
@@ -157,7 +212,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
     request.options = compile_options;
     request.arch = arch;
     std::string key = kernels::CompileKey(request, pool_->nvrtc_version());
-    if (seen.contains(key)) return;
+    if (seen.contains(key)) return key;
     seen.emplace(key, work->units.size());
     CompileUnit unit;
     unit.key = key;
@@ -172,6 +227,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
     unit.problem = problem;
     if (config != nullptr) unit.config = *config;
     work->units.push_back(std::move(unit));
+    return key;
   };
   for (const kernels::ManifestProblem& item : problems) {
     const cache::FamilyRecord& record = records.at(item.family);
@@ -184,9 +240,29 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
                                        ": ", space.status().message()));
     }
     work->variants += static_cast<int64_t>(space->variants.size());
-    add(record, item.problem, space->reference_name, space->reference_compile_options, nullptr);
+    if (profile && !options.retune()) {
+      cache::EntryKey key{.family = item.family,
+                          .family_hash = record.content_hash,
+                          .problem = item.problem,
+                          .device = device->name()};
+      absl::StatusOr<std::optional<v1::Entry>> cached = store_->FindEntry(key);
+      if (cached.ok() && cached->has_value()) {
+        ++work->cached_problems;
+        continue;
+      }
+    }
+    ProblemWork screen;
+    screen.record = &record;
+    screen.problem = item.problem;
+    screen.reference_key = add(record, item.problem, space->reference_name,
+                               space->reference_compile_options, nullptr);
     for (const kernels::Variant& variant : space->variants) {
-      add(record, item.problem, variant.name_expression, variant.compile_options, &variant.config);
+      screen.variant_keys.push_back(add(record, item.problem, variant.name_expression,
+                                        variant.compile_options, &variant.config));
+    }
+    if (profile) {
+      screen.space = *std::move(space);
+      work->to_screen.push_back(std::move(screen));
     }
   }
   return work;
@@ -198,6 +274,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec) {
   job.mutable_counts()->set_problems(work->problems);
   job.mutable_counts()->set_variants(work->variants);
   job.mutable_counts()->set_compiles(static_cast<int64_t>(work->units.size()));
+  job.mutable_counts()->set_cached_problems(work->cached_problems);
   Start(job, std::move(work));
   return job;
 }
@@ -302,6 +379,10 @@ void JobRunner::Run(Running* running) {
             break;
         }
       }
+      {
+        absl::MutexLock lock(&work.compiled_mu);
+        work.compiled[unit.key] = CompileEnd{.status = status, .log = log};
+      }
       v1::Measurement last;
       const bool failed = status != v1::OK;
       {
@@ -336,6 +417,7 @@ void JobRunner::Run(Running* running) {
   std::vector<std::thread> threads;
   for (int i = 0; i < parallelism; ++i) threads.emplace_back(compile_loop);
   for (std::thread& thread : threads) thread.join();
+  if (work.profile && !running->cancel) Screen(running);
 
   std::string message;
   {
@@ -346,17 +428,308 @@ void JobRunner::Run(Running* running) {
       running->job.set_error("cancelled");
     } else {
       running->job.set_state(v1::SUCCEEDED);
+      std::vector<std::string> errors;
       if (counts.compile_errors() > 0) {
-        running->job.set_error(absl::StrCat(counts.compile_errors(),
-                                            " variants failed to compile; first: ", first_error));
+        errors.push_back(absl::StrCat(counts.compile_errors(),
+                                      " variants failed to compile; first: ", first_error));
       }
+      if (running->problems_failed > 0) {
+        errors.push_back(absl::StrCat(running->problems_failed,
+                                      " problems have no valid variant; first: ",
+                                      running->first_problem_error));
+      }
+      running->job.set_error(absl::StrJoin(errors, "\n"));
     }
     message = absl::StrCat("compiled ", counts.compiled(), ", cache hits ",
-                           counts.compile_cache_hits(), ", errors ", counts.compile_errors(),
-                           " in ", absl::FormatDuration(absl::Now() - started));
+                           counts.compile_cache_hits(), ", errors ", counts.compile_errors());
+    if (work.profile) {
+      absl::StrAppend(&message, "; measured ", counts.measured(), ": ok ", counts.ok(),
+                      ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
+                      ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
+                      "; problems tuned ", running->job.results_size(), ", already cached ",
+                      counts.cached_problems());
+    }
+    absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
   }
   spdlog::info("job {}: {}", id, message);
   Publish(running, nullptr, message);
+}
+
+absl::StatusOr<ProfilePool*> JobRunner::Gpus() const {
+  absl::MutexLock lock(&gpus_mu_);
+  if (gpus_ != nullptr) return gpus_.get();
+  if (options_.profile.worker_path.empty()) {
+    return absl::FailedPreconditionError(options_.profile_off_reason);
+  }
+  ASSIGN_OR_RETURN(gpus_, ProfilePool::Start(options_.profile));
+  for (const worker::v1::DeviceInfo& device : gpus_->devices()) {
+    spdlog::info("GPU {}: {} (sm_{}, {} SMs, {} MB L2, driver {})", device.ordinal(),
+                 device.name(), device.compute_capability(), device.sm_count(),
+                 device.l2_bytes() >> 20, device.driver_version());
+  }
+  return gpus_.get();
+}
+
+void JobRunner::Record(Running* running, const v1::Measurement& measurement) {
+  absl::Status stored = store_->AddMeasurement(measurement);
+  if (!stored.ok()) {
+    spdlog::warn("job {}: cannot store a measurement: {}", measurement.job_id(),
+                 std::string(stored.message()));
+  }
+  {
+    absl::MutexLock lock(&running->mu);
+    v1::JobCounts* counts = running->job.mutable_counts();
+    switch (measurement.status()) {
+      case v1::OK:
+        counts->set_ok(counts->ok() + 1);
+        break;
+      case v1::WRONG_RESULT:
+        counts->set_wrong_result(counts->wrong_result() + 1);
+        break;
+      case v1::TIMEOUT:
+        counts->set_timeout(counts->timeout() + 1);
+        break;
+      case v1::FAULT:
+        counts->set_fault(counts->fault() + 1);
+        break;
+      case v1::UNSUPPORTED:
+        counts->set_unsupported(counts->unsupported() + 1);
+        break;
+      default:
+        break;
+    }
+    if (measurement.phase() != v1::COMPILE) counts->set_measured(counts->measured() + 1);
+  }
+  Publish(running, &measurement, "");
+}
+
+void JobRunner::Screen(Running* running) {
+  Work& work = *running->work;
+  absl::StatusOr<ProfilePool*> gpus = Gpus();
+  {
+    absl::MutexLock lock(&running->mu);
+    running->job.set_state(v1::SCREENING);
+    if (!gpus.ok()) {
+      ++running->problems_failed;
+      running->first_problem_error = std::string(gpus.status().message());
+    }
+  }
+  if (!gpus.ok()) return;
+  Publish(running, nullptr,
+          absl::StrCat("validating and timing the variants of ", work.to_screen.size(),
+                       " problems on ", (*gpus)->devices().size(), " GPU(s)"));
+  // One thread per GPU, each taking the next problem.
+  std::atomic<size_t> next{0};
+  auto loop = [&] {
+    while (!running->cancel) {
+      const size_t index = next.fetch_add(1);
+      if (index >= work.to_screen.size()) return;
+      ScreenProblem(running, work.to_screen[index], **gpus);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < (*gpus)->devices().size(); ++i) threads.emplace_back(loop);
+  for (std::thread& thread : threads) thread.join();
+}
+
+void JobRunner::ScreenProblem(Running* running, ProblemWork& problem, ProfilePool& gpus) {
+  Work& work = *running->work;
+  const cache::FamilyRecord& record = *problem.record;
+  const v1::KernelFamily& family = record.family;
+  const std::string context = kernels::ProblemContext(family.name(), problem.problem);
+  std::string job_id;
+  {
+    absl::MutexLock lock(&running->mu);
+    job_id = running->job.id();
+  }
+  const worker::v1::DeviceInfo device_info = gpus.devices().front();
+  v1::Device device;
+  device.set_name(device_info.name());
+  device.set_compute_capability(device_info.compute_capability());
+  device.set_sm_count(device_info.sm_count());
+
+  auto fail_problem = [&](const std::string& why) {
+    spdlog::warn("job {}: {}", job_id, why);
+    absl::MutexLock lock(&running->mu);
+    if (running->problems_failed++ == 0) running->first_problem_error = why;
+  };
+  // A resumed job does not measure again what it already chose.
+  {
+    cache::EntryKey key{.family = family.name(),
+                        .family_hash = record.content_hash,
+                        .problem = problem.problem,
+                        .device = device.name()};
+    absl::StatusOr<std::optional<v1::Entry>> stored = store_->FindEntry(key);
+    if (stored.ok() && stored->has_value() && (*stored)->job_id() == job_id) {
+      absl::MutexLock lock(&running->mu);
+      *running->job.add_results() = **stored;
+      return;
+    }
+  }
+  auto base_measurement = [&](const v1::Config& config) {
+    v1::Measurement m;
+    m.set_family(family.name());
+    m.set_family_hash(record.content_hash);
+    *m.mutable_problem() = problem.problem;
+    *m.mutable_device() = device;
+    *m.mutable_config() = config;
+    m.set_driver_version(device_info.driver_version());
+    m.set_job_id(job_id);
+    m.set_measured_at(Now());
+    return m;
+  };
+
+  // The compiled kernels, from the compile cache.
+  auto load = [&](const std::string& key, kernels::CompiledKernel* kernel,
+                  std::string* sha256) -> CompileEnd {
+    CompileEnd end;
+    {
+      absl::MutexLock lock(&work.compiled_mu);
+      auto it = work.compiled.find(key);
+      if (it != work.compiled.end()) end = it->second;
+    }
+    if (end.status != v1::OK) return end;
+    absl::StatusOr<std::optional<cache::CompileRecord>> found = store_->FindCompile(key);
+    if (!found.ok() || !found->has_value()) {
+      return CompileEnd{.status = v1::COMPILE_ERROR,
+                        .log = "the compiled binary is no longer in the store"};
+    }
+    absl::StatusOr<v1::Binary> binary = store_->GetBinary((*found)->binary_sha256);
+    if (!binary.ok()) {
+      return CompileEnd{.status = v1::COMPILE_ERROR, .log = std::string(binary.status().message())};
+    }
+    kernel->cubin = binary->cubin();
+    kernel->lowered_name = (*found)->lowered_name;
+    *sha256 = binary->sha256();
+    return end;
+  };
+  kernels::CompiledKernel reference;
+  std::string reference_sha;
+  const CompileEnd reference_end = load(problem.reference_key, &reference, &reference_sha);
+  if (reference_end.status != v1::OK) {
+    fail_problem(absl::StrCat(context, ": the reference kernel '", problem.space.reference_name,
+                              "' did not compile: ", LogExcerpt(reference_end.log)));
+    return;
+  }
+  std::vector<kernels::CompiledVariant> compiled;
+  std::map<std::string, std::string> sha_by_id;
+  std::map<std::string, const kernels::Variant*> variant_by_id;
+  for (size_t i = 0; i < problem.space.variants.size(); ++i) {
+    const kernels::Variant& variant = problem.space.variants[i];
+    kernels::CompiledVariant entry;
+    entry.variant = &variant;
+    entry.id = absl::StrCat(variant.index);
+    std::string sha;
+    const CompileEnd end = load(problem.variant_keys[i], &entry.kernel, &sha);
+    if (end.status != v1::OK) {
+      v1::Measurement m = base_measurement(variant.config);
+      m.set_status(end.status == v1::VARIANT_STATUS_UNSPECIFIED ? v1::COMPILE_ERROR : end.status);
+      m.set_phase(v1::COMPILE);
+      m.set_detail(absl::StrCat(context, " [", kernels::ConfigLabel(family, variant.config),
+                                "]: ", LogExcerpt(end.log)));
+      Record(running, m);
+      continue;
+    }
+    sha_by_id[entry.id] = sha;
+    variant_by_id[entry.id] = &variant;
+    compiled.push_back(std::move(entry));
+  }
+  if (compiled.empty()) {
+    fail_problem(absl::StrCat(context, ": no variant compiled"));
+    return;
+  }
+  absl::StatusOr<worker::v1::ProfileTask> task = kernels::MakeProfileTask(
+      family, problem.problem, problem.space, reference, compiled, work.settings);
+  if (!task.ok()) {
+    fail_problem(std::string(task.status().message()));
+    return;
+  }
+  task->set_task_id(absl::StrCat(job_id, "/", context));
+
+  std::vector<std::pair<v1::Measurement, const kernels::Variant*>> ok;
+  ProfileResult result = gpus.Profile(*task, [&](const worker::v1::VariantOutcome& outcome) {
+    const kernels::Variant* variant = variant_by_id[outcome.variant_id()];
+    v1::Measurement m = base_measurement(variant != nullptr ? variant->config : v1::Config());
+    m.set_status(outcome.status());
+    m.set_phase(v1::SCREEN);
+    *m.mutable_timing() = outcome.timing();
+    m.set_max_error(outcome.max_error());
+    m.set_binary_sha256(sha_by_id[outcome.variant_id()]);
+    m.set_cache_state(task->cache_state());
+    std::string detail = outcome.detail();
+    if (outcome.status() == v1::OK) {
+      absl::StrAppend(&detail, detail.empty() ? "" : "; ", "validated on ",
+                      outcome.seeds_checked(), " seeds (max |v - r| ", outcome.max_error(),
+                      " at seed ", outcome.worst_seed(), "; rtol ", outcome.rtol(), ", atol ",
+                      outcome.atol(), ")");
+      if (outcome.pool_sets() > 0) {
+        absl::StrAppend(&detail, "; timed over ", outcome.pool_sets(), " input sets (",
+                        outcome.pool_bytes() >> 20, " MiB touched per pass), ",
+                        outcome.timing().samples(), " samples of ",
+                        outcome.launches_per_sample(), " launches");
+      }
+    }
+    m.set_detail(detail);
+    Record(running, m);
+    if (outcome.status() == v1::OK && variant != nullptr) ok.emplace_back(m, variant);
+  });
+  if (result.done.status() != v1::OK) {
+    // The variants that never ran share the problem's fate.
+    std::set<std::string> reported;
+    for (const worker::v1::VariantOutcome& outcome : result.outcomes) {
+      reported.insert(outcome.variant_id());
+    }
+    for (const kernels::CompiledVariant& entry : compiled) {
+      if (reported.contains(entry.id)) continue;
+      v1::Measurement m = base_measurement(entry.variant->config);
+      m.set_status(result.done.status());
+      m.set_phase(v1::SCREEN);
+      m.set_binary_sha256(sha_by_id[entry.id]);
+      m.set_detail(absl::StrCat("not run: ", result.done.phase(), ": ", result.done.detail()));
+      Record(running, m);
+    }
+    fail_problem(absl::StrCat(result.done.phase(), ": ", result.done.detail()));
+    return;
+  }
+  if (ok.empty()) {
+    fail_problem(absl::StrCat(context, ": none of ", compiled.size(),
+                              " variants validated and timed OK"));
+    return;
+  }
+  std::sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) {
+    return a.first.timing().median_us() < b.first.timing().median_us();
+  });
+  const v1::Measurement& best = ok.front().first;
+  v1::Entry entry;
+  entry.set_family(family.name());
+  entry.set_family_hash(record.content_hash);
+  *entry.mutable_problem() = problem.problem;
+  *entry.mutable_device() = device;
+  *entry.mutable_config() = best.config();
+  *entry.mutable_launch() = ok.front().second->launch;
+  entry.set_binary_sha256(best.binary_sha256());
+  entry.set_nvrtc_version(work.nvrtc_version);
+  entry.set_driver_version(device_info.driver_version());
+  entry.set_arch(work.arch);
+  *entry.mutable_timing() = best.timing();
+  if (ok.size() > 1 && best.timing().median_us() > 0) {
+    entry.set_margin(ok[1].first.timing().median_us() / best.timing().median_us() - 1);
+  }
+  entry.set_phase(v1::SCREEN);
+  entry.set_tuned_at(Now());
+  entry.set_job_id(job_id);
+  absl::Status stored = store_->PutEntry(entry);
+  if (!stored.ok()) {
+    fail_problem(absl::StrCat(context, ": cannot store the best entry: ", stored.message()));
+    return;
+  }
+  {
+    absl::MutexLock lock(&running->mu);
+    *running->job.add_results() = entry;
+  }
+  Publish(running, nullptr,
+          absl::StrCat(context, ": best ", kernels::ConfigLabel(family, entry.config()), " at ",
+                       entry.timing().median_us(), " us (screened)"));
 }
 
 absl::Status JobRunner::Watch(absl::string_view id,
@@ -418,7 +791,10 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
   int resumed = 0;
   for (v1::Job& job : jobs) {
-    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING) continue;
+    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING &&
+        job.state() != v1::SCREENING) {
+      continue;
+    }
     absl::StatusOr<std::shared_ptr<Work>> work = Plan(job.spec());
     if (!work.ok()) {
       job.set_state(v1::FAILED);
@@ -431,7 +807,9 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
     counts.set_problems((*work)->problems);
     counts.set_variants((*work)->variants);
     counts.set_compiles(static_cast<int64_t>((*work)->units.size()));
+    counts.set_cached_problems((*work)->cached_problems);
     *job.mutable_counts() = counts;
+    job.clear_results();
     job.set_state(v1::QUEUED);
     spdlog::info("job {}: resuming after a restart", job.id());
     Start(std::move(job), *std::move(work));

@@ -14,8 +14,16 @@
 // is COMPILE_TIMEOUT and a crashed worker counts as a compile error; neither
 // is cached, so a rerun tries again. Reference kernels are compiled too.
 //
-// Profiling on a GPU is not part of this build: a job without
-// options.compile_only is refused with UNIMPLEMENTED.
+// Screen phase (jobs without options.compile_only): each problem's
+// compiled variants go to a GPU worker (ProfilePool, started on the first
+// such job) as one ProfileTask: validated against the family's reference on
+// three seeds, then timed. Every variant of every problem ends with one
+// stored Measurement (phase COMPILE for those that did not compile, SCREEN
+// for the rest) in its status, and the fastest OK variant of each problem
+// becomes its best entry, marked phase SCREEN (screened only). Problems that
+// already have a best entry for the family's current version on this GPU
+// model are skipped (counts.cached_problems) unless options.retune. Without
+// a usable GPU such a job is refused with FAILED_PRECONDITION and the reason.
 //
 // Jobs are stored as they progress; a job the daemon was stopped in the
 // middle of is run again by ResumeUnfinished() (the compile cache makes the
@@ -40,13 +48,19 @@
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 #include "service/compile_pool.h"
+#include "service/profile_pool.h"
 
 namespace autotune::service {
 
 struct JobRunnerOptions {
   int compile_parallelism = 0;                          // 0 = the pool's size
   absl::Duration compile_timeout = absl::Seconds(120);  // when the job gives none
-  std::string default_arch = "sm_90";
+  std::string default_arch = "sm_90";                   // when there is no GPU
+  // GPU workers: worker_path empty = profiling is off (`profile_off_reason`
+  // says why).
+  ProfilePoolOptions profile;
+  std::string profile_off_reason = "profiling is turned off";
+  double variant_timeout_s = 10;  // per launch, when the job gives none
 };
 
 class JobRunner {
@@ -75,13 +89,22 @@ class JobRunner {
   // returned as it is.
   absl::StatusOr<v1::Job> Cancel(absl::string_view id);
 
-  // Starts again every stored job left QUEUED or COMPILING by a daemon that
-  // stopped. Returns how many.
+  // Starts again every stored job left QUEUED, COMPILING or SCREENING by a
+  // daemon that stopped. Returns how many. Problems whose best entry this
+  // job already stored are not measured again.
   absl::StatusOr<int> ResumeUnfinished();
 
  private:
   struct Work;
+  struct ProblemWork;
   struct Running;
+
+  // The GPU workers, started on first use. FAILED_PRECONDITION with the
+  // reason when there is no usable GPU.
+  absl::StatusOr<ProfilePool*> Gpus() const;
+  void Screen(Running* running);
+  void ScreenProblem(Running* running, ProblemWork& problem, ProfilePool& gpus);
+  void Record(Running* running, const v1::Measurement& measurement);
 
   // Expands the spec into the compile work, checking it on the way.
   absl::StatusOr<std::shared_ptr<Work>> Plan(const v1::JobSpec& spec) const;
@@ -94,6 +117,8 @@ class JobRunner {
   CompilePool* pool_;
   const std::string pool_error_;
   const JobRunnerOptions options_;
+  mutable absl::Mutex gpus_mu_;
+  mutable std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
 };

@@ -39,6 +39,13 @@ int main(int argc, char** argv) {
   app.add_option("--compile-workers", options.compile_workers,
                  "compile worker processes (default: one per core)")
       ->check(CLI::Range(0, 1024));
+  app.add_option("--gpus", options.gpus,
+                 "GPUs to validate and time kernels on: ordinals like 0,1; 'none' for "
+                 "compile-only service (default: all)");
+  app.add_option("--variant-timeout", options.variant_timeout_s,
+                 "seconds one kernel launch may run before its variant is TIMEOUT "
+                 "(default 10; a job may set its own)")
+      ->check(CLI::PositiveNumber);
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,
                  "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")

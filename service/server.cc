@@ -12,7 +12,9 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -202,8 +204,23 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
     pool_error = std::string(pool.status().message());
     spdlog::warn("compiling is unavailable: {}", pool_error);
   }
+  JobRunnerOptions job_options;
+  job_options.variant_timeout_s = options.variant_timeout_s;
+  if (options.gpus == "none") {
+    job_options.profile_off_reason = "the daemon runs with --gpus none";
+  } else {
+    job_options.profile.worker_path = pool_options.worker_path;
+    for (absl::string_view ordinal : absl::StrSplit(options.gpus, ',', absl::SkipEmpty())) {
+      int value = 0;
+      if (!absl::SimpleAtoi(ordinal, &value) || value < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--gpus: '", std::string(ordinal), "' is not a GPU ordinal (use 'none', or '0,1')"));
+      }
+      job_options.profile.devices.push_back(value);
+    }
+  }
   jobs_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), pool_error,
-                                      JobRunnerOptions{});
+                                      std::move(job_options));
   service_ = std::make_unique<AutotuneService>(
       resolver_.get(), admin_.get(), jobs_.get(),
       [this](v1::StatsResponse* response) { FillStats(response); });

@@ -42,6 +42,11 @@ struct ServerOptions {
   // The autotune-worker executable; empty = beside this program.
   std::string worker_path;
   int compile_workers = 0;  // 0 = one per core
+  // GPUs to profile on: empty = all, "none" = no profiling (compile-only
+  // jobs), else ordinals "0,2". Workers start with the first job that
+  // measures.
+  std::string gpus;
+  double variant_timeout_s = 10;  // per launch, when a job gives none
 };
 
 class Server {

@@ -302,15 +302,24 @@ TEST_F(CacheEndToEndTest, ReadCommandsAnswerJson) {
   EXPECT_EQ(response.database_path(), daemon_->db_path());
 }
 
-TEST_F(CacheEndToEndTest, ProfilingJobsAnswerUnimplemented) {
-  const std::string manifest = dir_.path() + "/manifest.textproto";
+TEST(MeasuringWithoutGpuTest, JobsAreRefusedWithTheReasonAndChangeNothing) {
+  TempDir dir;
+  Daemon daemon(dir.path(), {"--kernels", "none", "--gpus", "none"});
+  ASSERT_OK(daemon.Start());
+  const std::string manifest = dir.path() + "/manifest.textproto";
   FILE* file = fopen(manifest.c_str(), "w");
   ASSERT_NE(file, nullptr);
   fputs("items { family: \"vector_scale\" dims { name: \"batch\" values: 1 } }\n", file);
   fclose(file);
-  CommandResult result = Cli({"warmup", manifest});
+  CommandResult result =
+      RunCommand({AutotuneCliPath(), "--server", daemon.address(), "warmup", manifest});
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_THAT(result.err, HasSubstr("UNIMPLEMENTED"));
+  EXPECT_THAT(result.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(result.err, HasSubstr("--gpus none"));
+  EXPECT_THAT(result.err, HasSubstr("--compile-only"));
+  CommandResult jobs = RunCommand({AutotuneCliPath(), "--server", daemon.address(), "jobs"});
+  EXPECT_EQ(jobs.exit_code, 0);
+  EXPECT_THAT(jobs.out, Not(HasSubstr("QUEUED")));
 }
 
 TEST(ClientWithoutDaemonTest, SaysTheServerCannotBeReached) {

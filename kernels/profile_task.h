@@ -1,0 +1,66 @@
+// Turns a family, a problem and compiled kernels into the ProfileTask a
+// profile worker runs (proto/worker.proto, kernels/profiler.h).
+//
+//   ASSIGN_OR_RETURN(SearchSpace space, ExpandSearchSpace(family, problem));
+//   std::vector<CompiledVariant> compiled = ...;  // from the compile cache
+//   ASSIGN_OR_RETURN(worker::v1::ProfileTask task,
+//                    MakeProfileTask(family, problem, space, reference, compiled, {}));
+//
+// Thread-safe (pure functions).
+#ifndef AUTOTUNE_KERNELS_PROFILE_TASK_H_
+#define AUTOTUNE_KERNELS_PROFILE_TASK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/search_space.h"
+#include "proto/autotune.pb.h"
+#include "proto/worker.pb.h"
+
+namespace autotune::kernels {
+
+// A kernel ready to load: its cubin and the symbol NVRTC lowered its name
+// expression to.
+struct CompiledKernel {
+  std::string cubin;
+  std::string lowered_name;
+};
+
+struct CompiledVariant {
+  const Variant* variant = nullptr;  // from the SearchSpace passed along
+  CompiledKernel kernel;
+  std::string id;  // echoed in the outcome; empty = the variant's index
+};
+
+struct ProfileSettings {
+  bool validate_only = false;
+  int seeds = 3;
+  double launch_timeout_s = 10;
+  double timing_budget_s = 0.25;
+  int min_samples = 30;
+  int64_t max_memory_bytes = 0;  // 0 = the worker decides
+  // Unspecified = the family's cache_state (itself unspecified = COLD).
+  v1::CacheState cache_state = v1::CACHE_STATE_UNSPECIFIED;
+};
+
+// "rmsnorm rows=8,hidden=4096 bf16": how messages name a problem.
+std::string ProblemContext(const std::string& family, const v1::Problem& problem);
+
+// "BLOCK=128 ITEMS=4": how messages name a config (params in `family`
+// order; "reference" for an empty config).
+std::string ConfigLabel(const v1::KernelFamily& family, const v1::Config& config);
+
+// The task for one problem. The family's tolerance for the problem's dtype
+// is used; the base seed is derived from the family name and the problem,
+// so a rerun checks the same inputs. INVALID_ARGUMENT when the family has
+// no tolerance for the dtype, a kernel has no cubin, or `seeds` < 3.
+absl::StatusOr<worker::v1::ProfileTask> MakeProfileTask(
+    const v1::KernelFamily& family, const v1::Problem& problem, const SearchSpace& space,
+    const CompiledKernel& reference, const std::vector<CompiledVariant>& variants,
+    const ProfileSettings& settings);
+
+}  // namespace autotune::kernels
+
+#endif  // AUTOTUNE_KERNELS_PROFILE_TASK_H_

@@ -1,0 +1,92 @@
+// The daemon's GPU side: one `autotune-worker profile --device N` process
+// per GPU, each with its GPU to itself, running ProfileTasks (validation and
+// timing of a problem's variants, kernels/profiler.h) under deadlines.
+//
+//   ASSIGN_OR_RETURN(auto pool, ProfilePool::Start({.worker_path = path}));
+//   ProfileResult result = pool->Profile(task, [](const VariantOutcome& v) {...});
+//
+// Supervision: every variant ends in exactly one outcome. The worker reports
+// TIMEOUT and FAULT itself and exits; a worker that does not answer within a
+// variant's deadline (derived from the task's launch_timeout_s and timing
+// budget) is killed with SIGKILL and the variant is TIMEOUT; a worker that
+// dies is FAULT for the variant it was on ("worker died: signal 11"). In
+// each case a new worker is started (exec, never a bare fork) and runs the
+// variants that remain. The daemon itself never loads the CUDA driver.
+//
+// Thread-safe: Profile() takes a free GPU, waiting for one.
+#ifndef AUTOTUNE_SERVICE_PROFILE_POOL_H_
+#define AUTOTUNE_SERVICE_PROFILE_POOL_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/worker.pb.h"
+#include "service/worker_process.h"
+
+namespace autotune::service {
+
+struct ProfilePoolOptions {
+  std::string worker_path;    // the autotune-worker executable
+  std::vector<int> devices;   // ordinals; empty = every GPU the first worker sees
+  absl::Duration start_timeout = absl::Seconds(60);
+  // Added to every variant's deadline: process start, module load, pool fill.
+  absl::Duration grace = absl::Seconds(20);
+};
+
+struct ProfileResult {
+  // One per variant of the task, in task order (those not run after a
+  // problem-level failure are absent).
+  std::vector<worker::v1::VariantOutcome> outcomes;
+  worker::v1::ProfileDone done;
+  worker::v1::DeviceInfo device;  // where it ran
+  int workers_replaced = 0;
+};
+
+class ProfilePool {
+ public:
+  // Starts the worker of the first device and, from what it reports, the
+  // others. FAILED_PRECONDITION with the worker's reason when no GPU can be
+  // used ("no CUDA driver: ...", "no CUDA device").
+  static absl::StatusOr<std::unique_ptr<ProfilePool>> Start(const ProfilePoolOptions& options);
+  ~ProfilePool();
+  ProfilePool(const ProfilePool&) = delete;
+  ProfilePool& operator=(const ProfilePool&) = delete;
+
+  // The devices, in ordinal order.
+  std::vector<worker::v1::DeviceInfo> devices() const;
+  // Workers killed or lost and replaced so far.
+  int64_t replaced() const { return replaced_.load(); }
+
+  // Runs `task` on a free GPU. `on_variant` is called for each outcome as it
+  // arrives (from the calling thread).
+  ProfileResult Profile(const worker::v1::ProfileTask& task,
+                        const std::function<void(const worker::v1::VariantOutcome&)>& on_variant =
+                            nullptr);
+
+  // The deadline for one variant of `task` (exposed for tests).
+  static absl::Duration VariantDeadline(const worker::v1::ProfileTask& task, absl::Duration grace);
+
+ private:
+  struct Gpu {
+    worker::v1::DeviceInfo info;
+    WorkerProcess process;  // not running after a kill, until restarted
+    bool busy = false;
+  };
+  explicit ProfilePool(ProfilePoolOptions options);
+  absl::Status StartWorker(Gpu& gpu, int ordinal);
+
+  const ProfilePoolOptions options_;
+  std::atomic<int64_t> replaced_{0};
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Gpu>> gpus_;  // `busy` guarded by mu_
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_PROFILE_POOL_H_
