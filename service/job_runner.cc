@@ -69,6 +69,7 @@ struct JobRunner::Work {
   int64_t problems = 0;
   int64_t variants = 0;
   int64_t cached_problems = 0;
+  std::vector<v1::Entry> cached_entries;  // reported with the job's results
   std::vector<CompileUnit> units;
   absl::Duration compile_timeout;
   // Screening (profile jobs only).
@@ -248,6 +249,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
       absl::StatusOr<std::optional<v1::Entry>> cached = store_->FindEntry(key);
       if (cached.ok() && cached->has_value()) {
         ++work->cached_problems;
+        work->cached_entries.push_back(**cached);
         continue;
       }
     }
@@ -328,6 +330,7 @@ void JobRunner::Run(Running* running) {
     absl::MutexLock lock(&running->mu);
     running->job.set_state(v1::COMPILING);
     id = running->job.id();
+    for (const v1::Entry& entry : work.cached_entries) *running->job.add_results() = entry;
   }
   Publish(running, nullptr, absl::StrCat("compiling ", work.units.size(), " distinct variants"));
   const absl::Time started = absl::Now();
@@ -446,7 +449,9 @@ void JobRunner::Run(Running* running) {
       absl::StrAppend(&message, "; measured ", counts.measured(), ": ok ", counts.ok(),
                       ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
                       ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
-                      "; problems tuned ", running->job.results_size(), ", already cached ",
+                      "; problems tuned ",
+                      running->job.results_size() - static_cast<int>(work.cached_entries.size()),
+                      ", already cached ",
                       counts.cached_problems());
     }
     absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));

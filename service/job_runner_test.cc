@@ -1,0 +1,171 @@
+// The job runner's screen phase against a real compile pool (NVRTC) and the
+// stand-in profile worker (service/testing/fake_profile_worker.cc), which
+// ends each variant the way its MODE param says.
+#include "service/job_runner.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/status_matchers.h"
+#include "base/temp_dir.h"
+#include "cache/store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/family_loader.h"
+
+namespace autotune::service {
+namespace {
+
+namespace v1 = ::autotune::v1;
+using ::autotune::testing::StatusIs;
+using ::autotune::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+class ScreenJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(store_, cache::Store::Open({.path = dir_.path() + "/cache.db"}));
+    ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                         kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+    ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+    ASSERT_OK_AND_ASSIGN(compile_pool_,
+                         CompilePool::Start({.worker_path = AUTOTUNE_WORKER_PATH, .workers = 2}));
+    JobRunnerOptions options;
+    options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
+    options.profile.grace = absl::Seconds(1);
+    options.variant_timeout_s = 0.1;
+    runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
+  }
+
+  static v1::JobSpec Spec(bool retune = false) {
+    v1::JobSpec spec;
+    v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+    item->set_family("modes");
+    v1::ManifestItem::DimValues* n = item->add_dims();
+    n->set_name("n");
+    n->add_values(256);
+    n->add_values(1024);
+    item->add_dtypes(v1::FLOAT32);
+    spec.mutable_options()->set_retune(retune);
+    return spec;
+  }
+
+  // Submits and waits for the end.
+  v1::Job Run(const v1::JobSpec& spec) {
+    absl::StatusOr<v1::Job> job = runner_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {};
+    v1::Job last;
+    EXPECT_OK(runner_->Watch(job->id(), [&](const v1::JobProgress& progress) {
+      last = progress.job();
+      return true;
+    }));
+    return last;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<cache::Store> store_;
+  std::unique_ptr<CompilePool> compile_pool_;
+  std::unique_ptr<JobRunner> runner_;
+};
+
+TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsChosen) {
+  const v1::Job job = Run(Spec());
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  const v1::JobCounts& counts = job.counts();
+  EXPECT_EQ(counts.problems(), 2);
+  EXPECT_EQ(counts.variants(), 16);
+  EXPECT_EQ(counts.measured(), 16);
+  EXPECT_EQ(counts.ok(), 4);            // MODE 0 and 1
+  EXPECT_EQ(counts.wrong_result(), 2);  // MODE 2
+  EXPECT_EQ(counts.timeout(), 4);       // MODE 3 (hangs) and 7 (reported)
+  EXPECT_EQ(counts.fault(), 4);         // MODE 4 (dies) and 5 (reported)
+  EXPECT_EQ(counts.unsupported(), 2);   // MODE 6
+  EXPECT_EQ(job.error(), "");
+
+  ASSERT_THAT(job.results(), SizeIs(2));
+  for (const v1::Entry& entry : job.results()) {
+    EXPECT_EQ(entry.config().params().at("MODE"), 0);  // 10 us beats 20 us
+    EXPECT_EQ(entry.phase(), v1::SCREEN);
+    EXPECT_DOUBLE_EQ(entry.margin(), 1.0);
+    EXPECT_DOUBLE_EQ(entry.timing().median_us(), 10);
+    EXPECT_EQ(entry.device().name(), "Fake GPU");
+    EXPECT_EQ(entry.arch(), "sm_90");
+    EXPECT_EQ(entry.job_id(), job.id());
+    EXPECT_FALSE(entry.binary_sha256().empty());
+    ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> stored,
+                         store_->FindEntry({.family = "modes",
+                                            .family_hash = "",
+                                            .problem = entry.problem(),
+                                            .device = "Fake GPU"}));
+    ASSERT_TRUE(stored.has_value());
+    EXPECT_EQ(stored->config().params().at("MODE"), 0);
+
+    ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> measurements,
+                         store_->ListMeasurements({.family = "modes",
+                                                   .family_hash = entry.family_hash(),
+                                                   .problem = entry.problem(),
+                                                   .device = "Fake GPU"}));
+    ASSERT_THAT(measurements, SizeIs(8));
+    std::map<int64_t, v1::Measurement> by_mode;
+    for (const v1::Measurement& m : measurements) by_mode[m.config().params().at("MODE")] = m;
+    const std::map<int64_t, v1::VariantStatus> expected = {
+        {0, v1::OK},      {1, v1::OK},    {2, v1::WRONG_RESULT}, {3, v1::TIMEOUT},
+        {4, v1::FAULT},   {5, v1::FAULT}, {6, v1::UNSUPPORTED},  {7, v1::TIMEOUT}};
+    for (const auto& [mode, status] : expected) {
+      SCOPED_TRACE(mode);
+      ASSERT_TRUE(by_mode.contains(mode));
+      const v1::Measurement& m = by_mode[mode];
+      EXPECT_EQ(m.status(), status);
+      EXPECT_EQ(m.phase(), v1::SCREEN);
+      EXPECT_EQ(m.job_id(), job.id());
+      EXPECT_EQ(m.cache_state(), v1::COLD);
+      if (status != v1::OK) {
+        // Full context: family, dims, dtype and config.
+        EXPECT_THAT(m.detail(), HasSubstr("modes n="));
+        EXPECT_THAT(m.detail(), HasSubstr("fp32"));
+        EXPECT_THAT(m.detail(), HasSubstr("MODE=" + std::to_string(mode)));
+      }
+    }
+    EXPECT_THAT(by_mode[0].detail(), HasSubstr("validated on 3 seeds"));
+    EXPECT_THAT(by_mode[3].detail(), HasSubstr("killed (SIGKILL)"));
+  }
+}
+
+TEST_F(ScreenJobTest, ARerunSkipsTunedProblemsAndRetuneMeasuresAgain) {
+  ASSERT_EQ(Run(Spec()).state(), v1::SUCCEEDED);
+  const v1::Job rerun = Run(Spec());
+  ASSERT_EQ(rerun.state(), v1::SUCCEEDED);
+  EXPECT_EQ(rerun.counts().cached_problems(), 2);
+  EXPECT_EQ(rerun.counts().measured(), 0);
+  EXPECT_EQ(rerun.counts().compiles(), 0);
+  EXPECT_THAT(rerun.results(), SizeIs(2));  // the cached entries, for the report
+
+  const v1::Job retune = Run(Spec(/*retune=*/true));
+  ASSERT_EQ(retune.state(), v1::SUCCEEDED);
+  EXPECT_EQ(retune.counts().cached_problems(), 0);
+  EXPECT_EQ(retune.counts().measured(), 16);
+  ASSERT_THAT(retune.results(), SizeIs(2));
+  EXPECT_EQ(retune.results(0).job_id(), retune.id());
+}
+
+TEST_F(ScreenJobTest, ACompileOnlyJobMeasuresNothing) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_options()->set_compile_only(true);
+  const v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.counts().measured(), 0);
+  EXPECT_THAT(job.results(), SizeIs(0));
+}
+
+TEST_F(ScreenJobTest, AnArchTheGpuCannotRunIsRefused) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_manifest()->set_arch("sm_80");
+  EXPECT_THAT(runner_->Submit(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot run on Fake GPU")));
+}
+
+}  // namespace
+}  // namespace autotune::service

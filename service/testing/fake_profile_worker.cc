@@ -1,0 +1,141 @@
+// A stand-in for `autotune-worker profile`, for the daemon's unit tests on
+// machines without a GPU. It speaks the worker protocol and acts out what a
+// variant's label asks for, so the supervision code can be tested against
+// every way a real worker ends a variant:
+//   MODE=0  OK, median 10 us        MODE=1  OK, median 20 us
+//   MODE=2  WRONG_RESULT            MODE=3  hangs (never answers)
+//   MODE=4  the process dies        MODE=5  FAULT, then the process exits
+//   MODE=6  UNSUPPORTED             MODE=7  TIMEOUT reported, then exits
+// Environment: FAKE_WORKER_NO_DEVICE=1 says hello with an error;
+// FAKE_WORKER_REFERENCE_FAULT=1 ends every task with a reference FAULT;
+// FAKE_WORKER_LOG=<file> appends one line per task received.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/worker.pb.h"
+#include "service/worker_pipe.h"
+
+namespace {
+
+namespace v1 = ::autotune::v1;
+namespace wv1 = ::autotune::worker::v1;
+using ::autotune::service::ReadDelimited;
+using ::autotune::service::WriteDelimited;
+
+int Mode(const std::string& label) {
+  const size_t at = label.find("MODE=");
+  return at == std::string::npos ? 0 : std::atoi(label.c_str() + at + 5);
+}
+
+bool Send(const wv1::WorkerResponse& response) {
+  return WriteDelimited(STDOUT_FILENO, response).ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "profile") != 0) return 2;
+  wv1::WorkerResponse hello;
+  hello.mutable_hello()->set_pid(getpid());
+  if (std::getenv("FAKE_WORKER_NO_DEVICE") != nullptr) {
+    hello.mutable_hello()->set_error("no CUDA driver: libcuda.so.1: cannot open shared object file");
+    Send(hello);
+    return 1;
+  }
+  wv1::DeviceInfo* device = hello.mutable_hello()->mutable_device();
+  device->set_ordinal(argc >= 4 ? std::atoi(argv[3]) : 0);
+  device->set_name("Fake GPU");
+  device->set_compute_capability(90);
+  device->set_sm_count(132);
+  device->set_l2_bytes(60 << 20);
+  device->set_driver_version("13.0");
+  device->set_device_count(1);
+  if (!Send(hello)) return 1;
+  const char* log_path = std::getenv("FAKE_WORKER_LOG");
+  while (true) {
+    wv1::WorkerRequest request;
+    if (!ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request).ok()) return 0;
+    const wv1::ProfileTask& task = request.profile();
+    if (log_path != nullptr) {
+      FILE* log = std::fopen(log_path, "a");
+      std::fprintf(log, "%d %s variants=%d\n", getpid(), task.context().c_str(),
+                   task.variants_size());
+      std::fclose(log);
+    }
+    wv1::WorkerResponse done;
+    done.mutable_profile_done()->set_task_id(task.task_id());
+    if (std::getenv("FAKE_WORKER_REFERENCE_FAULT") != nullptr) {
+      done.mutable_profile_done()->set_status(v1::FAULT);
+      done.mutable_profile_done()->set_phase("reference");
+      done.mutable_profile_done()->set_detail(
+          absl::StrCat(task.context(), ": reference: CUDA_ERROR_ILLEGAL_ADDRESS"));
+      Send(done);
+      return 3;
+    }
+    for (const wv1::KernelImage& variant : task.variants()) {
+      wv1::WorkerResponse response;
+      wv1::VariantOutcome* outcome = response.mutable_variant();
+      outcome->set_task_id(task.task_id());
+      outcome->set_variant_id(variant.id());
+      outcome->set_rtol(task.rtol());
+      outcome->set_atol(task.atol());
+      outcome->set_seeds_checked(3);
+      const std::string where = absl::StrCat(task.context(), " [", variant.label(), "]");
+      bool exit_after = false;
+      switch (Mode(variant.label())) {
+        case 0:
+        case 1: {
+          const double us = Mode(variant.label()) == 0 ? 10 : 20;
+          outcome->set_status(v1::OK);
+          outcome->set_phase("time");
+          outcome->mutable_timing()->set_median_us(us);
+          outcome->mutable_timing()->set_min_us(us * 0.98);
+          outcome->mutable_timing()->set_p90_us(us * 1.02);
+          outcome->mutable_timing()->set_samples(30);
+          outcome->set_pool_sets(4);
+          outcome->set_pool_bytes(int64_t{130} << 20);
+          outcome->set_launches_per_sample(40);
+          break;
+        }
+        case 2:
+          outcome->set_status(v1::WRONG_RESULT);
+          outcome->set_phase("validate seed 1");
+          outcome->set_max_error(0.5);
+          outcome->set_detail(absl::StrCat(where, ": validate seed 1: 12 elements differ"));
+          break;
+        case 3:
+          while (true) pause();
+        case 4:
+          _exit(1);
+        case 5:
+          outcome->set_status(v1::FAULT);
+          outcome->set_phase("validate seed 1");
+          outcome->set_detail(absl::StrCat(where, ": CUDA_ERROR_ILLEGAL_ADDRESS"));
+          exit_after = true;
+          break;
+        case 6:
+          outcome->set_status(v1::UNSUPPORTED);
+          outcome->set_phase("check");
+          outcome->set_detail(absl::StrCat(where, ": 1024 threads per block, the function allows 512"));
+          break;
+        case 7:
+          outcome->set_status(v1::TIMEOUT);
+          outcome->set_phase("validate seed 1");
+          outcome->set_detail(absl::StrCat(where, ": did not finish within 0.1 s"));
+          exit_after = true;
+          break;
+      }
+      if (!Send(response)) return 1;
+      if (exit_after) return 3;
+    }
+    done.mutable_profile_done()->set_status(v1::OK);
+    if (!Send(done)) return 1;
+  }
+}
