@@ -593,6 +593,15 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                                                  job.counts().compile_errors(),
                                                  " variants failed to compile"));
         }
+        // A problem left without a valid config fails the run too; variants
+        // that were rejected (wrong result, timeout...) do not, since
+        // rejecting them is the point of validating.
+        if (!s->compile_only && job.results_size() < job.counts().problems()) {
+          return absl::AbortedError(
+              absl::StrCat("job ", job.id(), ": ", job.counts().problems() - job.results_size(),
+                           " of ", job.counts().problems(), " problems have no valid config",
+                           job.error().empty() ? "" : ": ", job.error()));
+        }
         return absl::OkStatus();
       case v1::FAILED:
         return absl::AbortedError(absl::StrCat("job ", job.id(), " failed",

@@ -438,6 +438,26 @@ TEST_F(WarmupTest, FailedJobExitsOne) {
   EXPECT_THAT(result.err, HasSubstr("job job-7 failed: no GPU found"));
 }
 
+TEST_F(WarmupTest, MeasuringJobWithRejectedVariantsSucceedsButOneWithoutAConfigFails) {
+  AddProgress(v1::SUCCEEDED);
+  v1::Job* job = server_.answers().progress.back().mutable_job();
+  job->mutable_counts()->set_measured(10);
+  job->mutable_counts()->set_ok(6);
+  job->mutable_counts()->set_wrong_result(4);
+  *job->add_results() = SampleEntry();
+  *job->add_results() = SampleEntry();
+  CliResult result = Run({"warmup", manifest_});
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("10 measured: 6 ok, 4 wrong result"));
+
+  job->mutable_results()->RemoveLast();
+  job->set_error("1 problems have no valid variant; first: transpose n=8192 fp32: ...");
+  result = Run({"warmup", manifest_});
+  EXPECT_EQ(result.exit_code, kExitError);
+  EXPECT_THAT(result.err, HasSubstr("1 of 2 problems have no valid config"));
+  EXPECT_THAT(result.err, HasSubstr("transpose n=8192 fp32"));
+}
+
 TEST_F(WarmupTest, UnimplementedIsReportedAsSuch) {
   server_.answers().status =
       grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "method SubmitJob not implemented");
@@ -464,6 +484,8 @@ TEST_F(WarmupTest, BadManifestNamesFileAndLine) {
 TEST_F(WarmupTest, JsonPrintsTheJobAndSendsProgressToStderr) {
   AddProgress(v1::QUEUED);
   AddProgress(v1::SUCCEEDED);
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
   const CliResult result = Run({"warmup", manifest_, "--json"});
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
   v1::Job job;
