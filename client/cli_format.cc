@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -252,16 +253,25 @@ void PrintEntryDetail(const v1::GetEntryResponse& response, std::ostream& out) {
         return key(a) < key(b);
       });
   const std::string chosen = FormatParams(entry.config().params());
-  TextTable table({"", "STATUS", "PHASE", "CONFIG", "MEDIAN_US", "CV", "DETAIL"});
+  TextTable table({"", "STATUS", "PHASE", "CONFIG", "MEDIAN_US", "CV", "MAX_ERR", "DETAIL"});
   table.SetAlign(4, TextTable::Align::kRight);
   table.SetAlign(5, TextTable::Align::kRight);
+  table.SetAlign(6, TextTable::Align::kRight);
   for (const v1::Measurement* m : sorted) {
     const std::string config = FormatParams(m->config().params());
     const bool winner = m->status() == v1::OK && config == chosen;
+    // A detail opens with the variant's context ("family dims dtype
+    // [config]: "), which the other columns already show.
+    absl::string_view detail = m->detail();
+    if (absl::StartsWith(detail, m->family() + " ")) {
+      const size_t end = detail.find("]: ");
+      if (end != absl::string_view::npos) detail.remove_prefix(end + 3);
+    }
     table.AddRow({winner ? "*" : "", v1::VariantStatus_Name(m->status()), FormatPhase(m->phase()),
                   config, FormatMicros(m->timing().median_us()),
                   m->timing().cv() > 0 ? absl::StrFormat("%.2f%%", m->timing().cv() * 100) : "-",
-                  FirstLine(m->detail(), 60)});
+                  m->max_error() > 0 ? absl::StrFormat("%.3g", m->max_error()) : "-",
+                  FirstLine(detail, 60)});
   }
   table.Print(out);
 }

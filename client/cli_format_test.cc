@@ -130,7 +130,10 @@ TEST(PrintEntryDetailTest, MarksTheWinnerAndListsFinalistsFirst) {
   v1::Measurement* broken = response.add_measurements();
   broken->set_status(v1::WRONG_RESULT);
   broken->set_phase(v1::SCREEN);
-  broken->set_detail("max error 0.5 at index 17\nmore");
+  broken->set_family(response.entry().family());
+  broken->set_detail(response.entry().family() +
+                     " m=64 bf16 [BLOCK_M=32]: validate seed 2: max error 0.5 at index 17\nmore");
+  broken->set_max_error(0.5);
   v1::Measurement* winner = response.add_measurements();
   winner->set_status(v1::OK);
   winner->set_phase(v1::SERIAL_VALIDATION);
@@ -149,7 +152,8 @@ TEST(PrintEntryDetailTest, MarksTheWinnerAndListsFinalistsFirst) {
   ASSERT_NE(broken_at, std::string::npos) << text;
   EXPECT_LT(winner_at, screen_at);
   EXPECT_LT(screen_at, broken_at);
-  EXPECT_THAT(text, HasSubstr("max error 0.5 at index 17\n"));
+  // The context the columns already show is not repeated.
+  EXPECT_THAT(text, HasSubstr("  0.5  validate seed 2: max error 0.5 at index 17\n"));
 }
 
 TEST(PrintJsonTest, PrintsProtoFieldNamesAndDefaults) {
