@@ -7,7 +7,7 @@
 //   worker::v1::ProfileDone done = profiler->Run(task, [](const auto& outcome) {
 //     WriteDelimited(STDOUT_FILENO, outcome);
 //   });
-//   if (!profiler->usable()) exit(0);  // a variant faulted or hung: start afresh
+//   if (!profiler->usable()) _exit(3);  // a variant faulted or hung: start afresh
 //
 // What one task does (worker.proto, ProfileTask, has the fields):
 //  1. Lays out the problem's buffers once: the inputs, the reference's
@@ -22,20 +22,30 @@
 //     - load + check (phase "load"/"check"): the module loads and the launch
 //       fits the function (threads per block after its register use,
 //       static + dynamic shared memory against the device's opt-in limit,
-//       grid limits); otherwise UNSUPPORTED with the numbers, before any
+//       grid limits, and its parameters, as the driver reports them, match
+//       the task's buffers (pointers) and scalars (their dtype's C size) in
+//       number and size); otherwise UNSUPPORTED with the numbers, before any
 //       launch. A launch the driver refuses for resources is UNSUPPORTED too.
 //     - validate (phase "validate seed K"): per seed, refill the inputs,
 //       poison the outputs, launch, compare every OUT/INOUT element with the
 //       reference's (|v - r| <= atol + rtol * |r| or v == r; NaN never
-//       passes). A mismatch is WRONG_RESULT with the max error, the seed,
-//       the first bad index and both values, and the tolerance.
+//       passes, nor does an infinity against anything but the same one).
+//       A mismatch is WRONG_RESULT with the max error, the seed, the first
+//       bad index and both values, and the tolerance. max_error is NaN when
+//       a NaN took part (an unwritten, still poisoned element), infinite
+//       when an infinity did. The reference's own outputs must hold no NaN:
+//       otherwise the task ends WRONG_RESULT in "reference seed K".
 //     - time (phase "time", unless validate_only): see below.
+//     An OK outcome's phase is where it ended: "validate" (validate_only),
+//     "time", or "remeasure".
 //     A launch that does not finish within launch_timeout_s is TIMEOUT; a
 //     sticky CUDA error (illegal address, misaligned access, trap...) is
 //     FAULT with the driver's error name. After either the context is
 //     unusable: the outcome is emitted, Run returns at once and usable()
 //     turns false; the caller must exit (the daemon starts a new worker for
-//     the variants that remain).
+//     the variants that remain). That ProfileDone has the variant's status,
+//     phase "variant <id>", and says how many variants were not run. Nothing
+//     is freed then: freeing could wait on the hung kernel forever.
 //  4. Releases every buffer of the task, so a long job does not grow.
 //
 // Timing: the pool of input sets is sized from the bytes one launch really
@@ -51,6 +61,12 @@
 // bytes/flops per call. A median below the device's DRAM bandwidth bound
 // (COLD only) is re-measured once before it is reported, and the outcome
 // says so in `detail` if it stays below.
+//
+// Launches per sample: a whole number of cycles over the sets, at least 20
+// launches and about 50 us of kernel time (estimated from the validation
+// launches), at most 4096 launches; the pool is capped at 4096 sets too
+// (the outcome's detail says so when that leaves it below 2x L2).
+// pool_bytes in an outcome is sets * touched bytes per launch.
 //
 // Thread-compatibility: one Run at a time.
 #ifndef AUTOTUNE_KERNELS_PROFILER_H_
@@ -73,8 +89,8 @@ namespace autotune::kernels {
 struct InputPoolPlan {
   int sets = 1;
   int64_t touched_bytes_per_launch = 0;  // min(bytes_per_call, set bytes)
-  int64_t set_bytes = 0;                  // bytes allocated per set
-  int64_t pool_touched_bytes = 0;         // sets * touched_bytes_per_launch
+  int64_t set_bytes = 0;                 // bytes allocated per set
+  int64_t pool_touched_bytes = 0;        // sets * touched_bytes_per_launch
 };
 
 // COLD: the fewest sets (at least 2) whose touched bytes together exceed

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -221,8 +222,16 @@ int Daemon::WaitExit(absl::Duration timeout) {
 
 std::string Daemon::Stderr() const { return ReadWholeFile(log_path_); }
 
-std::string AutotunedPath() { return AUTOTUNE_AUTOTUNED_PATH; }
-std::string AutotuneCliPath() { return AUTOTUNE_CLI_PATH; }
+namespace {
+// A bundle run elsewhere names the binaries in the environment.
+std::string FromEnvironment(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+}  // namespace
+
+std::string AutotunedPath() { return FromEnvironment("AUTOTUNED", AUTOTUNE_AUTOTUNED_PATH); }
+std::string AutotuneCliPath() { return FromEnvironment("AUTOTUNE_CLI", AUTOTUNE_CLI_PATH); }
 std::string MakeSamplePath() { return AUTOTUNE_MAKE_SAMPLE_PATH; }
 
 }  // namespace autotune::testing

@@ -59,7 +59,8 @@ class Daemon {
   pid_t pid_ = -1;
 };
 
-// Paths of the binaries under test (set by CMake).
+// Paths of the binaries under test: set by CMake, overridden by the
+// environment variables AUTOTUNED and AUTOTUNE_CLI (bundled runs).
 std::string AutotunedPath();
 std::string AutotuneCliPath();
 std::string MakeSamplePath();

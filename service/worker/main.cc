@@ -3,14 +3,28 @@
 // kernel variants with NVRTC: it writes a Hello, then answers each
 // CompileTask read from stdin with a CompileOutcome on stdout, until stdin
 // closes. The daemon kills it when a task runs past its deadline.
+//
+// `autotune-worker profile --device N` validates and times kernel variants
+// on GPU N (kernels/profiler.h): it writes a Hello with the device (or with
+// the reason it cannot serve, then exits 1), then answers each ProfileTask
+// with one VariantOutcome per variant, each written as soon as it is known,
+// and a ProfileDone. After a variant hung or faulted the GPU context is
+// unusable: the worker writes the ProfileDone and exits with status 3
+// without running destructors, which could wait on the hung kernel.
+//
+// stdout carries the protocol alone; diagnostics go to stderr.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "kernels/compiler.h"
+#include "kernels/profiler.h"
 #include "proto/worker.pb.h"
 #include "service/worker_pipe.h"
 
@@ -76,12 +90,91 @@ int ServeCompile() {
   }
 }
 
+// Exit status of a profile worker whose GPU context is lost (a variant hung
+// or faulted): the daemon starts a new worker for the variants that remain.
+constexpr int kContextLostExit = 3;
+
+int ServeProfile(int ordinal) {
+  wv1::WorkerResponse hello;
+  hello.mutable_hello()->set_pid(getpid());
+  auto profiler = autotune::kernels::Profiler::Open(ordinal);
+  if (!profiler.ok()) {
+    const std::string reason(profiler.status().message());
+    std::fprintf(stderr, "autotune-worker: device %d: %s\n", ordinal, reason.c_str());
+    hello.mutable_hello()->set_error(reason);
+    (void)autotune::service::WriteDelimited(STDOUT_FILENO, hello);
+    return 1;
+  }
+  *hello.mutable_hello()->mutable_device() = (*profiler)->device();
+  if (!autotune::service::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
+
+  while (true) {
+    wv1::WorkerRequest request;
+    absl::Status read =
+        autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request);
+    if (absl::IsAborted(read)) return 0;  // the daemon closed our stdin
+    if (!read.ok()) {
+      std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
+      return 1;
+    }
+    if (!request.has_profile()) {
+      std::fprintf(stderr, "autotune-worker: unexpected request for a profile worker\n");
+      return 1;
+    }
+    const wv1::ProfileDone done =
+        (*profiler)->Run(request.profile(), [](const wv1::VariantOutcome& outcome) {
+          wv1::WorkerResponse response;
+          *response.mutable_variant() = outcome;
+          if (absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
+              !written.ok()) {
+            // Nobody is listening any more; the GPU work in flight dies with
+            // the process.
+            std::fprintf(stderr, "autotune-worker: %s\n", std::string(written.message()).c_str());
+            _exit(1);
+          }
+        });
+    wv1::WorkerResponse response;
+    *response.mutable_profile_done() = done;
+    const absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
+    if (!(*profiler)->usable()) {
+      std::fprintf(stderr, "autotune-worker: device %d unusable, exiting: %s\n", ordinal,
+                   done.detail().c_str());
+      // _exit: no destructors, no atexit handlers, nothing that could wait
+      // for a kernel that never ends; the driver frees the GPU when the
+      // process is gone.
+      _exit(kContextLostExit);
+    }
+    if (!written.ok()) return 1;
+  }
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: autotune-worker compile\n"
+               "       autotune-worker profile --device N\n"
+               "autotune-worker is started by autotuned; it is not meant to be run by hand.\n");
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "compile") == 0) return ServeCompile();
-  std::fprintf(stderr,
-               "usage: autotune-worker compile\n"
-               "autotune-worker is started by autotuned; it is not meant to be run by hand.\n");
-  return 2;
+  if (argc >= 2 && std::strcmp(argv[1], "profile") == 0) {
+    // --device N or --device=N; device 0 when not given.
+    int ordinal = 0;
+    for (int i = 2; i < argc; ++i) {
+      std::string value;
+      if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+        value = argv[++i];
+      } else if (absl::StartsWith(argv[i], "--device=")) {
+        value = argv[i] + std::strlen("--device=");
+      } else {
+        return Usage();
+      }
+      if (!absl::SimpleAtoi(value, &ordinal) || ordinal < 0) return Usage();
+    }
+    return ServeProfile(ordinal);
+  }
+  return Usage();
 }
