@@ -23,6 +23,10 @@ namespace {
 
 namespace wv1 = ::autotune::worker::v1;
 
+// A screened winner faster than this fraction of the runner-up is measured
+// again before it is believed.
+constexpr double kSuspiciousLead = 0.5;
+
 // How often a running job is written to the store at most.
 constexpr absl::Duration kPersistEvery = absl::Seconds(1);
 
@@ -475,13 +479,13 @@ absl::StatusOr<ProfilePool*> JobRunner::Gpus() const {
   return gpus_.get();
 }
 
-void JobRunner::Record(Running* running, const v1::Measurement& measurement) {
+void JobRunner::Record(Running* running, const v1::Measurement& measurement, bool count) {
   absl::Status stored = store_->AddMeasurement(measurement);
   if (!stored.ok()) {
     spdlog::warn("job {}: cannot store a measurement: {}", measurement.job_id(),
                  std::string(stored.message()));
   }
-  {
+  if (count) {
     absl::MutexLock lock(&running->mu);
     v1::JobCounts* counts = running->job.mutable_counts();
     switch (measurement.status()) {
@@ -701,9 +705,46 @@ void JobRunner::ScreenProblem(Running* running, ProblemWork& problem, ProfilePoo
                               " variants validated and timed OK"));
     return;
   }
-  std::sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) {
+  auto by_median = [](const auto& a, const auto& b) {
     return a.first.timing().median_us() < b.first.timing().median_us();
-  });
+  };
+  std::sort(ok.begin(), ok.end(), by_median);
+  // A winner far ahead of the rest is measured again, alone, before it is
+  // believed: a disturbed or mis-sized measurement must not win. The new
+  // measurement replaces the first.
+  if (ok.size() > 1 && ok[0].first.timing().median_us() <
+                           kSuspiciousLead * ok[1].first.timing().median_us()) {
+    const std::string id = absl::StrCat(ok[0].second->index);
+    worker::v1::ProfileTask again = *task;
+    again.clear_variants();
+    for (const worker::v1::KernelImage& image : task->variants()) {
+      if (image.id() == id) *again.add_variants() = image;
+    }
+    again.set_task_id(absl::StrCat(task->task_id(), "/again"));
+    ProfileResult second = gpus.Profile(again);
+    const double first_us = ok[0].first.timing().median_us();
+    if (second.done.status() == v1::OK && second.outcomes.size() == 1 &&
+        second.outcomes[0].status() == v1::OK) {
+      v1::Measurement& m = ok[0].first;
+      *m.mutable_timing() = second.outcomes[0].timing();
+      m.set_measured_at(Now());
+      m.set_detail(absl::StrCat("measured again alone: its first median ", first_us,
+                                " us was under half the runner-up's ",
+                                ok[1].first.timing().median_us(), " us; ",
+                                second.outcomes[0].detail()));
+      Record(running, m, /*count=*/false);
+    } else {
+      // It failed when run again: it cannot be chosen.
+      v1::Measurement m = ok[0].first;
+      m.set_status(second.outcomes.empty() ? second.done.status() : second.outcomes[0].status());
+      m.set_detail(absl::StrCat("measured again alone, it did not pass: ",
+                                second.outcomes.empty() ? second.done.detail()
+                                                        : second.outcomes[0].detail()));
+      Record(running, m, /*count=*/false);
+      ok.erase(ok.begin());
+    }
+    std::sort(ok.begin(), ok.end(), by_median);
+  }
   const v1::Measurement& best = ok.front().first;
   v1::Entry entry;
   entry.set_family(family.name());

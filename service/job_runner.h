@@ -104,7 +104,9 @@ class JobRunner {
   absl::StatusOr<ProfilePool*> Gpus() const;
   void Screen(Running* running);
   void ScreenProblem(Running* running, ProblemWork& problem, ProfilePool& gpus);
-  void Record(Running* running, const v1::Measurement& measurement);
+  // Stores a measurement and announces it; `count` adds it to the job's
+  // counts (false for a variant measured a second time).
+  void Record(Running* running, const v1::Measurement& measurement, bool count = true);
 
   // Expands the spec into the compile work, checking it on the way.
   absl::StatusOr<std::shared_ptr<Work>> Plan(const v1::JobSpec& spec) const;

@@ -151,6 +151,32 @@ TEST_F(ScreenJobTest, ARerunSkipsTunedProblemsAndRetuneMeasuresAgain) {
   EXPECT_EQ(retune.results(0).job_id(), retune.id());
 }
 
+TEST_F(ScreenJobTest, AWinnerFarAheadOfTheRestIsMeasuredAgainBeforeItIsBelieved) {
+  setenv("FAKE_WORKER_FAST_MODE0", "1", 1);
+  const v1::Job job = Run(Spec());
+  unsetenv("FAKE_WORKER_FAST_MODE0");
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  EXPECT_EQ(job.counts().measured(), 16);  // the second measurement is not another variant
+  ASSERT_THAT(job.results(), SizeIs(2));
+  const v1::Entry& entry = job.results(0);
+  EXPECT_EQ(entry.config().params().at("MODE"), 0);
+  EXPECT_DOUBLE_EQ(entry.timing().median_us(), 4);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> measurements,
+                       store_->ListMeasurements({.family = "modes",
+                                                 .family_hash = entry.family_hash(),
+                                                 .problem = entry.problem(),
+                                                 .device = "Fake GPU"}));
+  int mode0 = 0;
+  for (const v1::Measurement& m : measurements) {
+    if (m.config().params().at("MODE") != 0) continue;
+    ++mode0;
+    if (mode0 == 2) {
+      EXPECT_THAT(m.detail(), HasSubstr("measured again alone"));
+    }
+  }
+  EXPECT_EQ(mode0, 2);
+}
+
 TEST_F(ScreenJobTest, ACompileOnlyJobMeasuresNothing) {
   v1::JobSpec spec = Spec();
   spec.mutable_options()->set_compile_only(true);
