@@ -14,15 +14,16 @@
 # BUILD_DIR (default build-bench-compile), JOBS (parallel build jobs,
 # default 2).
 #
-# Bundled: every library ldd resolves under /lib/x86_64-linux-gnu or
-# /usr/lib/x86_64-linux-gnu except the C and C++ runtimes (libc, libm,
-# libstdc++, libgcc_s, ld-linux, libpthread, libdl, librt), which the target
-# has in newer versions. NVRTC and the driver are never bundled: the programs
-# dlopen libnvrtc.so.13 from /usr/local/cuda/lib64 there.
+# Bundled: the shared libraries tests/gpu/bundle_libs.sh picks (what ldd
+# resolves in the system's library folders but the C and C++ runtimes).
+# NVRTC and the driver are never bundled: the programs dlopen libnvrtc.so.13
+# from /usr/local/cuda/lib64 there.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+# shellcheck source=tests/gpu/bundle_libs.sh
+source tests/gpu/bundle_libs.sh
 build_dir=${BUILD_DIR:-build-bench-compile}
 jobs=${JOBS:-2}
 bundle=bundle/compile-bench
@@ -44,33 +45,8 @@ binaries=("$build_dir/bench/autotune-bench-compile" "$build_dir/service/autotune
 cp "${binaries[@]}" "$bundle/"
 cp kernels/*.cu kernels/*.textproto kernels/*.manifest "$bundle/kernels/"
 
-skip='^(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libnvrtc|libnvrtc-builtins|libcuda)\.so'
-for binary in "${binaries[@]}"; do
-  if ldd "$binary" | grep -q 'not found'; then
-    echo "error: $binary has unresolved libraries:" >&2
-    ldd "$binary" | grep 'not found' >&2
-    exit 1
-  fi
-  # "libfoo.so.1 => /usr/lib/x86_64-linux-gnu/libfoo.so.1.2.3 (0x...)"
-  ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
-    while read -r name path; do
-      case "$path" in
-        /lib/x86_64-linux-gnu/* | /usr/lib/x86_64-linux-gnu/*) ;;
-        *) continue ;;
-      esac
-      if [[ "$name" =~ $skip ]]; then continue; fi
-      [ -e "$bundle/lib/$name" ] || cp -L "$path" "$bundle/lib/$name"
-    done
-done
-
-size_kb=$(du -sk "$bundle" | cut -f1)
-echo "bundle: $bundle, $(du -sh "$bundle" | cut -f1), $(ls "$bundle/lib" | wc -l) libraries:"
-ls "$bundle/lib" | tr '\n' ' '
-echo
-if [ "$size_kb" -gt $((max_mb * 1024)) ]; then
-  echo "error: the bundle is larger than $max_mb MB" >&2
-  exit 1
-fi
+bundle_copy_libs "$bundle/lib" "${binaries[@]}"
+bundle_check_size "$bundle" "$max_mb"
 
 echo
 echo "Run from the repository root there (carry $bundle):"

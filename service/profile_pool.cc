@@ -129,11 +129,16 @@ ProfileResult ProfilePool::Profile(
   const absl::Duration variant_deadline = VariantDeadline(task, options_.grace);
   const int count = task.variants_size();
 
-  // Replaces the worker after a kill or a death; false when it cannot start.
-  auto restart = [&]() -> bool {
+  // A worker that hung, faulted or died is killed (SIGKILL also takes a
+  // spinning kernel with it) and counted as replaced; the next one starts
+  // when there is work for it.
+  auto lose = [&] {
     gpu->process.Kill();
     ++replaced_;
     ++result.workers_replaced;
+  };
+  // False when a new worker cannot start.
+  auto start = [&]() -> bool {
     absl::Status started = StartWorker(*gpu, gpu->info.ordinal());
     if (!started.ok()) {
       result.done = Failed(task, v1::FAULT, "restart",
@@ -148,7 +153,7 @@ ProfileResult ProfilePool::Profile(
   int next = -1;  // -1: the reference check
   int send_failures = 0;
   while (true) {
-    if (!gpu->process.running() && !restart()) break;
+    if (!gpu->process.running() && !start()) break;
     wv1::WorkerRequest request;
     wv1::ProfileTask* sub = request.mutable_profile();
     *sub = task;
@@ -186,7 +191,7 @@ ProfileResult ProfilePool::Profile(
         if (done.status() != v1::OK) {
           // The reference failed or the problem does not fit: the whole
           // problem ends here.
-          if (done.status() == v1::TIMEOUT || done.status() == v1::FAULT) gpu->process.Kill();
+          if (done.status() == v1::TIMEOUT || done.status() == v1::FAULT) lose();
           result.done = std::move(done);
           next = count + 1;
           break;
@@ -228,7 +233,7 @@ ProfileResult ProfilePool::Profile(
       spdlog::warn("profile {}: {}", task.context(), why);
       if (next < 0) {
         result.done = Failed(task, status, "reference", why);
-        gpu->process.Kill();
+        lose();
         next = count + 1;
         break;
       }
@@ -249,19 +254,18 @@ ProfileResult ProfilePool::Profile(
                              absl::StrCat("cannot send the task to a new worker: ", sent.message()));
         break;
       }
-      if (!restart()) break;
+      lose();
       continue;
     }
     send_failures = 0;
     if (next > count) break;
     if (restarted) {
-      gpu->process.Kill();
+      lose();
       if (next >= count) {
         result.done.set_task_id(task.task_id());
         result.done.set_status(v1::OK);
         break;
       }
-      if (!restart()) break;
     }
   }
   {

@@ -45,7 +45,7 @@ struct ProfileResult {
   std::vector<worker::v1::VariantOutcome> outcomes;
   worker::v1::ProfileDone done;
   worker::v1::DeviceInfo device;  // where it ran
-  int workers_replaced = 0;
+  int workers_replaced = 0;       // workers this task lost
 };
 
 class ProfilePool {
@@ -60,7 +60,8 @@ class ProfilePool {
 
   // The devices, in ordinal order.
   std::vector<worker::v1::DeviceInfo> devices() const;
-  // Workers killed or lost and replaced so far.
+  // Workers lost (killed after a hang, faulted, died) so far; each is
+  // replaced when its GPU next has work.
   int64_t replaced() const { return replaced_.load(); }
 
   // Runs `task` on a free GPU. `on_variant` is called for each outcome as it

@@ -1,0 +1,156 @@
+// End to end on a GPU: the real daemon runs a warmup job over the
+// fault-injection families (tests/faults/) while a client keeps asking for
+// lookups. Every variant must end in its status with its context, the job
+// must pick a correct config per problem, and not one lookup may fail or
+// wait on the job. Skips, saying why, where no GPU can be used.
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "base/temp_dir.h"
+#include "cache/keys.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "kernels/profile_task.h"
+#include "service/profile_pool.h"
+#include "tests/faults/fault_cases.h"
+#include "tests/process.h"
+
+namespace autotune::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string FromEnv(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+// Why no GPU can be used here, or empty.
+std::string NoGpuReason() {
+  absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool = service::ProfilePool::Start(
+      {.worker_path = FromEnv("AUTOTUNE_WORKER", AUTOTUNE_WORKER_PATH),
+       .devices = {0},
+       .start_timeout = absl::Seconds(60),
+       .grace = absl::Seconds(20)});
+  return pool.ok() ? "" : std::string(pool.status().message());
+}
+
+TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
+  if (const std::string why = NoGpuReason(); !why.empty()) {
+    // Where a GPU is known to be present (tests/gpu/run.sh), not finding it
+    // is a failure, not a reason to skip.
+    if (std::getenv("AUTOTUNE_REQUIRE_GPU") != nullptr) FAIL() << "no GPU: " << why;
+    GTEST_SKIP() << "no GPU: " << why;
+  }
+  TempDir dir;
+  Daemon daemon(dir.path(), {"--kernels", "none", "--variant-timeout", "2"});
+  ASSERT_OK(daemon.Start());
+  auto cli = [&](std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
+    args.insert(args.begin(), {AutotuneCliPath(), "--server", daemon.address()});
+    return RunCommand(args, timeout);
+  };
+
+  const std::string faults_dir = FromEnv("AUTOTUNE_FAULTS_DIR", AUTOTUNE_FAULTS_DIR);
+  std::string manifest_text;
+  for (const FaultFamily& family : FaultFamilies()) {
+    CommandResult registered = cli({"register", faults_dir + "/" + family.name + ".textproto"});
+    ASSERT_EQ(registered.exit_code, 0) << registered.err;
+    absl::StrAppend(&manifest_text, "items { family: \"", family.name,
+                    "\" dims { name: \"n\" values: ", kFaultProblemElements, " } ");
+    for (v1::DType dtype : family.dtypes) {
+      absl::StrAppend(&manifest_text, "dtypes: ", v1::DType_Name(dtype), " ");
+    }
+    absl::StrAppend(&manifest_text, "}\n");
+  }
+  const std::string manifest = dir.path() + "/faults.manifest";
+  std::ofstream(manifest) << manifest_text;
+
+  // A client asking for lookups the whole time.
+  client::ClientOptions options;
+  options.address = daemon.address();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::Client> client, client::Client::Connect(options));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered{0}, failed{0};
+  std::atomic<int64_t> slowest_us{0};
+  std::string first_failure;
+  std::thread lookups([&] {
+    v1::LookupRequest request;
+    request.set_family("fault_oob");
+    *request.mutable_problem() = FaultProblem(v1::FLOAT32);
+    while (!stop) {
+      const absl::Time start = absl::Now();
+      absl::StatusOr<v1::LookupResponse> response = client->Lookup(request);
+      const int64_t us = absl::ToInt64Microseconds(absl::Now() - start);
+      if (us > slowest_us) slowest_us = us;
+      if (response.ok()) {
+        ++answered;
+      } else if (failed++ == 0) {
+        first_failure = response.status().ToString();
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  CommandResult warmup = cli({"warmup", manifest, "--json"}, absl::Minutes(8));
+  stop = true;
+  lookups.join();
+
+  ASSERT_EQ(warmup.exit_code, 0) << warmup.err << "\n" << daemon.Stderr();
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(warmup.out, &job).ok()) << warmup.out;
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(answered.load(), 20);
+  EXPECT_LT(slowest_us.load(), 1000000) << "a lookup waited on the job";
+  EXPECT_GT(job.counts().timeout(), 0);
+  EXPECT_GT(job.counts().fault(), 0);
+  EXPECT_GT(job.counts().wrong_result(), 0);
+  EXPECT_GT(job.counts().unsupported(), 0);
+  EXPECT_EQ(job.results_size(), job.counts().problems());
+
+  // Each problem: the chosen config is a correct one, and every variant's
+  // stored measurement is in the status its config must end in, with the
+  // context.
+  for (const v1::Entry& entry : job.results()) {
+    SCOPED_TRACE(absl::StrCat(entry.family(), " ", v1::DType_Name(entry.problem().dtype())));
+    const FaultFamily* family = nullptr;
+    for (const FaultFamily& candidate : FaultFamilies()) {
+      if (candidate.name == entry.family()) family = &candidate;
+    }
+    ASSERT_NE(family, nullptr);
+    EXPECT_EQ(ExpectedStatus(*family, entry.config()), v1::OK);
+    CommandResult show =
+        cli({"show", entry.family(), "--dims", absl::StrCat("n=", kFaultProblemElements), "--dtype",
+             std::string(cache::DTypeName(entry.problem().dtype())), "--json"});
+    ASSERT_EQ(show.exit_code, 0) << show.err;
+    v1::GetEntryResponse detail;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(show.out, &detail).ok()) << show.out;
+    EXPECT_GT(detail.measurements_size(), 0);
+    const std::string context = kernels::ProblemContext(entry.family(), entry.problem());
+    for (const v1::Measurement& m : detail.measurements()) {
+      SCOPED_TRACE(m.detail());
+      EXPECT_EQ(m.status(), ExpectedStatus(*family, m.config()));
+      EXPECT_EQ(m.phase(), v1::SCREEN);
+      if (m.status() != v1::OK) {
+        EXPECT_THAT(m.detail(), HasSubstr(context));
+        EXPECT_THAT(m.detail(),
+                    HasSubstr(absl::StrCat(family->fault_param, "=",
+                                           m.config().params().at(family->fault_param))));
+      } else {
+        EXPECT_GT(m.timing().median_us(), 0);
+      }
+    }
+  }
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+}
+
+}  // namespace
+}  // namespace autotune::testing

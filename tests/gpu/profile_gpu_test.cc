@@ -1,0 +1,778 @@
+// The GPU suite: profile workers (`autotune-worker profile`) driven by a
+// ProfilePool on a real device, with kernels compiled by a CompilePool.
+//
+//  - fault injection (tests/faults/): every kind of broken variant ends in
+//    its status with its context, and the correct variants of the same task
+//    end OK on the worker that replaces a lost one;
+//  - validation: elements a variant leaves unwritten are caught (outputs are
+//    poisoned), with the error, the seed and the tolerance;
+//  - memory: a problem larger than the device is UNSUPPORTED and the worker
+//    goes on serving;
+//  - timing: sample counts, the order of the statistics, and the input pool
+//    of COLD and HOT;
+//  - every variant of every default problem of the built-in families
+//    validates.
+//
+// Without a usable GPU (ProfilePool::Start answers FAILED_PRECONDITION: no
+// driver, no device) every test is skipped and says why, unless
+// AUTOTUNE_REQUIRE_GPU=1 makes that a failure. Paths come from CMake and can
+// be overridden with AUTOTUNE_WORKER, AUTOTUNE_KERNELS_DIR and
+// AUTOTUNE_FAULTS_DIR (tests/gpu/run.sh runs this binary from a bundle).
+// AUTOTUNE_GPU_BUILTIN_BUDGET_S, when set, stops the built-in validation
+// after that many seconds in all and says how much it checked. Lines starting with
+// "[gpu-summary]" are collected by tests/gpu/run.sh into its table.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/compiler.h"
+#include "kernels/family_loader.h"
+#include "kernels/manifest.h"
+#include "kernels/profile_task.h"
+#include "kernels/search_space.h"
+#include "proto/autotune.pb.h"
+#include "proto/worker.pb.h"
+#include "service/compile_pool.h"
+#include "service/profile_pool.h"
+#include "tests/faults/fault_cases.h"
+
+namespace autotune::testing {
+namespace {
+
+namespace wv1 = ::autotune::worker::v1;
+
+using ::testing::AnyOf;
+using ::testing::Eq;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string FromEnv(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+std::string WorkerPath() { return FromEnv("AUTOTUNE_WORKER", AUTOTUNE_WORKER_PATH); }
+std::string KernelsDir() { return FromEnv("AUTOTUNE_KERNELS_DIR", AUTOTUNE_KERNELS_DIR); }
+std::string FaultsDir() { return FromEnv("AUTOTUNE_FAULTS_DIR", AUTOTUNE_FAULTS_DIR); }
+bool GpuRequired() { return FromEnv("AUTOTUNE_REQUIRE_GPU", "0") == "1"; }
+
+// A line for the table tests/gpu/run.sh prints last.
+void Summary(const std::string& key, const std::string& text) {
+  std::printf("[gpu-summary] %s: %s\n", key.c_str(), text.c_str());
+  std::fflush(stdout);
+}
+
+// A line for the log only (run.sh leaves these off the console).
+void Progress(const std::string& text) {
+  std::printf("[gpu-progress] %s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
+
+std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+// "OK=3 TIMEOUT=2", statuses in enum order.
+std::string CountStatuses(const std::vector<wv1::VariantOutcome>& outcomes) {
+  std::map<v1::VariantStatus, int> counts;
+  for (const wv1::VariantOutcome& outcome : outcomes) ++counts[outcome.status()];
+  std::vector<std::string> parts;
+  for (const auto& [status, count] : counts) {
+    parts.push_back(absl::StrCat(v1::VariantStatus_Name(status), "=", count));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+std::string ProgramName(const v1::KernelFamily& family) {
+  return family.source_file().empty() ? family.name() + ".cu" : family.source_file();
+}
+
+// The pools every test of the process shares: a profile worker initializes
+// the driver when it starts, and compile workers load NVRTC.
+class GpuEnvironment final : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    absl::MutexLock lock(&mu_);
+    compiler_.reset();
+    pool_.reset();
+  }
+
+  // The profile pool, started on first use. The first outcome is kept: a
+  // pool that cannot start is not tried again by every test.
+  absl::StatusOr<service::ProfilePool*> Pool() {
+    absl::MutexLock lock(&mu_);
+    if (!pool_status_.has_value()) pool_status_ = StartPool();
+    if (!pool_status_->ok()) return *pool_status_;
+    return pool_.get();
+  }
+
+  // "sm_90" for the pool's first device.
+  std::string Arch() {
+    absl::MutexLock lock(&mu_);
+    return arch_;
+  }
+
+  // Compiles, on every compile worker at once, each request this process
+  // has not compiled yet (by compile key). INTERNAL naming the first failed
+  // compile, with NVRTC's log, when any fails.
+  absl::Status CompileAll(const std::vector<kernels::CompileRequest>& requests) {
+    ASSIGN_OR_RETURN(service::CompilePool * compiler, Compiler());
+    std::vector<std::pair<std::string, const kernels::CompileRequest*>> todo;
+    {
+      absl::MutexLock lock(&mu_);
+      std::set<std::string> queued;
+      for (const kernels::CompileRequest& request : requests) {
+        std::string key = kernels::CompileKey(request, compiler->nvrtc_version());
+        if (compiled_.contains(key) || !queued.insert(key).second) continue;
+        todo.emplace_back(std::move(key), &request);
+      }
+    }
+    std::atomic<size_t> next{0};
+    std::vector<std::string> errors;
+    auto work = [&] {
+      for (size_t i = next++; i < todo.size(); i = next++) {
+        const auto& [key, request] = todo[i];
+        wv1::CompileTask task;
+        task.set_task_id(key.substr(0, 16));
+        task.set_source(request->source);
+        task.set_program_name(request->program_name);
+        task.set_name_expression(request->name_expression);
+        for (const std::string& option : request->options) task.add_options(option);
+        task.set_arch(request->arch);
+        wv1::CompileOutcome outcome = compiler->Compile(task, absl::Minutes(2));
+        absl::MutexLock lock(&mu_);
+        if (outcome.status() == wv1::CompileOutcome::OK) {
+          compiled_[key] = kernels::CompiledKernel{.cubin = outcome.cubin(),
+                                                   .lowered_name = outcome.lowered_name()};
+        } else {
+          errors.push_back(absl::StrCat(request->program_name, " ", request->name_expression, " ",
+                                        absl::StrJoin(request->options, " "), ": ",
+                                        wv1::CompileOutcome::Status_Name(outcome.status()), "\n",
+                                        outcome.log()));
+        }
+      }
+    };
+    const size_t threads = std::min<size_t>(std::max(compiler->size(), 1), todo.size());
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (std::thread& thread : pool) thread.join();
+    if (!errors.empty()) {
+      return absl::InternalError(absl::StrCat(errors.size(), " of ", todo.size(),
+                                              " compiles failed; the first: ", errors.front()));
+    }
+    return absl::OkStatus();
+  }
+
+  // A kernel CompileAll compiled.
+  absl::StatusOr<kernels::CompiledKernel> Compiled(const kernels::CompileRequest& request) {
+    ASSIGN_OR_RETURN(service::CompilePool * compiler, Compiler());
+    absl::MutexLock lock(&mu_);
+    auto it = compiled_.find(kernels::CompileKey(request, compiler->nvrtc_version()));
+    if (it == compiled_.end()) {
+      return absl::NotFoundError(absl::StrCat("not compiled: ", request.name_expression));
+    }
+    return it->second;
+  }
+
+ private:
+  absl::Status StartPool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string path = WorkerPath();
+    // A missing binary is a broken build or bundle, never a reason to skip.
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(
+          absl::StrCat("no executable autotune-worker at ", path, " (set AUTOTUNE_WORKER)"));
+    }
+    service::ProfilePoolOptions options;
+    options.worker_path = path;
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(pool_, service::ProfilePool::Start(options));
+    std::vector<wv1::DeviceInfo> devices = pool_->devices();
+    if (devices.empty()) return absl::InternalError("the profile pool reports no device");
+    const wv1::DeviceInfo& device = devices.front();
+    arch_ = absl::StrCat("sm_", device.compute_capability());
+    Summary("device",
+            absl::StrFormat("%s, cc %d, %d SMs, L2 %s, %.1f GiB, CUDA driver API %s, peak %.0f "
+                            "GB/s; %d device(s); pool started in %s",
+                            device.name(), device.compute_capability(), device.sm_count(),
+                            MiB(device.l2_bytes()), device.memory_bytes() / 1073741824.0,
+                            device.driver_version(), device.peak_bandwidth_gbps(), devices.size(),
+                            Seconds(absl::Now() - start)));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<service::CompilePool*> Compiler() {
+    absl::MutexLock lock(&mu_);
+    if (!compiler_status_.has_value()) {
+      service::CompilePoolOptions options;
+      options.worker_path = WorkerPath();
+      options.workers = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+      absl::StatusOr<std::unique_ptr<service::CompilePool>> started =
+          service::CompilePool::Start(options);
+      compiler_status_ = started.status();
+      if (started.ok()) compiler_ = std::move(*started);
+    }
+    if (!compiler_status_->ok()) return *compiler_status_;
+    return compiler_.get();
+  }
+
+  absl::Mutex mu_;
+  std::optional<absl::Status> pool_status_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<service::ProfilePool> pool_ ABSL_GUARDED_BY(mu_);
+  std::string arch_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> compiler_status_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<service::CompilePool> compiler_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, kernels::CompiledKernel> compiled_ ABSL_GUARDED_BY(mu_);
+};
+
+GpuEnvironment* const gpu =
+    static_cast<GpuEnvironment*>(::testing::AddGlobalTestEnvironment(new GpuEnvironment));
+
+// The reference first, then every variant in search-space order.
+std::vector<kernels::CompileRequest> CompileRequests(const v1::KernelFamily& family,
+                                                     const kernels::SearchSpace& space,
+                                                     const std::string& arch) {
+  std::vector<kernels::CompileRequest> requests;
+  requests.push_back({.source = family.source(),
+                      .program_name = ProgramName(family),
+                      .name_expression = space.reference_name,
+                      .options = space.reference_compile_options,
+                      .arch = arch});
+  for (const kernels::Variant& variant : space.variants) {
+    requests.push_back({.source = family.source(),
+                        .program_name = ProgramName(family),
+                        .name_expression = variant.name_expression,
+                        .options = variant.compile_options,
+                        .arch = arch});
+  }
+  return requests;
+}
+
+// A problem of a family, expanded and compiled.
+struct PreparedProblem {
+  v1::KernelFamily family;
+  v1::Problem problem;
+  kernels::SearchSpace space;
+  kernels::CompiledKernel reference;
+  std::vector<kernels::CompiledKernel> kernels;  // one per space.variants
+};
+
+absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(const v1::KernelFamily& family,
+                                                         const v1::Problem& problem) {
+  auto prepared = std::make_unique<PreparedProblem>();
+  prepared->family = family;
+  prepared->problem = problem;
+  ASSIGN_OR_RETURN(prepared->space, kernels::ExpandSearchSpace(family, problem));
+  const std::vector<kernels::CompileRequest> requests =
+      CompileRequests(family, prepared->space, gpu->Arch());
+  RETURN_IF_ERROR(gpu->CompileAll(requests));
+  ASSIGN_OR_RETURN(prepared->reference, gpu->Compiled(requests.front()));
+  for (size_t i = 1; i < requests.size(); ++i) {
+    ASSIGN_OR_RETURN(kernels::CompiledKernel kernel, gpu->Compiled(requests[i]));
+    prepared->kernels.push_back(std::move(kernel));
+  }
+  return prepared;
+}
+
+// The index in prepared.space.variants of the config with these params
+// (others may take any value); -1 when none has them.
+int FindVariant(const PreparedProblem& prepared, const std::map<std::string, int64_t>& params) {
+  for (size_t i = 0; i < prepared.space.variants.size(); ++i) {
+    const auto& config = prepared.space.variants[i].config.params();
+    if (std::all_of(params.begin(), params.end(), [&](const auto& param) {
+          auto it = config.find(param.first);
+          return it != config.end() && it->second == param.second;
+        })) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+// A variant of the task: its index in the search space and its id (empty:
+// the variant's index, as MakeProfileTask does).
+struct Pick {
+  int index;
+  std::string id;
+};
+
+std::vector<Pick> AllVariants(const PreparedProblem& prepared) {
+  std::vector<Pick> picks;
+  for (size_t i = 0; i < prepared.space.variants.size(); ++i) {
+    picks.push_back({static_cast<int>(i), ""});
+  }
+  return picks;
+}
+
+absl::StatusOr<wv1::ProfileTask> MakeTask(const PreparedProblem& prepared,
+                                          const std::vector<Pick>& picks,
+                                          const kernels::ProfileSettings& settings,
+                                          const std::string& task_id) {
+  std::vector<kernels::CompiledVariant> variants;
+  for (const Pick& pick : picks) {
+    if (pick.index < 0 || pick.index >= static_cast<int>(prepared.kernels.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no variant #", pick.index));
+    }
+    variants.push_back({.variant = &prepared.space.variants[pick.index],
+                        .kernel = prepared.kernels[pick.index],
+                        .id = pick.id});
+  }
+  ASSIGN_OR_RETURN(wv1::ProfileTask task,
+                   kernels::MakeProfileTask(prepared.family, prepared.problem, prepared.space,
+                                            prepared.reference, variants, settings));
+  task.set_task_id(task_id);
+  return task;
+}
+
+absl::StatusOr<v1::KernelFamily> LoadFault(const std::string& name) {
+  return kernels::LoadFamilyFile(absl::StrCat(FaultsDir(), "/", name, ".textproto"));
+}
+
+const FaultFamily& FaultByName(const std::string& name) {
+  for (const FaultFamily& fault : FaultFamilies()) {
+    if (fault.name == name) return fault;
+  }
+  ADD_FAILURE() << "no fault family " << name;
+  return FaultFamilies().front();
+}
+
+// What every outcome says, whatever its status: the problem and the config
+// for a variant that did not pass, the numbers its status implies.
+void ExpectExplained(const wv1::ProfileTask& task, const wv1::KernelImage& image,
+                     const wv1::VariantOutcome& outcome) {
+  const std::string what = outcome.ShortDebugString();
+  EXPECT_EQ(outcome.task_id(), task.task_id()) << what;
+  EXPECT_FALSE(outcome.phase().empty()) << what;
+  if (outcome.status() == v1::OK) {
+    EXPECT_EQ(outcome.seeds_checked(), std::max(3, task.seeds())) << what;
+    if (!task.validate_only()) {
+      EXPECT_GE(outcome.timing().samples(), task.min_samples()) << what;
+      EXPECT_GT(outcome.timing().median_us(), 0) << what;
+    }
+    return;
+  }
+  EXPECT_THAT(outcome.detail(), HasSubstr(task.context())) << what;
+  EXPECT_THAT(outcome.detail(), HasSubstr(image.label())) << what;
+  switch (outcome.status()) {
+    case v1::TIMEOUT:
+      // The first launch of a variant is its first validation launch.
+      EXPECT_THAT(outcome.phase(), StartsWith("validate seed")) << what;
+      break;
+    case v1::FAULT:
+      EXPECT_THAT(outcome.phase(), StartsWith("validate seed")) << what;
+      EXPECT_THAT(outcome.detail(), HasSubstr("CUDA_ERROR_")) << what;
+      break;
+    case v1::WRONG_RESULT:
+      EXPECT_THAT(outcome.phase(), StartsWith("validate seed")) << what;
+      // A NaN or an infinite error fails `<=` as well.
+      EXPECT_FALSE(outcome.max_error() <= outcome.atol()) << what;
+      EXPECT_GE(outcome.worst_seed(), task.base_seed()) << what;
+      EXPECT_LT(outcome.worst_seed(), task.base_seed() + std::max(3, task.seeds())) << what;
+      EXPECT_GE(outcome.seeds_checked(), 1) << what;
+      EXPECT_EQ(outcome.rtol(), task.rtol()) << what;
+      EXPECT_EQ(outcome.atol(), task.atol()) << what;
+      break;
+    case v1::UNSUPPORTED:
+      // Found from the function's attributes, before any launch.
+      EXPECT_THAT(outcome.phase(), AnyOf(Eq("load"), Eq("check"))) << what;
+      break;
+    default:
+      ADD_FAILURE() << "unexpected status: " << what;
+  }
+}
+
+// Skips the test, saying why, when there is no GPU to run on.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<service::ProfilePool*> pool = gpu->Pool();
+    if (!pool.ok()) {
+      if (absl::IsFailedPrecondition(pool.status()) && !GpuRequired()) {
+        GTEST_SKIP() << "no GPU: " << pool.status().message();
+      }
+      FAIL() << "cannot start the profile pool"
+             << (GpuRequired() ? " (AUTOTUNE_REQUIRE_GPU=1)" : "") << ": " << pool.status();
+    }
+    pool_ = *pool;
+    device_ = pool_->devices().front();
+  }
+
+  service::ProfilePool* pool_ = nullptr;
+  wv1::DeviceInfo device_;
+};
+
+struct FaultCase {
+  std::string family;
+  v1::DType dtype;
+};
+
+void PrintTo(const FaultCase& c, std::ostream* os) {
+  *os << c.family << " " << v1::DType_Name(c.dtype);
+}
+
+std::vector<FaultCase> FaultCases() {
+  std::vector<FaultCase> cases;
+  for (const FaultFamily& fault : FaultFamilies()) {
+    for (v1::DType dtype : fault.dtypes) cases.push_back({fault.name, dtype});
+  }
+  return cases;
+}
+
+class FaultInjectionTest : public GpuTest, public ::testing::WithParamInterface<FaultCase> {};
+
+// Every config of the family, in search-space order (the fault param varies
+// fastest, so faults and correct configs alternate), then the first correct
+// config once more, so that a correct config follows every fault. Each fault
+// that takes the worker with it (TIMEOUT, FAULT) must cost exactly one
+// replacement, and the correct configs after it must end OK on the new
+// worker, timed.
+TEST_P(FaultInjectionTest, EveryVariantEndsInItsStatusAndTheOthersStillRun) {
+  const FaultFamily& fault = FaultByName(GetParam().family);
+  const v1::DType dtype = GetParam().dtype;
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family, LoadFault(fault.name));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                       Prepare(family, FaultProblem(dtype)));
+  std::vector<Pick> picks = AllVariants(*prepared);
+  std::vector<v1::VariantStatus> expected;
+  int again = -1;
+  for (const Pick& pick : picks) {
+    expected.push_back(ExpectedStatus(fault, prepared->space.variants[pick.index].config));
+    if (again < 0 && expected.back() == v1::OK) again = pick.index;
+  }
+  ASSERT_GE(again, 0) << "no correct config in " << fault.name;
+  picks.push_back({again, "again"});
+  expected.push_back(v1::OK);
+
+  kernels::ProfileSettings settings;
+  settings.launch_timeout_s = 2;  // the hanging variant costs this much
+  settings.timing_budget_s = 0.02;
+  settings.min_samples = 10;
+  ASSERT_OK_AND_ASSIGN(
+      wv1::ProfileTask task,
+      MakeTask(*prepared, picks, settings, absl::StrCat(fault.name, "-", v1::DType_Name(dtype))));
+  const int64_t replaced_before = pool_->replaced();
+  const absl::Time start = absl::Now();
+  service::ProfileResult result = pool_->Profile(task);
+  const absl::Duration took = absl::Now() - start;
+
+  EXPECT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+  ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
+      << result.done.ShortDebugString();
+  int lost = 0;
+  for (int i = 0; i < task.variants_size(); ++i) {
+    const wv1::KernelImage& image = task.variants(i);
+    const wv1::VariantOutcome& outcome = result.outcomes[i];
+    SCOPED_TRACE(absl::StrCat(task.context(), " [", image.label(), "] id ", image.id()));
+    EXPECT_EQ(outcome.variant_id(), image.id());
+    EXPECT_EQ(outcome.status(), expected[i]) << outcome.ShortDebugString();
+    ExpectExplained(task, image, outcome);
+    if (fault.name == "fault_limits" && outcome.status() == v1::UNSUPPORTED) {
+      // The numbers that rule the launch out: 256 threads against launch
+      // bounds of 64, or 200 KiB of dynamic shared memory (240 KiB in all
+      // with the static 40 KiB).
+      if (absl::StrContains(image.label(), "LIMIT=1")) {
+        EXPECT_THAT(outcome.detail(), HasSubstr("256"));
+        EXPECT_THAT(outcome.detail(), HasSubstr("64"));
+      } else {
+        EXPECT_THAT(outcome.detail(), AnyOf(HasSubstr("204800"), HasSubstr("245760")));
+      }
+    }
+    if (outcome.status() == v1::TIMEOUT || outcome.status() == v1::FAULT) ++lost;
+  }
+  EXPECT_EQ(result.workers_replaced, lost);
+  EXPECT_EQ(pool_->replaced() - replaced_before, lost);
+  Summary(absl::StrCat("faults ", fault.name, " ", v1::DType_Name(dtype)),
+          absl::StrCat(CountStatuses(result.outcomes), "; workers replaced ",
+                       result.workers_replaced, "; ", Seconds(took)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, FaultInjectionTest, ::testing::ValuesIn(FaultCases()),
+                         [](const ::testing::TestParamInfo<FaultCase>& info) {
+                           return absl::StrCat(info.param.family, "_",
+                                               v1::DType_Name(info.param.dtype));
+                         });
+
+// Validation compares every element: values a variant never writes keep the
+// poison (NaN), and the outcome says where, by how much, for which seed and
+// against which tolerance.
+TEST_F(GpuTest, ValidationCatchesUnwrittenOutputs) {
+  const FaultFamily& fault = FaultByName("fault_unwritten");
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family, LoadFault(fault.name));
+  for (v1::DType dtype : fault.dtypes) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                         Prepare(family, FaultProblem(dtype)));
+    const int all = FindVariant(*prepared, {{"BLOCK", 128}, {"SKIP", 0}});
+    const int last_block = FindVariant(*prepared, {{"BLOCK", 128}, {"SKIP", 1}});
+    const int every_1000th = FindVariant(*prepared, {{"BLOCK", 128}, {"SKIP", 2}});
+    ASSERT_GE(std::min({all, last_block, every_1000th}), 0);
+    kernels::ProfileSettings settings;
+    settings.validate_only = true;
+    ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                         MakeTask(*prepared, {{last_block, ""}, {every_1000th, ""}, {all, ""}},
+                                  settings, absl::StrCat("unwritten-", v1::DType_Name(dtype))));
+    service::ProfileResult result = pool_->Profile(task);
+    EXPECT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+    ASSERT_EQ(result.outcomes.size(), 3u) << result.done.ShortDebugString();
+
+    // The first element each wrong variant leaves alone.
+    const std::string first_bad[2] = {absl::StrCat(kFaultProblemElements - 128), "999"};
+    for (int i = 0; i < 2; ++i) {
+      const wv1::VariantOutcome& outcome = result.outcomes[i];
+      SCOPED_TRACE(task.variants(i).label());
+      EXPECT_EQ(outcome.status(), v1::WRONG_RESULT) << outcome.ShortDebugString();
+      ExpectExplained(task, task.variants(i), outcome);
+      EXPECT_THAT(outcome.detail(), HasSubstr(first_bad[i]));
+      // The variant's value there is the poison.
+      EXPECT_THAT(absl::AsciiStrToLower(outcome.detail()), HasSubstr("nan"));
+      Summary(absl::StrCat("validation fault_unwritten ", v1::DType_Name(dtype), " ",
+                           task.variants(i).label()),
+              absl::StrCat(v1::VariantStatus_Name(outcome.status()), " in '", outcome.phase(),
+                           "', max error ", outcome.max_error(), ", seed ", outcome.worst_seed(),
+                           ", rtol ", outcome.rtol(), " atol ", outcome.atol()));
+    }
+    // The same kernel writing everything matches the reference exactly.
+    const wv1::VariantOutcome& correct = result.outcomes[2];
+    EXPECT_EQ(correct.status(), v1::OK) << correct.ShortDebugString();
+    EXPECT_EQ(correct.max_error(), 0) << correct.ShortDebugString();
+    EXPECT_EQ(correct.seeds_checked(), 3);
+  }
+}
+
+// A problem whose buffers cannot fit ends before any variant runs, saying
+// how much it needed; the worker is not lost, and serves the next task.
+TEST_F(GpuTest, ProblemLargerThanTheDeviceIsUnsupportedAndTheWorkerStaysUsable) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family, LoadFault("fault_unwritten"));
+  // One fp32 buffer of at least 4x the device's memory (2^38 elements at
+  // most, which BLOCK=256 still covers within the grid limit).
+  const int64_t elements = std::min<int64_t>(
+      int64_t{1} << 38, static_cast<int64_t>(std::bit_ceil(
+                            static_cast<uint64_t>(std::max<int64_t>(device_.memory_bytes(), 1)))));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> huge,
+                       Prepare(family, FaultProblem(v1::FLOAT32, elements)));
+  const int huge_variant = FindVariant(*huge, {{"BLOCK", 256}, {"SKIP", 0}});
+  ASSERT_GE(huge_variant, 0);
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                       MakeTask(*huge, {{huge_variant, ""}}, {}, "too-large"));
+  const int64_t replaced_before = pool_->replaced();
+  service::ProfileResult result = pool_->Profile(task);
+  EXPECT_EQ(result.done.status(), v1::UNSUPPORTED) << result.done.ShortDebugString();
+  EXPECT_TRUE(result.outcomes.empty());
+  // Sizes, in bytes or a binary or decimal multiple.
+  static const std::regex kSize(R"([0-9][0-9.]* ?(bytes|B|KiB|MiB|GiB|TiB|kB|MB|GB|TB)\b)");
+  EXPECT_TRUE(std::regex_search(result.done.detail(), kSize)) << result.done.detail();
+  Summary("memory", absl::StrCat(v1::VariantStatus_Name(result.done.status()), " in '",
+                                 result.done.phase(), "': ", result.done.detail()));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> small,
+                       Prepare(family, FaultProblem(v1::FLOAT32)));
+  const int small_variant = FindVariant(*small, {{"BLOCK", 256}, {"SKIP", 0}});
+  ASSERT_GE(small_variant, 0);
+  kernels::ProfileSettings settings;
+  settings.validate_only = true;
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask next,
+                       MakeTask(*small, {{small_variant, ""}}, settings, "after-too-large"));
+  service::ProfileResult after = pool_->Profile(next);
+  EXPECT_EQ(after.done.status(), v1::OK) << after.done.ShortDebugString();
+  ASSERT_EQ(after.outcomes.size(), 1u);
+  EXPECT_EQ(after.outcomes[0].status(), v1::OK) << after.outcomes[0].ShortDebugString();
+  EXPECT_EQ(pool_->replaced(), replaced_before);
+}
+
+// One rmsnorm variant timed COLD and HOT: enough samples, ordered
+// statistics, and an input pool of several sets larger than 2x L2 (COLD) or
+// one set (HOT).
+TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = 64;
+  (*problem.mutable_dims())["hidden"] = 4096;
+  problem.set_dtype(v1::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  int variant =
+      FindVariant(*prepared, {{"VEC", 4}, {"ITEMS", 4}, {"ROWS_PER_BLOCK", 1}, {"CACHE_ROW", 1}});
+  ASSERT_GE(variant, 0);
+
+  std::string report;
+  for (v1::CacheState cache_state : {v1::COLD, v1::HOT}) {
+    SCOPED_TRACE(v1::CacheState_Name(cache_state));
+    kernels::ProfileSettings settings;
+    settings.cache_state = cache_state;
+    ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                         MakeTask(*prepared, {{variant, ""}}, settings,
+                                  absl::StrCat("timing-", v1::CacheState_Name(cache_state))));
+    service::ProfileResult result = pool_->Profile(task);
+    EXPECT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+    ASSERT_EQ(result.outcomes.size(), 1u);
+    const wv1::VariantOutcome& outcome = result.outcomes[0];
+    const v1::TimingStats& timing = outcome.timing();
+    const std::string what = outcome.ShortDebugString();
+    ASSERT_EQ(outcome.status(), v1::OK) << what;
+    EXPECT_GE(timing.samples(), task.min_samples()) << what;
+    EXPECT_GT(timing.median_us(), 0) << what;
+    EXPECT_LE(timing.min_us(), timing.median_us()) << what;
+    EXPECT_LE(timing.median_us(), timing.p90_us()) << what;
+    EXPECT_GE(outcome.launches_per_sample(), 1) << what;
+    if (cache_state == v1::COLD) {
+      EXPECT_GE(outcome.pool_sets(), 2) << what;
+      EXPECT_GT(outcome.pool_bytes(), 2 * device_.l2_bytes()) << what;
+      // Every set is visited the same number of times per sample.
+      EXPECT_EQ(outcome.launches_per_sample() % std::max(outcome.pool_sets(), 1), 0) << what;
+    } else {
+      EXPECT_EQ(outcome.pool_sets(), 1) << what;
+    }
+    absl::StrAppend(
+        &report, report.empty() ? "" : "; ", v1::CacheState_Name(cache_state),
+        absl::StrFormat(" median %.2f us (min %.2f, p90 %.2f, cv %.3f, %d samples, "
+                        "%.0f GB/s), %d sets, %s per replay, %d launches/sample",
+                        timing.median_us(), timing.min_us(), timing.p90_us(), timing.cv(),
+                        timing.samples(), timing.achieved_gbps(), outcome.pool_sets(),
+                        MiB(outcome.pool_bytes()), outcome.launches_per_sample()));
+  }
+  Summary(absl::StrCat("timing ", prepared->space.variants[variant].config.ShortDebugString()),
+          absl::StrCat(kernels::ProblemContext(family.name(), problem), ": ", report));
+}
+
+// The built-in families, in the order their tests run.
+constexpr const char* kBuiltinFamilies[] = {"rmsnorm", "softmax", "gla_decode"};
+
+// AUTOTUNE_GPU_BUILTIN_BUDGET_S, shared by the built-in families' tests of
+// this process: each gets an equal part of what the ones before it left.
+struct BuiltinBudget {
+  double total_s = 0;  // 0: no limit
+  absl::Duration used;
+  int families_left = static_cast<int>(std::size(kBuiltinFamilies));
+};
+BuiltinBudget& builtin_budget() {
+  static BuiltinBudget* const budget = new BuiltinBudget;
+  return *budget;
+}
+
+class BuiltinFamilyGpuTest : public GpuTest, public ::testing::WithParamInterface<const char*> {};
+
+// Every variant of every problem of the family's default manifest passes
+// validation on the device. The family's kernels are compiled first, on
+// every core.
+TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
+  const std::string name = GetParam();
+  const std::string base = absl::StrCat(KernelsDir(), "/", name);
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family, kernels::LoadFamilyFile(base + ".textproto"));
+  ASSERT_OK_AND_ASSIGN(v1::Manifest manifest, kernels::LoadManifestFile(base + ".manifest"));
+  ASSERT_OK_AND_ASSIGN(std::vector<kernels::ManifestProblem> problems,
+                       kernels::ExpandManifest(manifest, {{name, family}}));
+  ASSERT_FALSE(problems.empty());
+
+  BuiltinBudget& budget = builtin_budget();
+  const std::string budget_text = FromEnv("AUTOTUNE_GPU_BUILTIN_BUDGET_S", "");
+  if (!budget_text.empty() && !absl::SimpleAtod(budget_text, &budget.total_s)) {
+    FAIL() << "AUTOTUNE_GPU_BUILTIN_BUDGET_S is not a number: " << budget_text;
+  }
+  std::optional<absl::Duration> share;
+  if (budget.total_s > 0) {
+    share = (absl::Seconds(budget.total_s) - budget.used) / std::max(budget.families_left, 1);
+  }
+  const absl::Time start = absl::Now();
+
+  std::vector<kernels::CompileRequest> requests;
+  for (const kernels::ManifestProblem& problem : problems) {
+    ASSERT_OK_AND_ASSIGN(kernels::SearchSpace space,
+                         kernels::ExpandSearchSpace(family, problem.problem));
+    for (kernels::CompileRequest& request : CompileRequests(family, space, gpu->Arch())) {
+      requests.push_back(std::move(request));
+    }
+  }
+  ASSERT_OK(gpu->CompileAll(requests));
+  const absl::Duration compile_time = absl::Now() - start;
+
+  int failures = 0, variants = 0;
+  size_t done = 0;
+  std::vector<wv1::VariantOutcome> outcomes;
+  absl::Duration profile_time;
+  for (const kernels::ManifestProblem& problem : problems) {
+    if (share.has_value() && absl::Now() - start > *share) break;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                         Prepare(family, problem.problem));
+    kernels::ProfileSettings settings;
+    settings.validate_only = true;
+    ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                         MakeTask(*prepared, AllVariants(*prepared), settings,
+                                  absl::StrCat("builtin-", name, "-", done)));
+    const absl::Time task_start = absl::Now();
+    service::ProfileResult result = pool_->Profile(task);
+    const absl::Duration took = absl::Now() - task_start;
+    profile_time += took;
+    variants += task.variants_size();
+    ++done;
+    if (result.done.status() != v1::OK ||
+        result.outcomes.size() != static_cast<size_t>(task.variants_size())) {
+      ++failures;
+      ADD_FAILURE() << task.context() << ": the task ended " << result.done.ShortDebugString()
+                    << " after " << result.outcomes.size() << " of " << task.variants_size()
+                    << " variants";
+    }
+    for (const wv1::VariantOutcome& outcome : result.outcomes) {
+      if (outcome.status() != v1::OK && ++failures <= 10) {
+        ADD_FAILURE() << task.context() << " [" << outcome.variant_id()
+                      << "]: " << outcome.ShortDebugString();
+      }
+    }
+    Progress(absl::StrCat("builtin ", task.context(), ": ", task.variants_size(), " variants, ",
+                          CountStatuses(result.outcomes), ", ", Seconds(took)));
+    outcomes.insert(outcomes.end(), result.outcomes.begin(), result.outcomes.end());
+  }
+  budget.used += absl::Now() - start;
+  --budget.families_left;
+
+  Summary(absl::StrCat("builtin ", name),
+          absl::StrCat(done, " of ", problems.size(), " problems, ", variants,
+                       " variants validated: ", CountStatuses(outcomes), "; compile ",
+                       Seconds(compile_time), " (", requests.size(), " requests), validation ",
+                       Seconds(profile_time)));
+  if (done < problems.size()) {
+    Summary(absl::StrCat("builtin ", name),
+            absl::StrCat("INCOMPLETE: its share (", Seconds(*share),
+                         ") of AUTOTUNE_GPU_BUILTIN_BUDGET_S=", budget_text, " ran out"));
+  }
+  EXPECT_EQ(failures, 0) << "variants or problems that did not validate (the first 10 above)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, BuiltinFamilyGpuTest, ::testing::ValuesIn(kBuiltinFamilies),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+}  // namespace
+}  // namespace autotune::testing
