@@ -1,6 +1,7 @@
 #include "service/cache_admin.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "kernels/family_loader.h"
@@ -94,7 +95,6 @@ absl::StatusOr<v1::ListEntriesResponse> CacheAdmin::ListEntries(
 absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
     const v1::GetEntryRequest& request) const {
   if (request.family().empty()) return absl::InvalidArgumentError("family is empty");
-  if (request.device().name().empty()) return absl::InvalidArgumentError("device.name is empty");
   cache::FamilyRecord family;
   if (request.family_hash().empty()) {
     ASSIGN_OR_RETURN(family, store_->GetFamily(request.family()));
@@ -102,13 +102,30 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
     ASSIGN_OR_RETURN(family, store_->GetFamilyVersion(request.family(), request.family_hash()));
   }
   RETURN_IF_ERROR(ValidateProblem(family.family, request.problem(), "problem"));
-  const cache::EntryKey key{request.family(), family.content_hash, request.problem(),
-                            request.device().name()};
+  std::string device = request.device().name();
+  if (device.empty()) {
+    // The only device this problem was tuned on; several must be chosen from.
+    v1::EntryFilter filter;
+    filter.set_family(request.family());
+    filter.set_family_hash(family.content_hash);
+    *filter.mutable_problem() = request.problem();
+    ASSIGN_OR_RETURN(std::vector<v1::Entry> entries, store_->ListEntries(filter, -1, 0));
+    if (entries.size() > 1) {
+      std::vector<std::string> names;
+      for (const v1::Entry& entry : entries) names.push_back(entry.device().name());
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device.name is empty and the problem was tuned on several devices (",
+          absl::StrJoin(names, ", "), "); name one"));
+    }
+    if (entries.size() == 1) device = entries.front().device().name();
+  }
+  const cache::EntryKey key{request.family(), family.content_hash, request.problem(), device};
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
   if (!entry.has_value()) {
     return absl::NotFoundError(absl::StrCat(
         "no entry for ", request.family(), " ", cache::CanonicalDims(request.problem().dims()), " ",
-        std::string(cache::DTypeName(request.problem().dtype())), " on ", request.device().name()));
+        std::string(cache::DTypeName(request.problem().dtype())),
+        device.empty() ? std::string(" on any device") : absl::StrCat(" on ", device)));
   }
   ASSIGN_OR_RETURN(std::vector<v1::Measurement> measurements, store_->ListMeasurements(key));
   v1::GetEntryResponse response;

@@ -280,6 +280,17 @@ TEST_F(CacheEndToEndTest, ExportThenImportIntoAFreshDaemonGivesTheSameAnswers) {
   EXPECT_EQ(LookupJson("batch=12,n=4096", "bf16").match(), v1::NEAREST);
 }
 
+TEST_F(CacheEndToEndTest, ShowWithoutADeviceTakesTheOnlyOneTheProblemWasTunedOn) {
+  ImportSample();
+  CommandResult result = Cli({"show", "vector_scale", "--dims", "batch=8,n=4096", "--dtype", "bf16"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("NVIDIA H200"));
+  CommandResult missing =
+      Cli({"show", "vector_scale", "--dims", "batch=3,n=4096", "--dtype", "bf16"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND: no entry for vector_scale batch=3,n=4096 bf16"));
+}
+
 TEST_F(CacheEndToEndTest, ReadCommandsAnswerJson) {
   ImportSample();
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
