@@ -11,7 +11,9 @@ are as many as the worker rotated over (pool_sets), each one allocation that
 holds every buffer at 256-byte aligned offsets, filled with random data of
 the buffer's dtype as its fill asks; the launches of one sample
 (launches_per_sample) cycle through the sets and are captured in one CUDA
-graph on a non-blocking stream; after 3 warm-up replays, replays are timed
+graph on a non-blocking stream; after warm-up replays (at least 3, and
+--warmup-ms of GPU time, default 200: the script idles between variants and
+an idle GPU lowers its clocks), replays are timed
 one by one with CUDA event pairs, in batches, until both the worker's
 min_samples and its timing budget are reached (at most 2000); the per-launch
 time is a replay's time / launches per replay, and the median is compared.
@@ -37,6 +39,8 @@ import time
 GOAL = 0.03  # |CuPy / worker - 1| allowed per variant
 ALIGNMENT = 256  # the worker's buffer alignment inside an input set
 WARMUP_REPLAYS = 3
+WARMUP_US = 200000.0
+MAX_WARMUP_REPLAYS = 20000
 MAX_SAMPLES = 2000
 MAX_REPLAYS_PER_BATCH = 32
 BATCH_TARGET_US = 20000.0
@@ -325,7 +329,7 @@ def fill_buffer(cp, view, dtype, fill):
         view[...] = values.astype(view.dtype)
 
 
-def measure_variant(cp, np, plan, budget_s, min_samples):
+def measure_variant(cp, np, plan, budget_s, min_samples, warmup_us=WARMUP_US):
     """Median per-launch time in microseconds and how it was taken."""
     module = cp.RawModule(path=plan["cubin"])
     kernel = module.get_function(plan["lowered_name"])
@@ -368,6 +372,12 @@ def measure_variant(cp, np, plan, budget_s, min_samples):
     end.record(stream)
     end.synchronize()
     replay_us = cp.cuda.get_elapsed_time(begin, end) * 1000.0 / WARMUP_REPLAYS
+    # Then warm-up replays worth WARMUP_US of GPU time: the script idles
+    # between variants (allocation, fills), and an idle GPU drops its clocks.
+    extra = int(min(MAX_WARMUP_REPLAYS, warmup_us / max(replay_us, 1e-3)))
+    for _ in range(extra):
+        graph.launch(stream)
+    stream.synchronize()
     per_batch = replays_per_batch(replay_us)
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(per_batch)]
     per_launch_us = []
@@ -410,6 +420,8 @@ def main(argv=None):
     parser.add_argument("--min-samples", type=int, default=None,
                         help="replays per variant at least (default: the worker's)")
     parser.add_argument("--limit", type=int, default=0, help="measure the first N only (0: all)")
+    parser.add_argument("--warmup-ms", type=float, default=WARMUP_US / 1000.0,
+                        help="GPU time of warm-up replays before timing (default 200)")
     parser.add_argument("--max-seconds", type=float, default=0,
                         help="stop starting variants after this long (0: no limit)")
     args = parser.parse_args(argv)
@@ -489,7 +501,8 @@ def main(argv=None):
                 row["error"] = "not measured: --max-seconds reached"
                 continue
             try:
-                result = measure_variant(cp, np, plan, budget, min_samples)
+                result = measure_variant(cp, np, plan, budget, min_samples,
+                                         warmup_us=args.warmup_ms * 1000.0)
                 row["cupy_us"] = result["median_us"]
                 row["cupy_min_us"] = result["min_us"]
                 row["cupy_samples"] = result["samples"]

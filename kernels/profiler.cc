@@ -116,6 +116,11 @@ constexpr double kMinSampleUs = 50;
 // few kilobytes would otherwise need tens of thousands of sets to fill 2x L2.
 constexpr int kMaxLaunchesPerSample = 4096;
 constexpr int kWarmupReplays = 3;
+// ...and at least this much GPU time of warm-up replays, so the clocks have
+// left any idle state before the first sample: a GPU that idled between
+// tasks starts slow, and a serving GPU does not.
+constexpr double kWarmupUs = 20000;
+constexpr int kMaxWarmupReplays = 1000;
 // Replays enqueued before the host waits: about this much GPU time, so the
 // GPU does not idle between samples while the host polls.
 constexpr int kMaxReplaysPerBatch = 32;
@@ -1308,14 +1313,17 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   // Warm-up replays upload the graph and settle clocks and caches.
   absl::Status status = gpu_.Record(kWarmBegin);
   if (!status.ok()) return Fail(status, Origin::kSetup, phase);
-  for (int w = 0; w < kWarmupReplays; ++w) {
+  const int warmup_replays = std::clamp(
+      static_cast<int>(std::ceil(kWarmupUs / (std::max(estimate_us, 0.5) * launches))),
+      kWarmupReplays, kMaxWarmupReplays);
+  for (int w = 0; w < warmup_replays; ++w) {
     status = gpu_.driver->Check(gpu_.cu().graph_launch(exec->get(), gpu_.stream.get()),
                                 "cuGraphLaunch (warm-up)");
     if (!status.ok()) return Fail(status, Origin::kLaunch, phase);
   }
   if (status = gpu_.Record(kWarmEnd); !status.ok()) return Fail(status, Origin::kWait, phase);
-  status = gpu_.Wait(kWarmEnd, launch_timeout_s_ * launches * kWarmupReplays,
-                     absl::StrCat(kWarmupReplays, " warm-up replays of ", launches, " launches"));
+  status = gpu_.Wait(kWarmEnd, launch_timeout_s_ * launches * warmup_replays,
+                     absl::StrCat(warmup_replays, " warm-up replays of ", launches, " launches"));
   if (!status.ok()) return Fail(status, Origin::kWait, phase);
   absl::StatusOr<double> warm = gpu_.ElapsedSeconds(kWarmBegin, kWarmEnd);
   if (!warm.ok()) return Fail(warm.status(), Origin::kWait, phase);
