@@ -18,6 +18,13 @@ one by one with CUDA event pairs, in batches, until both the worker's
 min_samples and its timing budget are reached (at most 2000); the per-launch
 time is a replay's time / launches per replay, and the median is compared.
 
+--fresh times each variant in a CuPy process of its own. It is what
+bench/run_profile_bench.sh compares: timed one after another in one CuPy
+process, every variant after the first was seen to take about 0.35 us more
+per launch (on an H200, whatever the kernel; freeing the graph, the module
+and the memory between variants did not change it), while the first, and
+every variant in a process of its own, agreed with the worker.
+
 The goal: every variant's CuPy median within 3 % of the worker's. The exit
 status is 0 whether or not it is met (this is a measurement); 1 when the
 export cannot be read or nothing could be measured (CuPy missing, no GPU);
@@ -29,10 +36,12 @@ needs neither CuPy nor NumPy.
 """
 
 import argparse
+import gc
 import json
 import math
 import os
 import struct
+import subprocess
 import sys
 import time
 
@@ -329,7 +338,7 @@ def fill_buffer(cp, view, dtype, fill):
         view[...] = values.astype(view.dtype)
 
 
-def measure_variant(cp, np, plan, budget_s, min_samples, warmup_us=WARMUP_US):
+def measure_variant(cp, np, plan, budget_s, min_samples, warmup_us=WARMUP_US, align=0):
     """Median per-launch time in microseconds and how it was taken."""
     module = cp.RawModule(path=plan["cubin"])
     kernel = module.get_function(plan["lowered_name"])
@@ -344,7 +353,12 @@ def measure_variant(cp, np, plan, budget_s, min_samples, warmup_us=WARMUP_US):
         storage = []
         args = []
         for _ in range(sets):
-            raw = cp.zeros(plan["set_bytes"], dtype=cp.uint8)
+            raw = cp.zeros(plan["set_bytes"] + align, dtype=cp.uint8)
+            if align:
+                # Each set starts on its own `align` boundary, as a
+                # separate cuMemAlloc of its own would.
+                skip = (-raw.data.ptr) % align
+                raw = raw[skip:skip + plan["set_bytes"]]
             views = []
             for slot in plan["layout"]:
                 view = raw[slot["offset"]:slot["offset"] + slot["bytes"]].view(
@@ -394,7 +408,8 @@ def measure_variant(cp, np, plan, budget_s, min_samples, warmup_us=WARMUP_US):
             ms = cp.cuda.get_elapsed_time(events[j][0], events[j][1])
             per_launch_us.append(ms * 1000.0 / launches)
             timed_s += ms / 1000.0
-    del graph, args, storage
+    del graph, args, storage, kernel, module
+    gc.collect()  # unload the module and free the graph now, not some time later
     return {"median_us": median(per_launch_us), "min_us": min(per_launch_us),
             "samples": len(per_launch_us), "replay_us": replay_us}
 
@@ -420,6 +435,14 @@ def main(argv=None):
     parser.add_argument("--min-samples", type=int, default=None,
                         help="replays per variant at least (default: the worker's)")
     parser.add_argument("--limit", type=int, default=0, help="measure the first N only (0: all)")
+    parser.add_argument("--allocator", choices=("pool", "plain", "aligned"), default="pool",
+                        help="where the input sets live: CuPy's memory pool (default), a "
+                        "cudaMalloc of their own (plain), or the pool with each set on a 2 MiB "
+                        "boundary (aligned)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="measure each variant in a process of its own (this script, "
+                        "with --only), so no variant runs after another in one CUDA context")
+    parser.add_argument("--only", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--warmup-ms", type=float, default=WARMUP_US / 1000.0,
                         help="GPU time of warm-up replays before timing (default 200)")
     parser.add_argument("--max-seconds", type=float, default=0,
@@ -487,6 +510,8 @@ def main(argv=None):
             print("profile_fidelity: CuPy or NumPy cannot be imported: %s" % e, file=sys.stderr)
             _write_results(results_path, export, rows, summarize(rows), args, error=str(e))
             return 1
+        if args.allocator == "plain":
+            cp.cuda.set_allocator(None)
         try:
             device = device_name(cp)
             cp.cuda.Device(0).use()
@@ -500,9 +525,37 @@ def main(argv=None):
             if args.max_seconds > 0 and time.monotonic() - started > args.max_seconds:
                 row["error"] = "not measured: --max-seconds reached"
                 continue
+            if args.only >= 0 and i != args.only:
+                continue
+            if args.fresh:
+                child_results = "%s.only%d.json" % (results_path, i)
+                command = [sys.executable, "-u", os.path.abspath(__file__), args.export,
+                           "--only", str(i), "--results", child_results,
+                           "--allocator", args.allocator, "--warmup-ms", str(args.warmup_ms)]
+                if args.budget is not None:
+                    command += ["--budget", str(args.budget)]
+                if args.min_samples is not None:
+                    command += ["--min-samples", str(args.min_samples)]
+                child = subprocess.run(command, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True)
+                try:
+                    with open(child_results) as f:
+                        measured = json.load(f)["variants"][i]
+                    for key in ("cupy_us", "cupy_min_us", "cupy_samples", "ratio", "error"):
+                        if measured.get(key) is not None:
+                            row[key] = measured[key]
+                    os.remove(child_results)
+                except (OSError, ValueError, KeyError, IndexError) as e:
+                    row["error"] = "the child process gave no result (exit %d): %s %s" % (
+                        child.returncode, e, child.stderr.strip().splitlines()[-1:] or "")
+                print("[fidelity] %d/%d %s [%s]: worker %s us, cupy %s us (own process)"
+                      % (i + 1, len(rows), row["problem"], row["label"], number(row["worker_us"]),
+                         number(row["cupy_us"])), file=sys.stderr, flush=True)
+                continue
             try:
                 result = measure_variant(cp, np, plan, budget, min_samples,
-                                         warmup_us=args.warmup_ms * 1000.0)
+                                         warmup_us=args.warmup_ms * 1000.0,
+                                         align=(2 << 20) if args.allocator == "aligned" else 0)
                 row["cupy_us"] = result["median_us"]
                 row["cupy_min_us"] = result["min_us"]
                 row["cupy_samples"] = result["samples"]

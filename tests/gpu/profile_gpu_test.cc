@@ -50,6 +50,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -664,6 +665,67 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
   }
   Summary(absl::StrCat("timing ", prepared->space.variants[variant].config.ShortDebugString()),
           absl::StrCat(kernels::ProblemContext(family.name(), problem), ": ", report));
+}
+
+// GPU memory the compute processes on the device hold, in MiB, as
+// nvidia-smi reports it (the pool's worker is the only one in this suite);
+// nullopt when nvidia-smi cannot say.
+std::optional<int64_t> DeviceProcessMemoryMiB() {
+  FILE* pipe = popen(
+      "nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null",
+      "r");
+  if (pipe == nullptr) return std::nullopt;
+  std::string text;
+  char buffer[256];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) text += buffer;
+  if (pclose(pipe) != 0) return std::nullopt;
+  int64_t total = 0;
+  bool any = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+    int64_t mib = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &mib)) return std::nullopt;
+    total += mib;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return total;
+}
+
+TEST_F(GpuTest, AWorkerReleasesEachProblemsMemorySoALongJobDoesNotGrow) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  // 256 MiB per input set: growth per task would show at once.
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = 16384;
+  (*problem.mutable_dims())["hidden"] = 4096;
+  problem.set_dtype(v1::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  const int variant =
+      FindVariant(*prepared, {{"VEC", 4}, {"ITEMS", 4}, {"ROWS_PER_BLOCK", 1}, {"CACHE_ROW", 1}});
+  ASSERT_GE(variant, 0);
+  kernels::ProfileSettings settings;
+  settings.timing_budget_s = 0.02;
+  settings.min_samples = 5;
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                       MakeTask(*prepared, {{variant, ""}, {variant, "again"}}, settings, "memory"));
+  auto run = [&] {
+    service::ProfileResult result = pool_->Profile(task);
+    ASSERT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+    ASSERT_EQ(result.outcomes.size(), 2u);
+    EXPECT_EQ(result.outcomes[1].status(), v1::OK);
+    EXPECT_GT(result.done.peak_memory_bytes(), int64_t{256} << 20);
+  };
+  for (int i = 0; i < 2; ++i) run();  // modules, graphs and pools have been made once
+  const std::optional<int64_t> before = DeviceProcessMemoryMiB();
+  if (!before.has_value()) GTEST_SKIP() << "nvidia-smi cannot report process memory here";
+  for (int i = 0; i < 10; ++i) run();
+  const std::optional<int64_t> after = DeviceProcessMemoryMiB();
+  ASSERT_TRUE(after.has_value());
+  // Each task held over 1 GiB at its peak; between tasks the worker keeps
+  // only its context and its own kernels.
+  EXPECT_LE(*after - *before, 16) << "before " << *before << " MiB, after " << *after << " MiB";
+  Summary("memory", absl::StrCat("worker holds ", *before, " MiB after 2 tasks and ", *after,
+                                 " MiB after 12 (each task peaked above 1 GiB)"));
 }
 
 // The built-in families, in the order their tests run.
