@@ -4,6 +4,7 @@
 // must pick a correct config per problem, and not one lookup may fail or
 // wait on the job. Skips, saying why, where no GPU can be used.
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -107,6 +108,10 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(warmup.out, &job).ok()) << warmup.out;
   EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  std::printf("[gpu-summary] e2e: %lld lookups answered during the warmup job, %lld failed, "
+              "slowest %.1f ms; job: %s\n",
+              static_cast<long long>(answered.load()), static_cast<long long>(failed.load()),
+              slowest_us.load() / 1000.0, job.counts().ShortDebugString().c_str());
   EXPECT_EQ(failed.load(), 0) << first_failure;
   EXPECT_GT(answered.load(), 20);
   EXPECT_LT(slowest_us.load(), 1000000) << "a lookup waited on the job";
