@@ -8,6 +8,7 @@
 #define AUTOTUNE_BASE_PATHS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -19,6 +20,13 @@ std::string DefaultServerAddress();
 std::string ClientServerAddress();
 // The database file the daemon opens without --db.
 std::string DefaultDatabasePath();
+
+// The path of `name` beside the running program (/proc/self/exe), else in
+// the first of `other_dirs` (relative to the program's directory, e.g.
+// "../service") where it exists; when none has it, the path beside the
+// program; `name` alone when the program's path cannot be read.
+std::string FindBesideThisProgram(const std::string& name,
+                                  const std::vector<std::string>& other_dirs = {});
 
 // Creates `dir` and its missing parents with `mode` (existing ones are left
 // as they are). Errors name the path and the reason.

@@ -68,6 +68,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/paths.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "cache/store.h"
@@ -253,15 +254,7 @@ std::string DescribeExit(int status) {
 // The autotune-worker beside this program (a bundle), else the one of the
 // build tree (bench/../service/).
 std::string DefaultWorkerPath() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (error) return "autotune-worker";
-  const fs::path dir = self.parent_path();
-  for (const fs::path& candidate :
-       {dir / "autotune-worker", dir.parent_path() / "service" / "autotune-worker"}) {
-    if (fs::exists(candidate, error)) return candidate.string();
-  }
-  return (dir / "autotune-worker").string();
+  return autotune::FindBesideThisProgram("autotune-worker", {"../service"});
 }
 
 // ---- The work ---------------------------------------------------------------

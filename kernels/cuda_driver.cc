@@ -100,18 +100,10 @@ absl::StatusCode CodeFor(CUresult result) {
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
     case CUDA_ERROR_SYSTEM_NOT_READY:
     case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
-    case CUDA_ERROR_NO_BINARY_FOR_GPU:
-    case CUDA_ERROR_INVALID_IMAGE:
-    case CUDA_ERROR_INVALID_PTX:
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
-    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
-    case CUDA_ERROR_JIT_COMPILATION_DISABLED:
-    case CUDA_ERROR_INVALID_SOURCE:
-    case CUDA_ERROR_SHARED_OBJECT_INIT_FAILED:
-    case CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND:
       return absl::StatusCode::kFailedPrecondition;
     default:
-      return absl::StatusCode::kInternal;
+      return IsImageError(result) ? absl::StatusCode::kFailedPrecondition
+                                  : absl::StatusCode::kInternal;
   }
 }
 
@@ -240,6 +232,23 @@ std::optional<CUresult> CudaResultOf(const absl::Status& status) {
   int value = 0;
   if (!absl::SimpleAtoi(std::string(*payload), &value)) return std::nullopt;
   return static_cast<CUresult>(value);
+}
+
+bool IsImageError(CUresult result) {
+  switch (result) {
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+    case CUDA_ERROR_JIT_COMPILATION_DISABLED:
+    case CUDA_ERROR_INVALID_SOURCE:
+    case CUDA_ERROR_SHARED_OBJECT_INIT_FAILED:
+    case CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool IsStickyError(CUresult result) {

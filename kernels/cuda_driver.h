@@ -130,6 +130,11 @@ absl::Status CudaStatus(const CudaDriver& driver, CUresult result, const std::st
 // The CUresult attached by CudaStatus(), if any.
 std::optional<CUresult> CudaResultOf(const absl::Status& status);
 
+// True for errors that say a kernel image cannot be loaded on this device
+// (no binary for the GPU, PTX it cannot take, JIT unavailable, a missing or
+// broken symbol): the kernel's problem, not the device's.
+bool IsImageError(CUresult result);
+
 // True for the errors after which the context cannot be used again: every
 // later call fails the same way (illegal address, misaligned address,
 // illegal instruction, trap/assert, hardware stack error, invalid PC, launch

@@ -420,23 +420,6 @@ enum class Origin {
   kWait,    // waiting for work that holds a kernel under test
 };
 
-bool IsImageError(CUresult rc) {
-  switch (rc) {
-    case CUDA_ERROR_NO_BINARY_FOR_GPU:
-    case CUDA_ERROR_INVALID_IMAGE:
-    case CUDA_ERROR_INVALID_PTX:
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
-    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
-    case CUDA_ERROR_JIT_COMPILATION_DISABLED:
-    case CUDA_ERROR_INVALID_SOURCE:
-    case CUDA_ERROR_SHARED_OBJECT_INIT_FAILED:
-    case CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The device and what the profiler keeps on it between tasks. Members are
 // destroyed in reverse order: the context goes last.
 struct Gpu {

@@ -97,14 +97,6 @@ absl::Status ClaimSocketPath(const std::string& path) {
   return absl::OkStatus();
 }
 
-// autotune-worker in the directory of the running program.
-std::string WorkerBesideThisProgram() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "autotune-worker";
-  return absl::StrCat(Dirname(std::string(path, static_cast<size_t>(n))), "/autotune-worker");
-}
-
 }  // namespace
 
 class Server::Impl {
@@ -192,7 +184,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
 
   CompilePoolOptions pool_options;
   pool_options.worker_path =
-      options.worker_path.empty() ? WorkerBesideThisProgram() : options.worker_path;
+      options.worker_path.empty() ? FindBesideThisProgram("autotune-worker") : options.worker_path;
   pool_options.workers = options.compile_workers;
   absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(pool_options);
   std::string pool_error;

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -44,6 +45,26 @@ wv1::CompileOutcome::Status ToProto(autotune::kernels::CompileStatus status) {
   return wv1::CompileOutcome::COMPILE_ERROR;
 }
 
+// Reads the next request, which must be of kind `expected`. nullopt when
+// one was read; otherwise the worker's exit status: 0 when the daemon
+// closed our stdin, 1 for anything else (said on stderr).
+std::optional<int> NextRequest(wv1::WorkerRequest::KindCase expected,
+                               wv1::WorkerRequest* request) {
+  absl::Status read =
+      autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), request);
+  if (absl::IsAborted(read)) return 0;
+  if (!read.ok()) {
+    std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
+    return 1;
+  }
+  if (request->kind_case() != expected) {
+    std::fprintf(stderr, "autotune-worker: a request of another kind (%d) than this worker's\n",
+                 static_cast<int>(request->kind_case()));
+    return 1;
+  }
+  return std::nullopt;
+}
+
 int ServeCompile() {
   wv1::WorkerResponse hello;
   hello.mutable_hello()->set_pid(getpid());
@@ -58,16 +79,8 @@ int ServeCompile() {
 
   while (true) {
     wv1::WorkerRequest request;
-    absl::Status read =
-        autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request);
-    if (absl::IsAborted(read)) return 0;  // the daemon closed our stdin
-    if (!read.ok()) {
-      std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
-      return 1;
-    }
-    if (!request.has_compile()) {
-      std::fprintf(stderr, "autotune-worker: unexpected request for a compile worker\n");
-      return 1;
+    if (std::optional<int> exit_code = NextRequest(wv1::WorkerRequest::kCompile, &request)) {
+      return *exit_code;
     }
     const wv1::CompileTask& task = request.compile();
     autotune::kernels::CompileRequest compile;
@@ -110,16 +123,8 @@ int ServeProfile(int ordinal) {
 
   while (true) {
     wv1::WorkerRequest request;
-    absl::Status read =
-        autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request);
-    if (absl::IsAborted(read)) return 0;  // the daemon closed our stdin
-    if (!read.ok()) {
-      std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
-      return 1;
-    }
-    if (!request.has_profile()) {
-      std::fprintf(stderr, "autotune-worker: unexpected request for a profile worker\n");
-      return 1;
+    if (std::optional<int> exit_code = NextRequest(wv1::WorkerRequest::kProfile, &request)) {
+      return *exit_code;
     }
     const wv1::ProfileDone done =
         (*profiler)->Run(request.profile(), [](const wv1::VariantOutcome& outcome) {
