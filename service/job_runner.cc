@@ -311,13 +311,23 @@ void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::str
     *running->latest.mutable_job() = running->job;
     if (last != nullptr) *running->latest.mutable_last() = *last;
     running->latest.set_message(std::string(message));
-    ++running->version;
     const absl::Time now = absl::Now();
-    persist = Finished(running->job.state()) || now - running->persisted_at >= kPersistEvery;
-    if (persist) {
+    if (Finished(running->job.state())) {
+      // Stored before any watcher sees the end, so whoever asks for the job
+      // once its stream has ended reads the end too. (Every other Publish of
+      // the job has returned by now: its threads are joined.)
+      absl::Status stored = store_->UpdateJob(running->job);
+      if (!stored.ok()) {
+        spdlog::warn("job {}: cannot store its end: {}", running->job.id(),
+                     std::string(stored.message()));
+      }
+      running->persisted_at = now;
+    } else if (now - running->persisted_at >= kPersistEvery) {
+      persist = true;
       running->persisted_at = now;
       snapshot = running->job;
     }
+    ++running->version;
   }
   if (persist) {
     absl::Status stored = store_->UpdateJob(snapshot);

@@ -177,6 +177,49 @@ TEST_F(ScreenJobTest, AWinnerFarAheadOfTheRestIsMeasuredAgainBeforeItIsBelieved)
   EXPECT_EQ(mode0, 2);
 }
 
+TEST_F(ScreenJobTest, AJobStoppedWhileScreeningResumesWithoutMeasuringFinishedProblemsAgain) {
+  v1::Job job = Run(Spec());
+  ASSERT_EQ(job.state(), v1::SUCCEEDED);
+  // The end is in the store once the stream has shown it.
+  ASSERT_OK_AND_ASSIGN(v1::Job stored, store_->GetJob(job.id()));
+  EXPECT_EQ(stored.state(), v1::SUCCEEDED);
+  runner_.reset();
+  // As a daemon killed while screening the second problem leaves it: the
+  // first problem's entry stored, the second's not, the job SCREENING.
+  v1::EntryFilter second;
+  second.set_family("modes");
+  *second.mutable_problem() = job.results(1).problem();
+  ASSERT_OK(store_->Invalidate(second, /*dry_run=*/false).status());
+  job.set_state(v1::SCREENING);
+  job.clear_results();
+  ASSERT_OK(store_->UpdateJob(job));
+
+  JobRunnerOptions options;
+  options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
+  options.profile.grace = absl::Seconds(1);
+  options.variant_timeout_s = 0.1;
+  runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
+  ASSERT_OK_AND_ASSIGN(int resumed, runner_->ResumeUnfinished());
+  EXPECT_EQ(resumed, 1);
+  v1::Job last;
+  ASSERT_OK(runner_->Watch(job.id(), [&](const v1::JobProgress& progress) {
+    last = progress.job();
+    return true;
+  }));
+  EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
+  EXPECT_EQ(last.counts().cached_problems(), 1);  // its own entry, from before the stop
+  EXPECT_EQ(last.counts().measured(), 8);         // only the unfinished problem
+  ASSERT_THAT(last.results(), SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> entry,
+                       store_->FindEntry({.family = "modes",
+                                          .family_hash = "",
+                                          .problem = second.problem(),
+                                          .device = "Fake GPU"}));
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->job_id(), job.id());
+  EXPECT_EQ(entry->config().params().at("MODE"), 0);
+}
+
 TEST_F(ScreenJobTest, ACompileOnlyJobMeasuresNothing) {
   v1::JobSpec spec = Spec();
   spec.mutable_options()->set_compile_only(true);
