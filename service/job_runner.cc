@@ -97,7 +97,9 @@ struct JobRunner::Running {
   int64_t problems_failed ABSL_GUARDED_BY(mu) = 0;
   std::string first_problem_error ABSL_GUARDED_BY(mu);
   std::atomic<bool> cancel{false};
-  std::shared_ptr<Work> work;
+  // Set by Run() as its last step: the thread can be joined at once.
+  std::atomic<bool> ended{false};
+  std::shared_ptr<Work> work;  // released when the job ends
   std::thread thread;
 };
 
@@ -109,15 +111,15 @@ JobRunner::JobRunner(cache::Store* store, CompilePool* pool, std::string pool_er
       options_(std::move(options)) {}
 
 JobRunner::~JobRunner() {
-  std::vector<Running*> jobs;
+  std::vector<std::shared_ptr<Running>> jobs;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, running] : running_) {
       running->cancel = true;
-      jobs.push_back(running.get());
+      jobs.push_back(running);
     }
   }
-  for (Running* running : jobs) {
+  for (const std::shared_ptr<Running>& running : jobs) {
     if (running->thread.joinable()) running->thread.join();
   }
 }
@@ -286,7 +288,25 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec) {
 }
 
 void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
-  auto running = std::make_unique<Running>();
+  // Jobs that ended are forgotten here (the store has them), so a daemon
+  // that runs many jobs does not keep them all.
+  std::vector<std::shared_ptr<Running>> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->second->ended) {
+        ended.push_back(std::move(it->second));
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const std::shared_ptr<Running>& old : ended) {
+    if (old->thread.joinable()) old->thread.join();
+  }
+
+  auto running = std::make_shared<Running>();
   Running* raw = running.get();
   {
     absl::MutexLock lock(&raw->mu);
@@ -472,6 +492,8 @@ void JobRunner::Run(Running* running) {
   }
   spdlog::info("job {}: {}", id, message);
   Publish(running, nullptr, message);
+  running->work.reset();
+  running->ended = true;
 }
 
 absl::StatusOr<ProfilePool*> JobRunner::Gpus() const {
@@ -791,11 +813,11 @@ void JobRunner::ScreenProblem(Running* running, ProblemWork& problem, ProfilePoo
 absl::Status JobRunner::Watch(absl::string_view id,
                               const std::function<bool(const v1::JobProgress&)>& on_progress,
                               const std::function<bool()>& stop) {
-  Running* running = nullptr;
+  std::shared_ptr<Running> running;
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(std::string(id));
-    if (it != running_.end()) running = it->second.get();
+    if (it != running_.end()) running = it->second;
   }
   if (running == nullptr) {
     ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(std::string(id)));
@@ -834,7 +856,7 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(absl::string_view id) {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(std::string(id));
     if (it != running_.end()) {
-      Running* running = it->second.get();
+      Running* running = it->second.get();  // alive: mu_ is held
       running->cancel = true;
       absl::MutexLock job_lock(&running->mu);
       return running->job;

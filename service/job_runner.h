@@ -30,6 +30,8 @@
 // finished part free).
 //
 // Thread-safe. The destructor cancels running jobs and waits for them.
+// Ended jobs are kept in memory until the next job starts, then read from
+// the store.
 #ifndef AUTOTUNE_SERVICE_JOB_RUNNER_H_
 #define AUTOTUNE_SERVICE_JOB_RUNNER_H_
 
@@ -122,7 +124,9 @@ class JobRunner {
   mutable absl::Mutex gpus_mu_;
   mutable std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
+  // Jobs started by this runner and not yet forgotten (ended jobs are
+  // dropped when the next one starts; the store keeps them).
+  std::map<std::string, std::shared_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autotune::service

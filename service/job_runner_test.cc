@@ -135,8 +135,19 @@ TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsCh
 }
 
 TEST_F(ScreenJobTest, ARerunSkipsTunedProblemsAndRetuneMeasuresAgain) {
-  ASSERT_EQ(Run(Spec()).state(), v1::SUCCEEDED);
+  const v1::Job first = Run(Spec());
+  ASSERT_EQ(first.state(), v1::SUCCEEDED);
   const v1::Job rerun = Run(Spec());
+  // The first job was forgotten when the rerun started; it is read back
+  // from the store as it ended.
+  v1::Job again;
+  ASSERT_OK(runner_->Watch(first.id(), [&](const v1::JobProgress& progress) {
+    again = progress.job();
+    return true;
+  }));
+  EXPECT_EQ(again.state(), v1::SUCCEEDED);
+  EXPECT_EQ(again.counts().measured(), 16);
+  EXPECT_THAT(again.results(), SizeIs(2));
   ASSERT_EQ(rerun.state(), v1::SUCCEEDED);
   EXPECT_EQ(rerun.counts().cached_problems(), 2);
   EXPECT_EQ(rerun.counts().measured(), 0);
