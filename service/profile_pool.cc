@@ -85,6 +85,20 @@ absl::StatusOr<std::unique_ptr<ProfilePool>> ProfilePool::Start(const ProfilePoo
     }
     pool->gpus_.push_back(std::move(other));
   }
+  // Entries are keyed by GPU model: a job measures on whichever GPU is free,
+  // so all of them must be the same model.
+  const wv1::DeviceInfo& first_info = pool->gpus_.front()->info;
+  for (const auto& gpu : pool->gpus_) {
+    if (gpu->info.name() != first_info.name() ||
+        gpu->info.compute_capability() != first_info.compute_capability() ||
+        gpu->info.sm_count() != first_info.sm_count()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GPUs of different models: device ", first_info.ordinal(), " is ", first_info.name(),
+          " (", first_info.sm_count(), " SMs), device ", gpu->info.ordinal(), " is ",
+          gpu->info.name(), " (", gpu->info.sm_count(),
+          " SMs); choose GPUs of one model with --gpus"));
+    }
+  }
   return pool;
 }
 

@@ -52,7 +52,9 @@ class ProfilePool {
  public:
   // Starts the worker of the first device and, from what it reports, the
   // others. FAILED_PRECONDITION with the worker's reason when no GPU can be
-  // used ("no CUDA driver: ...", "no CUDA device").
+  // used ("no CUDA driver: ...", "no CUDA device"), and when the GPUs are
+  // not all of one model (name, compute capability, SM count): a task runs
+  // on whichever is free.
   static absl::StatusOr<std::unique_ptr<ProfilePool>> Start(const ProfilePoolOptions& options);
   ~ProfilePool();
   ProfilePool(const ProfilePool&) = delete;

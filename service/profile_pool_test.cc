@@ -78,6 +78,23 @@ TEST(ProfilePoolTest, MissingWorkerIsAFailedPrecondition) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("/nonexistent")));
 }
 
+TEST(ProfilePoolTest, GpusOfDifferentModelsAreRefused) {
+  ScopedEnv mixed("FAKE_WORKER_MIXED", "1");
+  EXPECT_THAT(ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
+                                  .devices = {},
+                                  .start_timeout = absl::Seconds(10),
+                                  .grace = absl::Seconds(1)}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("device 1 is Fake GPU (114 SMs)")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ProfilePool> one,
+                       ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
+                                           .devices = {1},
+                                           .start_timeout = absl::Seconds(10),
+                                           .grace = absl::Seconds(1)}));
+  ASSERT_EQ(one->devices().size(), 1u);
+  EXPECT_EQ(one->devices()[0].sm_count(), 114);
+}
+
 TEST(ProfilePoolTest, ReportsTheDevice) {
   std::unique_ptr<ProfilePool> pool = StartPool();
   ASSERT_NE(pool, nullptr);

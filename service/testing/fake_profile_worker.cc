@@ -9,7 +9,8 @@
 // Environment: FAKE_WORKER_NO_DEVICE=1 says hello with an error;
 // FAKE_WORKER_REFERENCE_FAULT=1 ends every task with a reference FAULT;
 // FAKE_WORKER_LOG=<file> appends one line per task received;
-// FAKE_WORKER_FAST_MODE0=1 makes MODE=0 take 4 us instead of 10.
+// FAKE_WORKER_FAST_MODE0=1 makes MODE=0 take 4 us instead of 10;
+// FAKE_WORKER_MIXED=1 reports two GPUs, the second with fewer SMs.
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
   device->set_l2_bytes(60 << 20);
   device->set_driver_version("13.0");
   device->set_device_count(1);
+  if (std::getenv("FAKE_WORKER_MIXED") != nullptr) {
+    device->set_device_count(2);
+    if (device->ordinal() == 1) device->set_sm_count(114);
+  }
   if (!Send(hello)) return 1;
   const char* log_path = std::getenv("FAKE_WORKER_LOG");
   while (true) {
