@@ -648,8 +648,18 @@ void JobRunner::ScreenProblem(Running* running, ProblemWork& problem, ProfilePoo
   std::string reference_sha;
   const CompileEnd reference_end = load(problem.reference_key, &reference, &reference_sha);
   if (reference_end.status != v1::OK) {
-    fail_problem(absl::StrCat(context, ": the reference kernel '", problem.space.reference_name,
-                              "' did not compile: ", LogExcerpt(reference_end.log)));
+    const std::string why = absl::StrCat("the reference kernel '", problem.space.reference_name,
+                                         "' did not compile: ", LogExcerpt(reference_end.log));
+    // Nothing can be validated: every variant ends here, with the reason.
+    for (const kernels::Variant& variant : problem.space.variants) {
+      v1::Measurement m = base_measurement(variant.config);
+      m.set_status(v1::UNSUPPORTED);
+      m.set_phase(v1::SCREEN);
+      m.set_detail(absl::StrCat(context, " [", kernels::ConfigLabel(family, variant.config),
+                                "]: not run: ", why));
+      Record(running, m);
+    }
+    fail_problem(absl::StrCat(context, ": ", why));
     return;
   }
   std::vector<kernels::CompiledVariant> compiled;

@@ -231,6 +231,36 @@ TEST_F(ScreenJobTest, AJobStoppedWhileScreeningResumesWithoutMeasuringFinishedPr
   EXPECT_EQ(entry->config().params().at("MODE"), 0);
 }
 
+TEST_F(ScreenJobTest, WithoutACompiledReferenceEveryVariantEndsUnsupportedAndTheProblemFails) {
+  ASSERT_OK_AND_ASSIGN(
+      v1::KernelFamily family,
+      kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes_no_reference.textproto"));
+  ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+  v1::JobSpec spec = Spec();
+  spec.mutable_manifest()->mutable_items(0)->set_family("modes_no_reference");
+  spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
+  const v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.counts().compile_errors(), 1);  // the reference
+  EXPECT_EQ(job.counts().unsupported(), 8);
+  EXPECT_THAT(job.results(), SizeIs(0));
+  EXPECT_THAT(job.error(), HasSubstr("1 problems have no valid variant"));
+  EXPECT_THAT(job.error(), HasSubstr("twice_reference_missing"));
+  v1::Problem problem;
+  (*problem.mutable_dims())["n"] = 256;
+  problem.set_dtype(v1::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> measurements,
+                       store_->ListMeasurements({.family = "modes_no_reference",
+                                                 .family_hash = "",
+                                                 .problem = problem,
+                                                 .device = "Fake GPU"}));
+  ASSERT_THAT(measurements, SizeIs(8));
+  for (const v1::Measurement& m : measurements) {
+    EXPECT_EQ(m.status(), v1::UNSUPPORTED);
+    EXPECT_THAT(m.detail(), HasSubstr("not run: the reference kernel 'twice_reference_missing'"));
+  }
+}
+
 TEST_F(ScreenJobTest, ACompileOnlyJobMeasuresNothing) {
   v1::JobSpec spec = Spec();
   spec.mutable_options()->set_compile_only(true);
