@@ -222,16 +222,13 @@ int Daemon::WaitExit(absl::Duration timeout) {
 
 std::string Daemon::Stderr() const { return ReadWholeFile(log_path_); }
 
-namespace {
-// A bundle run elsewhere names the binaries in the environment.
-std::string FromEnvironment(const char* name, const char* fallback) {
+std::string EnvironmentOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : fallback;
+  return value != nullptr && *value != '\0' ? std::string(value) : fallback;
 }
-}  // namespace
 
-std::string AutotunedPath() { return FromEnvironment("AUTOTUNED", AUTOTUNE_AUTOTUNED_PATH); }
-std::string AutotuneCliPath() { return FromEnvironment("AUTOTUNE_CLI", AUTOTUNE_CLI_PATH); }
+std::string AutotunedPath() { return EnvironmentOr("AUTOTUNED", AUTOTUNE_AUTOTUNED_PATH); }
+std::string AutotuneCliPath() { return EnvironmentOr("AUTOTUNE_CLI", AUTOTUNE_CLI_PATH); }
 std::string MakeSamplePath() { return AUTOTUNE_MAKE_SAMPLE_PATH; }
 
 }  // namespace autotune::testing

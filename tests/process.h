@@ -59,6 +59,10 @@ class Daemon {
   pid_t pid_ = -1;
 };
 
+// The environment variable `name`, or `fallback` when it is unset or empty.
+// A bundle run on another machine names its paths this way.
+std::string EnvironmentOr(const char* name, const std::string& fallback);
+
 // Paths of the binaries under test: set by CMake, overridden by the
 // environment variables AUTOTUNED and AUTOTUNE_CLI (bundled runs).
 std::string AutotunedPath();

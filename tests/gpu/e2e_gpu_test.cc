@@ -4,7 +4,6 @@
 // must pick a correct config per problem, and not one lookup may fail or
 // wait on the job. Skips, saying why, where no GPU can be used.
 #include <atomic>
-#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -23,6 +23,7 @@
 #include "kernels/profile_task.h"
 #include "service/profile_pool.h"
 #include "tests/faults/fault_cases.h"
+#include "tests/gpu/gpu_test_env.h"
 #include "tests/process.h"
 
 namespace autotune::testing {
@@ -30,15 +31,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string FromEnv(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : fallback;
-}
-
 // Why no GPU can be used here, or empty.
 std::string NoGpuReason() {
   absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool = service::ProfilePool::Start(
-      {.worker_path = FromEnv("AUTOTUNE_WORKER", AUTOTUNE_WORKER_PATH),
+      {.worker_path = WorkerPath(),
        .devices = {0},
        .start_timeout = absl::Seconds(60),
        .grace = absl::Seconds(20)});
@@ -49,7 +45,7 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
   if (const std::string why = NoGpuReason(); !why.empty()) {
     // Where a GPU is known to be present (tests/gpu/run.sh), not finding it
     // is a failure, not a reason to skip.
-    if (std::getenv("AUTOTUNE_REQUIRE_GPU") != nullptr) FAIL() << "no GPU: " << why;
+    if (GpuRequired()) FAIL() << "no GPU: " << why;
     GTEST_SKIP() << "no GPU: " << why;
   }
   TempDir dir;
@@ -60,7 +56,7 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     return RunCommand(args, timeout);
   };
 
-  const std::string faults_dir = FromEnv("AUTOTUNE_FAULTS_DIR", AUTOTUNE_FAULTS_DIR);
+  const std::string faults_dir = FaultsDir();
   std::string manifest_text;
   for (const FaultFamily& family : FaultFamilies()) {
     CommandResult registered = cli({"register", faults_dir + "/" + family.name + ".textproto"});
@@ -108,10 +104,10 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(warmup.out, &job).ok()) << warmup.out;
   EXPECT_EQ(job.state(), v1::SUCCEEDED);
-  std::printf("[gpu-summary] e2e: %lld lookups answered during the warmup job, %lld failed, "
-              "slowest %.1f ms; job: %s\n",
-              static_cast<long long>(answered.load()), static_cast<long long>(failed.load()),
-              slowest_us.load() / 1000.0, job.counts().ShortDebugString().c_str());
+  Summary("e2e", absl::StrFormat("%d lookups answered during the warmup job, %d failed, "
+                                 "slowest %.1f ms; job: %s",
+                                 answered.load(), failed.load(), slowest_us.load() / 1000.0,
+                                 job.counts().ShortDebugString()));
   EXPECT_EQ(failed.load(), 0) << first_failure;
   EXPECT_GT(answered.load(), 20);
   EXPECT_LT(slowest_us.load(), 1000000) << "a lookup waited on the job";

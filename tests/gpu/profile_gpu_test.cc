@@ -64,6 +64,7 @@
 #include "kernels/profile_task.h"
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
+#include "tests/gpu/gpu_test_env.h"
 #include "proto/worker.pb.h"
 #include "service/compile_pool.h"
 #include "service/profile_pool.h"
@@ -78,21 +79,6 @@ using ::testing::AnyOf;
 using ::testing::Eq;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-std::string FromEnv(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
-}
-std::string WorkerPath() { return FromEnv("AUTOTUNE_WORKER", AUTOTUNE_WORKER_PATH); }
-std::string KernelsDir() { return FromEnv("AUTOTUNE_KERNELS_DIR", AUTOTUNE_KERNELS_DIR); }
-std::string FaultsDir() { return FromEnv("AUTOTUNE_FAULTS_DIR", AUTOTUNE_FAULTS_DIR); }
-bool GpuRequired() { return FromEnv("AUTOTUNE_REQUIRE_GPU", "0") == "1"; }
-
-// A line for the table tests/gpu/run.sh prints last.
-void Summary(const std::string& key, const std::string& text) {
-  std::printf("[gpu-summary] %s: %s\n", key.c_str(), text.c_str());
-  std::fflush(stdout);
-}
 
 // A line for the log only (run.sh leaves these off the console).
 void Progress(const std::string& text) {
@@ -758,7 +744,7 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
   ASSERT_FALSE(problems.empty());
 
   BuiltinBudget& budget = builtin_budget();
-  const std::string budget_text = FromEnv("AUTOTUNE_GPU_BUILTIN_BUDGET_S", "");
+  const std::string budget_text = EnvironmentOr("AUTOTUNE_GPU_BUILTIN_BUDGET_S", "");
   if (!budget_text.empty() && !absl::SimpleAtod(budget_text, &budget.total_s)) {
     FAIL() << "AUTOTUNE_GPU_BUILTIN_BUDGET_S is not a number: " << budget_text;
   }
