@@ -5,6 +5,7 @@
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "kernels/family_loader.h"
+#include "kernels/profile_task.h"
 #include "service/lookup_resolver.h"
 
 namespace autotune::service {
@@ -123,8 +124,7 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
   if (!entry.has_value()) {
     return absl::NotFoundError(absl::StrCat(
-        "no entry for ", request.family(), " ", cache::CanonicalDims(request.problem().dims()), " ",
-        std::string(cache::DTypeName(request.problem().dtype())),
+        "no entry for ", kernels::ProblemContext(request.family(), request.problem()),
         device.empty() ? std::string(" on any device") : absl::StrCat(" on ", device)));
   }
   ASSIGN_OR_RETURN(std::vector<v1::Measurement> measurements, store_->ListMeasurements(key));

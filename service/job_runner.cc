@@ -242,9 +242,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
         kernels::ExpandSearchSpace(record.family, item.problem);
     if (!space.ok()) {
       return absl::Status(space.status().code(),
-                          absl::StrCat(item.family, " ", cache::CanonicalDims(item.problem.dims()),
-                                       " ", std::string(cache::DTypeName(item.problem.dtype())),
-                                       ": ", space.status().message()));
+                          absl::StrCat(kernels::ProblemContext(item.family, item.problem), ": ",
+                                       space.status().message()));
     }
     work->variants += static_cast<int64_t>(space->variants.size());
     if (profile && !options.retune()) {

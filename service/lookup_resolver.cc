@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
+#include "kernels/profile_task.h"
 
 namespace autotune::service {
 namespace {
@@ -44,8 +45,7 @@ std::string DeviceMismatch(const v1::Device& wanted, const v1::Device& entry) {
 }
 
 std::string Describe(const v1::LookupRequest& request, absl::string_view device) {
-  return absl::StrCat(request.family(), " ", cache::CanonicalDims(request.problem().dims()), " ",
-                      std::string(cache::DTypeName(request.problem().dtype())), " on ",
+  return absl::StrCat(kernels::ProblemContext(request.family(), request.problem()), " on ",
                       device.empty() ? "any device" : device);
 }
 
