@@ -70,7 +70,8 @@
 #include "absl/time/time.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/store.h"
 #include "kernels/compiler.h"
 #include "kernels/family_loader.h"
@@ -319,7 +320,7 @@ absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::s
   for (const kernels::ManifestProblem& item : problems) {
     const v1::KernelFamily& family = families.at(item.family);
     if (!hashes.contains(item.family)) {
-      hashes[item.family] = cache::FamilyContentHash(family);
+      hashes[item.family] = FamilyContentHash(family);
       const std::string path = (fs::path(source_dir) / (item.family + ".cu")).string();
       RETURN_IF_ERROR(WriteFile(path, family.source()));
       source_files[item.family] = path;
@@ -604,7 +605,7 @@ WarmResult RunWarm(const Workload& work, const std::vector<Outcome>& compiled,
     return warm;
   }
   warm.put_us = put_s * 1e6 / static_cast<double>(stored.size());
-  for (size_t i : stored) sha[i] = cache::Sha256Hex(compiled[i].cubin);
+  for (size_t i : stored) sha[i] = Sha256Hex(compiled[i].cubin);
 
   auto pass = [&](bool with_binary) {
     const Clock::time_point start = Clock::now();
@@ -772,7 +773,7 @@ int Run(const BenchOptions& options) {
           for (size_t i = 0; i < run.outcomes.size(); ++i) {
             Outcome& outcome = run.outcomes[i];
             if (!outcome.ok) continue;
-            const std::string sha = cache::Sha256Hex(outcome.cubin);
+            const std::string sha = Sha256Hex(outcome.cubin);
             if (reference_sha[i].empty()) {
               reference_sha[i] = sha;
               for_cache[i] = std::move(outcome);

@@ -54,7 +54,8 @@
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "bench/echo.grpc.pb.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/store.h"
 #include "client/client.h"
 #include "google/protobuf/struct.pb.h"
@@ -636,7 +637,7 @@ absl::StatusOr<BatchResult> RunBatch(const std::string& dir, const BenchOptions&
     for (const auto& [sha, cubin] : cubins) RETURN_IF_ERROR(store->GetBinary(sha).status());
     const Clock::time_point t5 = Clock::now();
     size_t digests = 0;
-    for (const auto& [sha, cubin] : cubins) digests += cache::Sha256Hex(*cubin) == sha;
+    for (const auto& [sha, cubin] : cubins) digests += Sha256Hex(*cubin) == sha;
     const Clock::time_point t6 = Clock::now();
     if (digests != cubins.size()) return absl::InternalError("sha256 of a binary differs");
     get_binary_ms.push_back(std::chrono::duration<double, std::milli>(t5 - t4).count());

@@ -72,7 +72,7 @@
 #include "absl/time/time.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/compiler.h"
@@ -190,13 +190,13 @@ absl::StatusOr<std::pair<std::string, v1::Problem>> ParseProblemSpec(const std::
         "problem '", spec, "': expected FAMILY:DIMS:DTYPE, e.g. rmsnorm:rows=64,hidden=4096:bf16"));
   }
   v1::Problem problem;
-  absl::StatusOr<std::map<std::string, int64_t>> dims = cache::ParseDims(parts[1]);
+  absl::StatusOr<std::map<std::string, int64_t>> dims = ParseDims(parts[1]);
   if (!dims.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem '", spec, "': ", dims.status().message()));
   }
   for (const auto& [name, value] : *dims) (*problem.mutable_dims())[name] = value;
-  absl::StatusOr<v1::DType> dtype = cache::ParseDType(parts[2]);
+  absl::StatusOr<v1::DType> dtype = ParseDType(parts[2]);
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem '", spec, "': ", dtype.status().message()));
@@ -223,7 +223,7 @@ absl::StatusOr<std::unique_ptr<Workload>> BuildWorkload(const BenchOptions& opti
   std::set<std::string> hot_contexts;
   for (const std::string& spec : options.hot_problems) {
     ASSIGN_OR_RETURN(auto parsed, ParseProblemSpec(spec));
-    hot_contexts.insert(kernels::ProblemContext(parsed.first, parsed.second));
+    hot_contexts.insert(ProblemContext(parsed.first, parsed.second));
     specs.push_back(spec);  // measured COLD as well; a duplicate is dropped below
   }
   std::set<std::string> seen;
@@ -239,7 +239,7 @@ absl::StatusOr<std::unique_ptr<Workload>> BuildWorkload(const BenchOptions& opti
                        "' (known: ", absl::StrJoin(known, ", "), ")"));
     }
     item.problem = parsed.second;
-    item.context = kernels::ProblemContext(parsed.first, parsed.second);
+    item.context = ProblemContext(parsed.first, parsed.second);
     if (!seen.insert(item.context).second) continue;
     item.hot = hot_contexts.contains(item.context);
     absl::StatusOr<kernels::SearchSpace> space =
@@ -875,7 +875,7 @@ absl::StatusOr<int> WriteExport(const BenchOptions& options, const Workload& wor
       google::protobuf::Value buffer;
       auto& b = *buffer.mutable_struct_value()->mutable_fields();
       b["name"] = Text(spec.name());
-      b["dtype"] = Text(std::string(cache::DTypeName(spec.dtype())));
+      b["dtype"] = Text(std::string(DTypeName(spec.dtype())));
       b["elements"] = Number(static_cast<double>(spec.elements()));
       b["role"] = Text(v1::BufferRole_Name(spec.role()));
       auto& fill = *b["fill"].mutable_struct_value()->mutable_fields();
@@ -889,7 +889,7 @@ absl::StatusOr<int> WriteExport(const BenchOptions& options, const Workload& wor
       google::protobuf::Value scalar;
       auto& s = *scalar.mutable_struct_value()->mutable_fields();
       s["name"] = Text(spec.name());
-      s["dtype"] = Text(std::string(cache::DTypeName(spec.dtype())));
+      s["dtype"] = Text(std::string(DTypeName(spec.dtype())));
       s["value"] = Number(spec.value());
       *scalars->add_values() = std::move(scalar);
     }

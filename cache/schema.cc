@@ -6,7 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "proto/autotune.pb.h"
 
 namespace autotune::cache::schema {

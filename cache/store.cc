@@ -29,7 +29,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/schema.h"
 #include "cache/sqlite.h"
 #include "cache/strings.h"
@@ -144,10 +145,7 @@ std::string SerializeDeterministic(const google::protobuf::MessageLite& message)
 
 absl::Status ValidateFamilyName(absl::string_view name, absl::string_view field) {
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
-  const bool ok = absl::ascii_islower(name[0]) && std::all_of(name.begin(), name.end(), [](char c) {
-                    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '_';
-                  });
-  if (!ok) {
+  if (!IsFamilyName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " '", name, "' must match [a-z][a-z0-9_]*"));
   }
@@ -210,8 +208,8 @@ absl::StatusOr<std::string> ValidateBinary(const v1::Binary& binary, absl::strin
 
 std::string EntryKeyText(const v1::Entry& entry) {
   return absl::StrCat(entry.family(), "@", entry.family_hash(), " ",
-                      CanonicalDims(entry.problem().dims()), " ",
-                      ToAbsl(DTypeName(entry.problem().dtype())), " on ", entry.device().name());
+                      FormatDims(entry.problem().dims()), " ",
+                      DTypeName(entry.problem().dtype()), " on ", entry.device().name());
 }
 
 // ---- Entry filters ------------------------------------------------------------
@@ -228,7 +226,7 @@ struct FilterClause {
 absl::StatusOr<FilterClause> MakeFilterClause(const v1::EntryFilter& filter, int schema_version) {
   FilterClause clause;
   clause.filter = &filter;
-  if (!filter.problem().dims().empty()) clause.dims_key = CanonicalDims(filter.problem().dims());
+  if (!filter.problem().dims().empty()) clause.dims_key = FormatDims(filter.problem().dims());
   if (!filter.nvrtc_older_than().empty()) {
     absl::StatusOr<int64_t> number = NvrtcVersionNumber(filter.nvrtc_older_than());
     if (!number.ok()) {
@@ -372,7 +370,7 @@ absl::StatusOr<v1::Binary> ReadBinary(Connection& db, absl::string_view sha256) 
   ASSIGN_OR_RETURN(bool row, select.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("binary ", sha256, " not found"));
   const absl::string_view cubin = select.ColumnBlob(5);
-  const std::string actual = Sha256Hex(ToStd(cubin));
+  const std::string actual = Sha256Hex(cubin);
   if (actual != sha256) {
     return absl::DataLossError(absl::StrCat(
         "binary ", sha256, " is corrupt: stored bytes hash to ", actual,
@@ -405,7 +403,7 @@ absl::StatusOr<std::vector<v1::Measurement>> SelectMeasurements(Connection& db,
                                            " ORDER BY id")));
   select.BindText(1, key.family)
       .BindText(2, key.family_hash)
-      .BindText(3, CanonicalDims(key.problem.dims()))
+      .BindText(3, FormatDims(key.problem.dims()))
       .BindInt(4, key.problem.dtype())
       .BindText(5, key.device);
   std::vector<v1::Measurement> measurements;
@@ -518,7 +516,7 @@ absl::StatusOr<bool> WriteEntry(Connection& db, int schema_version, const v1::En
   ASSIGN_OR_RETURN(Statement insert, db.Prepare(sql));
   insert.BindText(1, entry.family())
       .BindText(2, entry.family_hash())
-      .BindText(3, CanonicalDims(entry.problem().dims()))
+      .BindText(3, FormatDims(entry.problem().dims()))
       .BindInt(4, entry.problem().dtype())
       .BindText(5, entry.device().name())
       .BindInt(6, entry.device().compute_capability())
@@ -549,10 +547,10 @@ absl::StatusOr<bool> WriteMeasurement(Connection& db, const v1::Measurement& mea
   const std::string bytes = SerializeDeterministic(measurement);
   insert.BindText(1, measurement.family())
       .BindText(2, measurement.family_hash())
-      .BindText(3, CanonicalDims(measurement.problem().dims()))
+      .BindText(3, FormatDims(measurement.problem().dims()))
       .BindInt(4, measurement.problem().dtype())
       .BindText(5, measurement.device().name())
-      .BindText(6, CanonicalDims(measurement.config().params()))
+      .BindText(6, FormatDims(measurement.config().params()))
       .BindInt(7, measurement.status())
       .BindInt(8, measurement.phase())
       .BindTextOrNull(9, measurement.binary_sha256())
@@ -572,17 +570,6 @@ absl::Status CheckFamilyStored(Connection& db, absl::string_view field, absl::st
                                             hash, " (register the family first)"));
   }
   return absl::OkStatus();
-}
-
-int64_t ConfigCount(const v1::KernelFamily& family) {
-  int64_t count = 1;
-  for (const v1::TunableParameter& param : family.params()) {
-    const int64_t n = param.values_size();
-    if (n == 0) return 0;
-    if (count > std::numeric_limits<int64_t>::max() / n) return std::numeric_limits<int64_t>::max();
-    count *= n;
-  }
-  return count;
 }
 
 int64_t FileSize(const std::string& path) {
@@ -927,7 +914,7 @@ absl::StatusOr<std::optional<v1::Entry>> Store::FindEntry(const EntryKey& key) c
                                             " AND dims_key = ?3 AND dtype = ?4 AND device = ?5")));
   select.BindText(1, key.family)
       .BindText(2, key.family_hash)
-      .BindText(3, CanonicalDims(key.problem.dims()))
+      .BindText(3, FormatDims(key.problem.dims()))
       .BindInt(4, key.problem.dtype())
       .BindText(5, key.device);
   ASSIGN_OR_RETURN(bool row, select.Step());
@@ -1145,7 +1132,7 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
     const std::string prefix = absl::StrCat("entries[", i, "]");
     RETURN_IF_ERROR(ValidateEntryFields(entry, prefix));
     const auto [it, inserted] = entry_keys.emplace(
-        std::make_tuple(entry.family(), entry.family_hash(), CanonicalDims(entry.problem().dims()),
+        std::make_tuple(entry.family(), entry.family_hash(), FormatDims(entry.problem().dims()),
                         static_cast<int>(entry.problem().dtype()), entry.device().name()),
         i);
     if (!inserted) {

@@ -73,7 +73,7 @@ struct EntryKey {
   std::string device;  // device name
 };
 
-// What compiling one variant gave, by its compile key (kernels/compiler.h).
+// What compiling one variant gave, by its compile key (kernels/compile_request.h).
 // Only definite outcomes are kept: OK (with its binary) and COMPILE_ERROR
 // (with the log). A timeout is not, since a longer deadline may pass.
 struct CompileRecord {

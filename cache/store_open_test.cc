@@ -12,7 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/schema.h"
 #include "cache/store.h"
 #include "cache/store_testing.h"

@@ -10,7 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/store_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -365,7 +366,7 @@ TEST_F(StoreTest, ListCandidatesIsOneFamilyVersionAndDtype) {
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Entry> h200,
                        store_->ListCandidates("gemm", hash, v1::BFLOAT16, "H200"));
   std::vector<std::string> dims;
-  for (const v1::Entry& e : h200) dims.push_back(CanonicalDims(e.problem().dims()));
+  for (const v1::Entry& e : h200) dims.push_back(FormatDims(e.problem().dims()));
   EXPECT_THAT(dims, ElementsAre("m=128", "m=512", "m=64"));  // canonical-key order
 
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Entry> any_device,
@@ -399,7 +400,7 @@ TEST_F(StoreTest, ListEntriesPagesInAStableOrderWithTotal) {
   const auto describe = [](const std::vector<v1::Entry>& entries) {
     std::vector<std::string> out;
     for (const v1::Entry& e : entries) {
-      out.push_back(absl::StrCat(e.family(), " ", CanonicalDims(e.problem().dims()), " ",
+      out.push_back(absl::StrCat(e.family(), " ", FormatDims(e.problem().dims()), " ",
                                  std::string(DTypeName(e.problem().dtype())), " ",
                                  e.device().name()));
     }

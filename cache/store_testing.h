@@ -18,7 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/temp_dir.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
 #include "gmock/gmock.h"

@@ -23,7 +23,7 @@
 #include "client/cli_format.h"
 #include "client/client.h"
 #include "client/file_io.h"
-#include "client/problem_text.h"
+#include "proto/problem.h"
 
 #ifndef AUTOTUNE_VERSION
 #define AUTOTUNE_VERSION "unknown"
@@ -484,8 +484,8 @@ class WarmupProgressPrinter {
       return;
     }
     out_ << "  " << v1::VariantStatus_Name(m.status()) << "  " << m.family() << "  "
-         << FormatParams(m.problem().dims()) << "  " << DTypeShortName(m.problem().dtype()) << "  "
-         << FormatParams(m.config().params());
+         << FormatDims(m.problem().dims()) << "  " << DTypeName(m.problem().dtype()) << "  "
+         << FormatDims(m.config().params());
     if (!m.detail().empty()) out_ << ": " << FirstLine(m.detail(), 100);
     out_ << "\n";
   }

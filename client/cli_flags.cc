@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "client/file_io.h"
-#include "client/problem_text.h"
+#include "proto/problem.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -17,18 +17,6 @@ namespace {
 
 absl::Status FlagError(absl::string_view flag, absl::string_view value, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("invalid ", flag, " '", value, "': ", why));
-}
-
-bool IsVersion(absl::string_view text) {
-  const size_t dot = text.find('.');
-  if (dot == absl::string_view::npos || dot == 0 || dot + 1 == text.size()) return false;
-  auto digits = [](absl::string_view part) {
-    for (char c : part) {
-      if (!absl::ascii_isdigit(c)) return false;
-    }
-    return true;
-  };
-  return digits(text.substr(0, dot)) && digits(text.substr(dot + 1));
 }
 
 // Keeps the first error the text-format parser reports, with its position.
@@ -52,12 +40,12 @@ absl::StatusOr<v1::Problem> ProblemFromFlags(const ProblemFlags& flags) {
   }
   if (flags.dtype.empty())
     return absl::InvalidArgumentError("--dtype is required (e.g. --dtype bf16)");
-  absl::StatusOr<std::map<std::string, int64_t>> dims = ParseDimsText(flags.dims);
+  absl::StatusOr<std::map<std::string, int64_t>> dims = ParseDims(flags.dims);
   if (!dims.ok()) return FlagError("--dims", flags.dims, dims.status().message());
-  absl::StatusOr<v1::DType> dtype = ParseDTypeText(flags.dtype);
+  if (dims->empty()) return FlagError("--dims", flags.dims, "no dimensions; expected name=value,...");
+  absl::StatusOr<v1::DType> dtype = ParseDType(flags.dtype);
   if (!dtype.ok()) {
-    return FlagError("--dtype", flags.dtype,
-                     absl::StrCat("expected one of ", DTypeShortNameList()));
+    return FlagError("--dtype", flags.dtype, absl::StrCat("expected one of ", DTypeNameList()));
   }
   v1::Problem problem;
   problem.mutable_dims()->insert(dims->begin(), dims->end());
@@ -80,7 +68,7 @@ absl::StatusOr<v1::EntryFilter> FilterFromFlags(const FilterFlags& flags) {
     *filter.mutable_problem() = *std::move(problem);
   }
   if (!flags.nvrtc_older_than.empty()) {
-    if (!IsVersion(flags.nvrtc_older_than)) {
+    if (!NvrtcVersionNumber(flags.nvrtc_older_than).ok()) {
       return FlagError("--nvrtc-older-than", flags.nvrtc_older_than,
                        "expected MAJOR.MINOR, e.g. 12.8");
     }

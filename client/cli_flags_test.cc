@@ -24,8 +24,7 @@ TEST(ProblemFromFlagsTest, BuildsTheProblem) {
 TEST(ProblemFromFlagsTest, ErrorsNameTheFlagAndTheValue) {
   EXPECT_THAT(ProblemFromFlags({"batch=x", "bf16"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "invalid --dims 'batch=x': dimension 'batch' has value 'x', not an "
-                       "integer"));
+                       "invalid --dims 'batch=x': dims: 'batch=x' is not an integer"));
   EXPECT_THAT(ProblemFromFlags({"batch=8", "bf17"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("invalid --dtype 'bf17': expected one of fp32, fp16, bf16")));

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/problem_text.h"
+#include "proto/problem.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace autotune::client {
@@ -27,8 +27,8 @@ void Field(std::ostream& out, absl::string_view key, absl::string_view value) {
 }
 
 std::string ProblemLine(absl::string_view family, const v1::Problem& problem) {
-  return absl::StrCat(family, "  ", FormatParams(problem.dims()), "  ",
-                      DTypeShortName(problem.dtype()));
+  return absl::StrCat(family, "  ", FormatDims(problem.dims()), "  ",
+                      DTypeName(problem.dtype()));
 }
 
 std::string TimingText(const v1::TimingStats& timing) {
@@ -84,7 +84,7 @@ std::string BinaryText(const v1::Entry& entry) {
 }
 
 void PrintEntryFields(const v1::Entry& entry, std::ostream& out) {
-  Field(out, "config", FormatParams(entry.config().params()));
+  Field(out, "config", FormatDims(entry.config().params()));
   Field(out, "time", TimingText(entry.timing()));
   Field(out, "throughput", ThroughputText(entry.timing()));
   Field(out, "margin",
@@ -111,6 +111,17 @@ std::string MatchName(v1::MatchKind match) {
 }
 
 }  // namespace
+
+std::string FormatDevice(const v1::Device& device) {
+  std::vector<std::string> details;
+  if (device.compute_capability() > 0) {
+    details.push_back(absl::StrCat("sm_", device.compute_capability()));
+  }
+  if (device.sm_count() > 0) details.push_back(absl::StrCat(device.sm_count(), " SMs"));
+  std::string name = device.name().empty() ? "any device" : device.name();
+  if (details.empty()) return name;
+  return absl::StrCat(name, " (", absl::StrJoin(details, ", "), ")");
+}
 
 TextTable::TextTable(std::vector<std::string> header)
     : header_(std::move(header)), align_(header_.size(), Align::kLeft) {}
@@ -205,9 +216,9 @@ void PrintEntryTable(const google::protobuf::RepeatedPtrField<v1::Entry>& entrie
   table.SetAlign(5, TextTable::Align::kRight);
   table.SetAlign(6, TextTable::Align::kRight);
   for (const v1::Entry& entry : entries) {
-    table.AddRow({entry.family(), FormatParams(entry.problem().dims()),
-                  std::string(DTypeShortName(entry.problem().dtype())), entry.device().name(),
-                  FormatParams(entry.config().params()), FormatMicros(entry.timing().median_us()),
+    table.AddRow({entry.family(), FormatDims(entry.problem().dims()),
+                  (DTypeName(entry.problem().dtype())), entry.device().name(),
+                  FormatDims(entry.config().params()), FormatMicros(entry.timing().median_us()),
                   FormatMargin(entry.margin()), FormatPhase(entry.phase()), entry.tuned_at()});
   }
   table.Print(out);
@@ -228,7 +239,7 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
                        distance.tuned()));
   }
   if (response.match() == v1::NEAREST) {
-    Field(out, "tuned for", FormatParams(response.entry().problem().dims()));
+    Field(out, "tuned for", FormatDims(response.entry().problem().dims()));
   }
   PrintEntryFields(response.entry(), out);
 }
@@ -252,13 +263,13 @@ void PrintEntryDetail(const v1::GetEntryResponse& response, std::ostream& out) {
         };
         return key(a) < key(b);
       });
-  const std::string chosen = FormatParams(entry.config().params());
+  const std::string chosen = FormatDims(entry.config().params());
   TextTable table({"", "STATUS", "PHASE", "CONFIG", "MEDIAN_US", "CV", "MAX_ERR", "DETAIL"});
   table.SetAlign(4, TextTable::Align::kRight);
   table.SetAlign(5, TextTable::Align::kRight);
   table.SetAlign(6, TextTable::Align::kRight);
   for (const v1::Measurement* m : sorted) {
-    const std::string config = FormatParams(m->config().params());
+    const std::string config = FormatDims(m->config().params());
     const bool winner = m->status() == v1::OK && config == chosen;
     // A detail opens with the variant's context ("family dims dtype
     // [config]: "), which the other columns already show.
@@ -315,7 +326,7 @@ void PrintKernelTable(const v1::ListKernelsResponse& kernels, std::ostream& out)
     for (const v1::ProblemDimension& dim : kernel.dims()) dims.push_back(dim.name());
     std::vector<absl::string_view> dtypes;
     for (int dtype : kernel.dtypes())
-      dtypes.push_back(DTypeShortName(static_cast<v1::DType>(dtype)));
+      dtypes.push_back(DTypeName(static_cast<v1::DType>(dtype)));
     table.AddRow({kernel.name(), kernel.content_hash().substr(0, 12), absl::StrJoin(dims, ","),
                   absl::StrJoin(dtypes, ","), absl::StrCat(kernel.config_count()),
                   absl::StrCat(kernel.entry_count()), kernel.builtin() ? "builtin" : "registered",

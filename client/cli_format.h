@@ -16,6 +16,9 @@
 
 namespace autotune::client {
 
+// "NVIDIA H200 (sm_90, 132 SMs)"; parts that are unset are left out.
+std::string FormatDevice(const v1::Device& device);
+
 // Columns separated by two spaces, padded to the widest cell, with no
 // trailing spaces. Newlines and tabs inside a cell print as spaces so that a
 // row stays one line.

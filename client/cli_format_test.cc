@@ -192,5 +192,14 @@ TEST(FormatJobCountsTest, MentionsOnlyWhatHappened) {
             "1 timeouts)");
 }
 
+TEST(FormatDeviceTest, LeavesOutUnsetParts) {
+  v1::Device device;
+  device.set_name("NVIDIA H200");
+  EXPECT_EQ(FormatDevice(device), "NVIDIA H200");
+  device.set_compute_capability(90);
+  device.set_sm_count(132);
+  EXPECT_EQ(FormatDevice(device), "NVIDIA H200 (sm_90, 132 SMs)");
+}
+
 }  // namespace
 }  // namespace autotune::client

@@ -156,8 +156,7 @@ TEST_F(CliTest, BadDimsIsAUsageErrorNamingFlagAndValue) {
   const CliResult result = Run({"lookup", "flash_attn", "--dims", "batch=x", "--dtype", "bf16"});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_EQ(result.err,
-            "autotune: lookup: invalid --dims 'batch=x': dimension 'batch' has value 'x', not "
-            "an integer\n");
+            "autotune: lookup: invalid --dims 'batch=x': dims: 'batch=x' is not an integer\n");
   EXPECT_THAT(result.out, IsEmpty());
   EXPECT_THAT(server_.calls().methods, IsEmpty()) << "nothing is sent on a usage error";
 }

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "cache/keys.h"
 
 namespace autotune::kernels {
 
@@ -275,9 +274,6 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
   return result;
 }
 
-void AppendField(std::string* out, const std::string& field) {
-  absl::StrAppend(out, field.size(), ":", field, ",");
-}
 
 }  // namespace
 
@@ -370,15 +366,5 @@ CompileResult Compile(const Nvrtc& nvrtc, const CompileRequest& request) {
   }
 }
 
-std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version) {
-  std::string bytes = "autotune.compile.v1";
-  AppendField(&bytes, request.source);
-  AppendField(&bytes, request.name_expression);
-  AppendField(&bytes, absl::StrCat(request.options.size()));
-  for (const std::string& option : request.options) AppendField(&bytes, option);
-  AppendField(&bytes, request.arch);
-  AppendField(&bytes, nvrtc_version);
-  return cache::Sha256Hex(bytes);
-}
 
 }  // namespace autotune::kernels

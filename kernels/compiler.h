@@ -1,5 +1,6 @@
-// Turns one kernel variant's source into a cubin with NVRTC, and names the
-// result by its content.
+// Turns one kernel variant's source into a cubin with NVRTC. Worker side:
+// only autotune-worker and tools that compile link this (autotune::kernels_gpu);
+// the daemon keys compiles with kernels/compile_request.h alone.
 //
 //   ASSIGN_OR_RETURN(const Nvrtc* nvrtc, Nvrtc::Load());   // dlopen, once
 //   CompileRequest request{.source = family.source(),
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/compile_request.h"
 
 namespace autotune::kernels {
 
@@ -80,19 +82,6 @@ class Nvrtc {
   std::unique_ptr<const Api> api_;
 };
 
-struct CompileRequest {
-  std::string source;        // CUDA C++ text
-  std::string program_name;  // shown in the log, e.g. "vector_scale.cu"
-  // The kernel to find in the result: an extern "C" name, or a template
-  // instantiation such as "gla_decode<64, 4>" (added as a name expression).
-  // Required.
-  std::string name_expression;
-  std::vector<std::string> options;  // -D..., -std=c++17, etc. (no -arch)
-  // A real architecture: "sm_90", "sm_90a", "sm_100f". "compute_90" names a
-  // virtual (PTX-only) architecture and is rejected: the result is a cubin.
-  std::string arch;
-};
-
 enum class CompileStatus {
   kOk,
   kCompileError,    // the source did not compile; `log` says why
@@ -118,18 +107,6 @@ struct CompileResult {
 // Never throws; NVRTC failures that are not the source's fault (out of memory,
 // internal errors) come back as kCompileError with NVRTC's message in `log`.
 CompileResult Compile(const Nvrtc& nvrtc, const CompileRequest& request);
-
-// The content key of a variant: sha256 (hex) over the source text, the
-// name expression, every option in order, the arch and the NVRTC version.
-// Two requests with the same key produce the same cubin; a different NVRTC
-// version is a different key, a file time is never part of it. The program
-// name is not part of it (it only names the source in logs and line info).
-//
-// The hashed bytes are "autotune.compile.v1" followed by netstrings
-// ("<decimal length>:<bytes>,") of: source, name expression, the number of
-// options in decimal, each option, arch, NVRTC version. Each field is
-// delimited, so no two different requests hash the same bytes.
-std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version);
 
 }  // namespace autotune::kernels
 

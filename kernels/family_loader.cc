@@ -1,5 +1,4 @@
 #include "kernels/family_loader.h"
-#include "kernels/names.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "kernels/expression.h"
@@ -31,12 +30,6 @@ using google::protobuf::TextFormat;
 
 constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
-std::string DTypeLabel(v1::DType dtype) {
-  if (dtype != v1::DTYPE_UNSPECIFIED && !v1::DType_IsValid(dtype)) {
-    return absl::StrCat("dtype ", static_cast<int>(dtype));
-  }
-  return std::string(cache::DTypeName(dtype));
-}
 
 absl::Status FileError(const std::string& path, int error) {
   const std::string message = absl::StrCat("cannot read '", path, "': ", std::strerror(error));
@@ -232,10 +225,10 @@ class FamilyChecker {
       const std::string field = absl::StrCat("dtypes[", i, "]");
       if (dtype == v1::DTYPE_UNSPECIFIED) return Error(field, "DTYPE_UNSPECIFIED is not a dtype");
       if (!v1::DType_IsValid(dtype))
-        return Error(field, absl::StrCat("unknown ", DTypeLabel(dtype)));
+        return Error(field, absl::StrCat("unknown ", DTypeName(dtype)));
       for (int k = 0; k < i; ++k) {
         if (family_.dtypes(k) == dtype) {
-          return Error(field, absl::StrCat(DTypeLabel(dtype), " is listed twice"));
+          return Error(field, absl::StrCat(DTypeName(dtype), " is listed twice"));
         }
       }
     }
@@ -265,7 +258,7 @@ class FamilyChecker {
   }
 
   absl::Status CheckOptionalDType(const std::string& field, v1::DType dtype) const {
-    if (!v1::DType_IsValid(dtype)) return Error(field, absl::StrCat("unknown ", DTypeLabel(dtype)));
+    if (!v1::DType_IsValid(dtype)) return Error(field, absl::StrCat("unknown ", DTypeName(dtype)));
     return absl::OkStatus();
   }
 
@@ -373,12 +366,12 @@ class FamilyChecker {
       if (std::find(family_.dtypes().begin(), family_.dtypes().end(), dtype) ==
           family_.dtypes().end()) {
         return Error(absl::StrCat(field, ".dtype"),
-                     absl::StrCat(DTypeLabel(dtype), " is not in dtypes"));
+                     absl::StrCat(DTypeName(dtype), " is not in dtypes"));
       }
       for (int k = 0; k < i; ++k) {
         if (family_.tolerances(k).dtype() == dtype) {
           return Error(absl::StrCat(field, ".dtype"),
-                       absl::StrCat(DTypeLabel(dtype), " already has tolerances[", k, "]"));
+                       absl::StrCat(DTypeName(dtype), " already has tolerances[", k, "]"));
         }
       }
       if (!std::isfinite(tolerance.rtol()) || tolerance.rtol() < 0) {
@@ -395,7 +388,7 @@ class FamilyChecker {
                       [dtype](const v1::Tolerance& t) { return t.dtype() == dtype; });
       if (!covered) {
         return Error(absl::StrCat("dtypes[", i, "]"),
-                     absl::StrCat("no tolerance for ", DTypeLabel(dtype),
+                     absl::StrCat("no tolerance for ", DTypeName(dtype),
                                   " (add a tolerances entry with rtol and atol)"));
       }
     }

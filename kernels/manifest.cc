@@ -1,5 +1,4 @@
 #include "kernels/manifest.h"
-#include "kernels/names.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -11,7 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "kernels/family_loader.h"
 
 namespace autotune::kernels {
@@ -19,12 +19,6 @@ namespace {
 
 using google::protobuf::TextFormat;
 
-std::string DTypeLabel(v1::DType dtype) {
-  if (dtype != v1::DTYPE_UNSPECIFIED && !v1::DType_IsValid(dtype)) {
-    return absl::StrCat("dtype ", static_cast<int>(dtype));
-  }
-  return std::string(cache::DTypeName(dtype));
-}
 
 
 
@@ -98,10 +92,10 @@ class ManifestChecker {
         return Error(dtype_field, "DTYPE_UNSPECIFIED is not a dtype");
       }
       if (!v1::DType_IsValid(dtype))
-        return Error(dtype_field, absl::StrCat("unknown ", DTypeLabel(dtype)));
+        return Error(dtype_field, absl::StrCat("unknown ", DTypeName(dtype)));
       for (int k = 0; k < d; ++k) {
         if (item.dtypes(k) == dtype) {
-          return Error(dtype_field, absl::StrCat(DTypeLabel(dtype), " is listed twice"));
+          return Error(dtype_field, absl::StrCat(DTypeName(dtype), " is listed twice"));
         }
       }
     }
@@ -162,12 +156,12 @@ absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::Manifest
     return dtypes;
   }
   std::vector<std::string> supported;
-  for (int dtype : family.dtypes()) supported.push_back(DTypeLabel(static_cast<v1::DType>(dtype)));
+  for (int dtype : family.dtypes()) supported.push_back(DTypeName(static_cast<v1::DType>(dtype)));
   for (int d = 0; d < item.dtypes_size(); ++d) {
     const v1::DType dtype = item.dtypes(d);
     if (std::find(family.dtypes().begin(), family.dtypes().end(), dtype) == family.dtypes().end()) {
       return Error(absl::StrCat(field, ".dtypes[", d, "]"),
-                   absl::StrCat(DTypeLabel(dtype), " is not supported by family '", family.name(),
+                   absl::StrCat(DTypeName(dtype), " is not supported by family '", family.name(),
                                 "' (", absl::StrJoin(supported, ", "), ")"));
     }
     dtypes.push_back(dtype);
@@ -176,8 +170,8 @@ absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::Manifest
 }
 
 std::string ProblemKey(const ManifestProblem& problem) {
-  return absl::StrCat(problem.family, "\n", cache::CanonicalDims(problem.problem.dims()), "\n",
-                      DTypeLabel(problem.problem.dtype()));
+  return absl::StrCat(problem.family, "\n", FormatDims(problem.problem.dims()), "\n",
+                      DTypeName(problem.problem.dtype()));
 }
 
 }  // namespace
@@ -254,7 +248,7 @@ absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
 
 int ShardOf(const ManifestProblem& problem, int count) {
   if (count <= 1) return 0;
-  const std::string digest = cache::Sha256Hex(ProblemKey(problem));
+  const std::string digest = Sha256Hex(ProblemKey(problem));
   uint64_t value = 0;
   for (int i = 0; i < 16; ++i) {
     const char c = digest[i];

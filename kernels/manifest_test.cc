@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -45,8 +45,8 @@ v1::Manifest ParseManifest(const std::string& text) {
 
 // "family dims dtype", e.g. "axpy n=1024 fp32".
 std::string Describe(const ManifestProblem& p) {
-  return absl::StrCat(p.family, " ", cache::CanonicalDims(p.problem.dims()), " ",
-                      std::string(cache::DTypeName(p.problem.dtype())));
+  return absl::StrCat(p.family, " ", FormatDims(p.problem.dims()), " ",
+                      std::string(DTypeName(p.problem.dtype())));
 }
 
 std::vector<std::string> Describe(const std::vector<ManifestProblem>& problems) {

@@ -6,16 +6,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 
 namespace wv1 = ::autotune::worker::v1;
-
-std::string ProblemContext(const std::string& family, const v1::Problem& problem) {
-  return absl::StrCat(family, " ", cache::CanonicalDims(problem.dims()), " ",
-                      std::string(cache::DTypeName(problem.dtype())));
-}
 
 std::string ConfigLabel(const v1::KernelFamily& family, const v1::Config& config) {
   if (config.params().empty()) return "reference";
@@ -45,7 +42,7 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
   if (tolerance == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": family '", family.name(),
                                                    "' has no tolerance for ",
-                                                   std::string(cache::DTypeName(problem.dtype()))));
+                                                   DTypeName(problem.dtype())));
   }
   if (variants.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": no variants to profile"));
@@ -61,7 +58,7 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
   task.set_seeds(settings.seeds);
   // The same problem always gets the same inputs, so a rerun checks what the
   // first run checked.
-  const std::string digest = cache::Sha256Hex(context);
+  const std::string digest = Sha256Hex(context);
   uint64_t seed = 0;
   (void)absl::SimpleHexAtoi(digest.substr(0, 15), &seed);
   task.set_base_seed(seed);

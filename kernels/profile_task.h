@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
+#include "proto/problem.h"
 #include "proto/worker.pb.h"
 
 namespace autotune::kernels {
@@ -44,9 +45,6 @@ struct ProfileSettings {
   // Unspecified = the family's cache_state (itself unspecified = COLD).
   v1::CacheState cache_state = v1::CACHE_STATE_UNSPECIFIED;
 };
-
-// "rmsnorm rows=8,hidden=4096 bf16": how messages name a problem.
-std::string ProblemContext(const std::string& family, const v1::Problem& problem);
 
 // "BLOCK=128 ITEMS=4": how messages name a config (params in `family`
 // order; "reference" for an empty config).

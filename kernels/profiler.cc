@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "kernels/cuda_driver.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 
@@ -185,33 +186,6 @@ std::string Bytes(int64_t bytes) {
 }
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-
-// 0 for a dtype this profiler does not know.
-int DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-    case v1::INT32:
-      return 4;
-    case v1::FLOAT16:
-    case v1::BFLOAT16:
-      return 2;
-    case v1::FLOAT64:
-    case v1::INT64:
-      return 8;
-    case v1::INT8:
-    case v1::UINT8:
-    case v1::FLOAT8_E4M3:
-    case v1::FLOAT8_E5M2:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-std::string DTypeName(v1::DType dtype) {
-  const std::string& name = v1::DType_Name(dtype);
-  return name.empty() ? absl::StrCat("dtype ", static_cast<int>(dtype)) : name;
-}
 
 // Rounds `value` to nearest even in a small binary float format (sign,
 // exp_bits, mant_bits) and returns its bit pattern. INVALID_ARGUMENT for a
@@ -775,7 +749,7 @@ std::optional<Failure> TaskRun::Prepare() {
     slot.role = spec.role();
     slot.elements = spec.elements();
     slot.fill = ResolveFill(spec.fill());
-    const int element_bytes = DTypeBytes(slot.dtype);
+    const int64_t element_bytes = DTypeBytes(slot.dtype);
     if (element_bytes == 0) {
       return invalid(absl::StrCat("buffer '", slot.name, "' has no supported dtype (",
                                   DTypeName(slot.dtype), ")"));

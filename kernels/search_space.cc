@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "kernels/expression.h"
 
 namespace autotune::kernels {
@@ -25,39 +25,15 @@ constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
 constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
 
-struct DTypeInfo {
-  v1::DType dtype;
-  int64_t bytes;
-  const char* cuda_type;
-};
-
-constexpr std::array<DTypeInfo, 10> kDTypes = {{
-    {v1::FLOAT32, 4, "float"},
-    {v1::FLOAT16, 2, "__half"},
-    {v1::BFLOAT16, 2, "__nv_bfloat16"},
-    {v1::FLOAT64, 8, "double"},
-    {v1::INT8, 1, "signed char"},
-    {v1::INT32, 4, "int"},
-    {v1::INT64, 8, "long long"},
-    {v1::UINT8, 1, "unsigned char"},
-    {v1::FLOAT8_E4M3, 1, "__nv_fp8_e4m3"},
-    {v1::FLOAT8_E5M2, 1, "__nv_fp8_e5m2"},
-}};
-
-bool IsIntegerDType(v1::DType dtype) {
-  return dtype == v1::INT8 || dtype == v1::INT32 || dtype == v1::INT64 || dtype == v1::UINT8;
-}
-
-std::string DTypeLabel(v1::DType dtype) { return std::string(cache::DTypeName(dtype)); }
-
 std::string ProblemLabel(const v1::Problem& problem) {
-  return absl::StrCat("problem ", cache::CanonicalDims(problem.dims()), " ",
-                      DTypeLabel(problem.dtype()));
+  return absl::StrCat("problem ", FormatDims(problem.dims()), " ",
+                      DTypeName(problem.dtype()));
 }
 
+// Only called for a dtype the problem validated, so the row exists.
 std::vector<std::string> DTypeMacros(v1::DType dtype) {
-  return {absl::StrCat("-DAUTOTUNE_DTYPE=", DTypeCudaType(dtype)),
-          absl::StrCat("-DAUTOTUNE_DTYPE_", absl::AsciiStrToUpper(DTypeLabel(dtype)), "=1"),
+  return {absl::StrCat("-DAUTOTUNE_DTYPE=", FindDType(dtype)->cuda_type),
+          absl::StrCat("-DAUTOTUNE_DTYPE_", absl::AsciiStrToUpper(DTypeName(dtype)), "=1"),
           absl::StrCat("-DAUTOTUNE_DTYPE_BYTES=", DTypeBytes(dtype))};
 }
 
@@ -390,7 +366,8 @@ class ConfigResolver {
     const v1::DType dtype =
         scalar.dtype() == v1::DTYPE_UNSPECIFIED ? problem_.dtype() : scalar.dtype();
     double value = 0;
-    if (IsIntegerDType(dtype)) {
+    const DTypeInfo* info = FindDType(dtype);
+    if (info != nullptr && info->is_integer) {
       int64_t integer = 0;
       if (auto failure = EvalInteger(field, -kNoLimit, kNoLimit, "", &integer)) {
         return failure;
@@ -445,81 +422,6 @@ class ConfigResolver {
 };
 
 }  // namespace
-
-int64_t DTypeBytes(v1::DType dtype) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.dtype == dtype) return info.bytes;
-  }
-  return 0;
-}
-
-std::string DTypeCudaType(v1::DType dtype) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.dtype == dtype) return info.cuda_type;
-  }
-  return "";
-}
-
-int64_t ConfigCount(const v1::KernelFamily& family) {
-  int64_t count = 1;
-  for (const v1::TunableParameter& param : family.params()) {
-    if (__builtin_mul_overflow(count, static_cast<int64_t>(param.values_size()), &count)) {
-      return std::numeric_limits<int64_t>::max();
-    }
-  }
-  return count;
-}
-
-absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem) {
-  std::vector<std::string> dim_names;
-  for (const v1::ProblemDimension& dim : family.dims()) dim_names.push_back(dim.name());
-  const std::string known = absl::StrJoin(dim_names, ", ");
-  for (const v1::ProblemDimension& dim : family.dims()) {
-    const auto it = problem.dims().find(dim.name());
-    if (it == problem.dims().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("problem.dims: missing '", dim.name(),
-                                                     "' (family '", family.name(),
-                                                     "' has dims: ", known, ")"));
-    }
-    const std::string field = absl::StrCat("problem.dims['", dim.name(), "']");
-    const int64_t value = it->second;
-    if (value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is not positive"));
-    }
-    if (dim.min() > 0 && value < dim.min()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", value, " is below the min ", dim.min()));
-    }
-    if (dim.max() > 0 && value > dim.max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", value, " is above the max ", dim.max()));
-    }
-    if (static_cast<double>(value) > kMaxExactInteger) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range"));
-    }
-  }
-  // Sorted, so the first unknown dim reported does not depend on map order.
-  std::vector<std::string> given;
-  for (const auto& [name, value] : problem.dims()) given.push_back(name);
-  std::sort(given.begin(), given.end());
-  for (const std::string& name : given) {
-    if (std::find(dim_names.begin(), dim_names.end(), name) == dim_names.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("problem.dims['", name,
-                                                     "']: not a dim of family '", family.name(),
-                                                     "' (dims: ", known, ")"));
-    }
-  }
-  if (std::find(family.dtypes().begin(), family.dtypes().end(), problem.dtype()) ==
-      family.dtypes().end()) {
-    std::vector<std::string> supported;
-    for (int dtype : family.dtypes())
-      supported.push_back(DTypeLabel(static_cast<v1::DType>(dtype)));
-    return absl::InvalidArgumentError(absl::StrCat("problem.dtype: ", DTypeLabel(problem.dtype()),
-                                                   " is not supported by family '", family.name(),
-                                                   "' (", absl::StrJoin(supported, ", "), ")"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
                                               const v1::Problem& problem,

@@ -60,22 +60,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/autotune.pb.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 
 // Families whose parameter space is larger than this are rejected by
 // ValidateFamily (family_loader.h).
 inline constexpr int64_t kMaxConfigsPerFamily = int64_t{1} << 20;
-
-// Element size in bytes; 0 for DTYPE_UNSPECIFIED and unknown values.
-int64_t DTypeBytes(v1::DType dtype);
-
-// The C++ type named by AUTOTUNE_DTYPE ("float", "__half", ...); empty for
-// DTYPE_UNSPECIFIED and unknown values.
-std::string DTypeCudaType(v1::DType dtype);
-
-// Product of the params' value counts, saturating at INT64_MAX.
-int64_t ConfigCount(const v1::KernelFamily& family);
 
 // What the search space enforces about the device. The defaults are those
 // of sm_90 (H100/H200): 1024 threads per block and 227 KiB of dynamic
@@ -137,18 +128,8 @@ struct SearchSpace {
   std::vector<std::string> reference_compile_options;
 };
 
-// OK when `problem` fits `family`: every dim of the family given, no other
-// dims, each value positive and within the dim's min/max (0 = unbounded),
-// and the dtype among family.dtypes. INVALID_ARGUMENT naming the field:
-//   "problem.dims: missing 'n' (family 'axpy' has dims: n)"
-//   "problem.dims['m']: not a dim of family 'axpy' (dims: n)"
-//   "problem.dims['n']: 0 is not positive"
-//   "problem.dims['n']: 5000 is above the max 4096"
-//   "problem.dtype: fp64 is not supported by family 'axpy' (fp32, fp16)"
-absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem);
-
 // Expands `family` (one that passed ValidateFamily) for `problem`.
-// INVALID_ARGUMENT from ValidateProblem; INVALID_ARGUMENT naming the field
+// INVALID_ARGUMENT from ValidateProblem (proto/problem.h); INVALID_ARGUMENT naming the field
 // and the problem when an expression that does not depend on any param is
 // invalid for the problem, since then no config could run, e.g.
 //   "buffers[0].shape[0]: 'n - 8' = 0 is not positive (problem n=8 fp32)"

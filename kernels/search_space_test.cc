@@ -349,17 +349,6 @@ TEST(ResolveConfigTest, RejectsConfigsTheSpaceWouldNotHold) {
                        "limit (1024)"));
 }
 
-TEST(DTypeTest, SizesAndCudaTypes) {
-  EXPECT_EQ(DTypeBytes(v1::FLOAT32), 4);
-  EXPECT_EQ(DTypeBytes(v1::BFLOAT16), 2);
-  EXPECT_EQ(DTypeBytes(v1::FLOAT64), 8);
-  EXPECT_EQ(DTypeBytes(v1::FLOAT8_E4M3), 1);
-  EXPECT_EQ(DTypeBytes(v1::DTYPE_UNSPECIFIED), 0);
-  EXPECT_EQ(DTypeCudaType(v1::BFLOAT16), "__nv_bfloat16");
-  EXPECT_EQ(DTypeCudaType(v1::INT64), "long long");
-  EXPECT_EQ(DTypeCudaType(v1::DTYPE_UNSPECIFIED), "");
-}
-
 TEST(ConfigCountTest, IsTheProductOfValueCounts) {
   EXPECT_EQ(ConfigCount(Load("good/axpy.textproto")), 24);
   v1::KernelFamily huge;

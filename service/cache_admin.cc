@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
 #include "service/lookup_resolver.h"
@@ -19,7 +19,7 @@ absl::Status CacheAdmin::ValidateFilter(const v1::EntryFilter& filter,
     }
   }
   if (!filter.nvrtc_older_than().empty()) {
-    absl::StatusOr<int64_t> version = cache::NvrtcVersionNumber(filter.nvrtc_older_than());
+    absl::StatusOr<int64_t> version = NvrtcVersionNumber(filter.nvrtc_older_than());
     if (!version.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".nvrtc_older_than: ", version.status().message()));
@@ -53,7 +53,7 @@ absl::StatusOr<v1::ListKernelsResponse> CacheAdmin::ListKernels() const {
 absl::StatusOr<v1::RegisterKernelResponse> CacheAdmin::RegisterKernel(
     const v1::RegisterKernelRequest& request) {
   RETURN_IF_ERROR(kernels::ValidateFamily(request.family(), "family"));
-  const std::string hash = cache::FamilyContentHash(request.family());
+  const std::string hash = FamilyContentHash(request.family());
   absl::StatusOr<cache::FamilyRecord> existing = store_->GetFamily(request.family().name());
   if (existing.ok() && existing->content_hash != hash && !request.replace()) {
     return absl::AlreadyExistsError(absl::StrCat(
@@ -124,7 +124,7 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
   if (!entry.has_value()) {
     return absl::NotFoundError(absl::StrCat(
-        "no entry for ", kernels::ProblemContext(request.family(), request.problem()),
+        "no entry for ", ProblemContext(request.family(), request.problem()),
         device.empty() ? std::string(" on any device") : absl::StrCat(" on ", device)));
   }
   ASSIGN_OR_RETURN(std::vector<v1::Measurement> measurements, store_->ListMeasurements(key));

@@ -10,10 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
-#include "kernels/compiler.h"
+#include "kernels/compile_request.h"
 #include "kernels/manifest.h"
-#include "kernels/names.h"
+#include "proto/problem.h"
 #include "kernels/profile_task.h"
 #include "kernels/search_space.h"
 #include "spdlog/spdlog.h"
@@ -167,7 +166,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
         "manifest.arch: '", arch, "' cannot run on ", device->name(), " (sm_",
         device->compute_capability(), "); leave it empty to compile for the GPU present"));
   }
-  if (!kernels::IsGpuArch(arch)) {
+  if (!IsGpuArch(arch)) {
     return absl::InvalidArgumentError(
         absl::StrCat("manifest.arch: '", arch, "' is not a GPU architecture like sm_90"));
   }
@@ -242,7 +241,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Plan(const v1::JobSp
         kernels::ExpandSearchSpace(record.family, item.problem);
     if (!space.ok()) {
       return absl::Status(space.status().code(),
-                          absl::StrCat(kernels::ProblemContext(item.family, item.problem), ": ",
+                          absl::StrCat(ProblemContext(item.family, item.problem), ": ",
                                        space.status().message()));
     }
     work->variants += static_cast<int64_t>(space->variants.size());
@@ -576,7 +575,7 @@ void JobRunner::ScreenProblem(Running* running, ProblemWork& problem, ProfilePoo
   Work& work = *running->work;
   const cache::FamilyRecord& record = *problem.record;
   const v1::KernelFamily& family = record.family;
-  const std::string context = kernels::ProblemContext(family.name(), problem.problem);
+  const std::string context = ProblemContext(family.name(), problem.problem);
   std::string job_id;
   {
     absl::MutexLock lock(&running->mu);

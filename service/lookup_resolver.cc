@@ -9,15 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "cache/keys.h"
-#include "kernels/profile_task.h"
+#include "proto/problem.h"
 
 namespace autotune::service {
 namespace {
-
-bool Contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 std::shared_ptr<const FamilyView> MakeView(cache::FamilyRecord record) {
   auto view = std::make_shared<FamilyView>();
@@ -30,8 +25,8 @@ std::shared_ptr<const FamilyView> MakeView(cache::FamilyRecord record) {
   return view;
 }
 
-// Why an entry tuned on `entry` may not stand in for `wanted`; empty when it may.
-std::string DeviceMismatch(const v1::Device& wanted, const v1::Device& entry) {
+// Why an entry tuned on `entry` may not stand in for `wanted`; nullopt when it may.
+std::optional<std::string> DeviceMismatch(const v1::Device& wanted, const v1::Device& entry) {
   if (wanted.compute_capability() != 0 && entry.compute_capability() != 0 &&
       wanted.compute_capability() != entry.compute_capability()) {
     return absl::StrCat("entry was tuned on compute capability ", entry.compute_capability(),
@@ -41,61 +36,23 @@ std::string DeviceMismatch(const v1::Device& wanted, const v1::Device& entry) {
     return absl::StrCat("entry was tuned on ", entry.sm_count(), " SMs, request is for ",
                         wanted.sm_count());
   }
-  return "";
+  return std::nullopt;
 }
 
 std::string Describe(const v1::LookupRequest& request, absl::string_view device) {
-  return absl::StrCat(kernels::ProblemContext(request.family(), request.problem()), " on ",
+  return absl::StrCat(ProblemContext(request.family(), request.problem()), " on ",
                       device.empty() ? "any device" : device);
 }
 
-v1::LookupResponse Miss(std::string reason) {
+v1::LookupResponse Miss(v1::MissKind kind, std::string reason) {
   v1::LookupResponse response;
   response.set_match(v1::MISS);
+  response.set_miss_kind(kind);
   response.set_miss_reason(std::move(reason));
   return response;
 }
 
 }  // namespace
-
-absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
-                             absl::string_view field) {
-  std::vector<std::string> names;
-  for (const v1::ProblemDimension& dim : family.dims()) names.push_back(dim.name());
-  for (const auto& [name, value] : problem.dims()) {
-    if (!Contains(names, name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".dims: '", name, "' is not a dimension of family '", family.name(),
-                       "' (dims: ", absl::StrJoin(names, ", "), ")"));
-    }
-    if (value <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".dims: ", name, "=", value, " must be positive"));
-    }
-  }
-  for (const std::string& name : names) {
-    if (!problem.dims().contains(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".dims: missing '", name, "' (family '", family.name(),
-                       "' has dims: ", absl::StrJoin(names, ", "), ")"));
-    }
-  }
-  if (problem.dtype() == v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is not set"));
-  }
-  if (family.dtypes_size() > 0 && std::find(family.dtypes().begin(), family.dtypes().end(),
-                                            problem.dtype()) == family.dtypes().end()) {
-    std::vector<std::string> supported;
-    for (int dtype : family.dtypes()) {
-      supported.emplace_back(std::string(cache::DTypeName(static_cast<v1::DType>(dtype))));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".dtype: family '", family.name(), "' does not support ",
-                     std::string(cache::DTypeName(problem.dtype())),
-                     " (supported: ", absl::StrJoin(supported, ", "), ")"));
-  }
-  return absl::OkStatus();
-}
 
 std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
                                            const std::vector<std::string>& bucketed,
@@ -120,7 +77,7 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
       }
       const int64_t have = it->second;
       if (have == want) continue;
-      if (!Contains(bucketed, name) || have <= 0 || want <= 0) {
+      if (std::find(bucketed.begin(), bucketed.end(), name) == bucketed.end() || have <= 0 || want <= 0) {
         agrees = false;
         break;
       }
@@ -134,7 +91,7 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
       if (have < want) rounds_up = false;
     }
     if (!agrees) continue;
-    std::string key = cache::CanonicalDims(tuned.dims());
+    std::string key = FormatDims(tuned.dims());
     bool better = !best.has_value();
     if (!better) {
       constexpr double kEpsilon = 1e-12;
@@ -201,7 +158,7 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
     const cache::EntryKey& key) const {
   const int64_t generation = store_->entry_generation();
   const std::string cache_key =
-      absl::StrCat(key.family, "/", key.family_hash, "/", cache::CanonicalDims(key.problem.dims()),
+      absl::StrCat(key.family, "/", key.family_hash, "/", FormatDims(key.problem.dims()),
                    "/", key.problem.dtype(), "/", key.device);
   {
     absl::ReaderMutexLock lock(&cache_mu_);
@@ -247,10 +204,10 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
                                                         problem.dtype(), ""));
     have_candidates = true;
-    const std::string wanted = cache::CanonicalDims(problem.dims());
+    const std::string wanted = FormatDims(problem.dims());
     std::set<std::string> devices;
     for (const v1::Entry& entry : candidates) {
-      if (cache::CanonicalDims(entry.problem().dims()) == wanted) {
+      if (FormatDims(entry.problem().dims()) == wanted) {
         devices.insert(entry.device().name());
         exact = entry;
       }
@@ -262,10 +219,10 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     }
   }
   if (exact.has_value()) {
-    std::string mismatch = DeviceMismatch(request.device(), exact->device());
-    if (!mismatch.empty()) {
+    if (std::optional<std::string> mismatch = DeviceMismatch(request.device(), exact->device())) {
       counters_.miss.fetch_add(1, std::memory_order_relaxed);
-      return Miss(absl::StrCat("no entry for ", Describe(request, device), ": ", mismatch));
+      return Miss(v1::MISS_OTHER_DEVICE,
+                  absl::StrCat("no entry for ", Describe(request, device), ": ", *mismatch));
     }
     v1::LookupResponse response;
     response.set_match(v1::EXACT);
@@ -274,51 +231,67 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     return response;
   }
 
-  // NEAREST.
+  // NEAREST. An exact-only request still looks, to say why it missed.
   const std::vector<std::string>& bucketed = family->bucketed;
-  if (!request.exact_only() && !bucketed.empty()) {
+  std::optional<NearestChoice> choice;
+  std::vector<v1::Entry> usable;
+  std::optional<std::string> other_device;  // why the nearest on another device cannot serve
+  if (!bucketed.empty()) {
     if (!have_candidates) {
       ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
                                                           problem.dtype(), device));
     }
-    std::vector<v1::Entry> usable;
+    std::vector<v1::Entry> mismatched;
     for (v1::Entry& entry : candidates) {
-      if (DeviceMismatch(request.device(), entry.device()).empty()) {
+      if (DeviceMismatch(request.device(), entry.device()).has_value()) {
+        mismatched.push_back(std::move(entry));
+      } else {
         usable.push_back(std::move(entry));
       }
     }
-    std::optional<NearestChoice> choice = ChooseNearest(problem, bucketed, usable);
-    if (choice.has_value()) {
-      if (device.empty()) {
-        // "Any device" must still be unambiguous among the equally near ones.
-        std::set<std::string> devices;
-        const std::string key = cache::CanonicalDims(usable[choice->index].problem().dims());
-        for (const v1::Entry& entry : usable) {
-          if (cache::CanonicalDims(entry.problem().dims()) == key) {
-            devices.insert(entry.device().name());
-          }
-        }
-        if (devices.size() > 1) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              field, ".device.name is empty and the nearest entries exist for ", devices.size(),
-              " devices (", absl::StrJoin(devices, ", "), "); name one"));
-        }
+    choice = ChooseNearest(problem, bucketed, usable);
+    if (!choice.has_value()) {
+      if (std::optional<NearestChoice> elsewhere = ChooseNearest(problem, bucketed, mismatched)) {
+        other_device = DeviceMismatch(request.device(), mismatched[elsewhere->index].device());
       }
-      v1::LookupResponse response;
-      response.set_match(v1::NEAREST);
-      *response.mutable_entry() = std::move(usable[choice->index]);
-      for (v1::DimDistance& distance : choice->distance) {
-        *response.add_distance() = std::move(distance);
-      }
-      response.set_log2_distance(choice->log2_distance);
-      counters_.nearest.fetch_add(1, std::memory_order_relaxed);
-      return response;
     }
+  }
+  if (choice.has_value() && !request.exact_only()) {
+    if (device.empty()) {
+      // "Any device" must still be unambiguous among the equally near ones.
+      std::set<std::string> devices;
+      const std::string key = FormatDims(usable[choice->index].problem().dims());
+      for (const v1::Entry& entry : usable) {
+        if (FormatDims(entry.problem().dims()) == key) devices.insert(entry.device().name());
+      }
+      if (devices.size() > 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            field, ".device.name is empty and the nearest entries exist for ", devices.size(),
+            " devices (", absl::StrJoin(devices, ", "), "); name one"));
+      }
+    }
+    v1::LookupResponse response;
+    response.set_match(v1::NEAREST);
+    *response.mutable_entry() = std::move(usable[choice->index]);
+    for (v1::DimDistance& distance : choice->distance) {
+      *response.add_distance() = std::move(distance);
+    }
+    response.set_log2_distance(choice->log2_distance);
+    counters_.nearest.fetch_add(1, std::memory_order_relaxed);
+    return response;
   }
 
   counters_.miss.fetch_add(1, std::memory_order_relaxed);
+  v1::MissKind kind = v1::MISS_NO_ENTRY;
   std::string reason = absl::StrCat("no entry for ", Describe(request, device));
-  if (request.exact_only()) {
+  if (choice.has_value()) {
+    kind = v1::MISS_EXACT_ONLY;
+    absl::StrAppend(&reason, " (exact match requested; the nearest tuned problem is ",
+                    FormatDims(usable[choice->index].problem().dims()), ")");
+  } else if (other_device.has_value()) {
+    kind = v1::MISS_OTHER_DEVICE;
+    absl::StrAppend(&reason, " (the nearest entry cannot serve: ", *other_device, ")");
+  } else if (request.exact_only()) {
     absl::StrAppend(&reason, " (exact match requested)");
   } else if (bucketed.empty()) {
     absl::StrAppend(&reason, " (family has no bucketed dimensions, so no nearest match)");
@@ -326,22 +299,24 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     absl::StrAppend(&reason, " (and none that differs only in ", absl::StrJoin(bucketed, ", "),
                     ")");
   }
+  // Counts that say more; best effort: a MISS stays a MISS when they fail.
   v1::EntryFilter same_family;
   same_family.set_family(request.family());
   int64_t all_versions = 0;
-  RETURN_IF_ERROR(store_->ListEntries(same_family, 0, 0, &all_versions).status());
-  same_family.set_family_hash(family->content_hash);
   int64_t this_version = 0;
-  RETURN_IF_ERROR(store_->ListEntries(same_family, 0, 0, &this_version).status());
-  if (all_versions > this_version) {
+  bool counted = store_->ListEntries(same_family, 0, 0, &all_versions).ok();
+  same_family.set_family_hash(family->content_hash);
+  counted = counted && store_->ListEntries(same_family, 0, 0, &this_version).ok();
+  if (counted && all_versions > this_version) {
+    if (kind == v1::MISS_NO_ENTRY && this_version == 0) kind = v1::MISS_OLDER_VERSION;
     absl::StrAppend(&reason, "; ", all_versions - this_version,
                     " entries exist for other versions of the family's source (tuned before it "
                     "changed; look them up by family_hash, or tune again)");
-  } else if (this_version > 0) {
+  } else if (counted && this_version > 0) {
     absl::StrAppend(&reason, "; ", this_version,
                     " entries exist for this family for other problems, dtypes or devices");
   }
-  return Miss(std::move(reason));
+  return Miss(kind, std::move(reason));
 }
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupRequest& request) const {

@@ -4,8 +4,8 @@
 // - The family must be known (NOT_FOUND otherwise). Without a family_hash the
 //   family's current content hash is used, so entries tuned for an older
 //   version of a family's source are never served for the new one.
-// - The problem must name every dimension of the family, each > 0, and a
-//   dtype the family supports (INVALID_ARGUMENT naming the field otherwise).
+// - The problem must pass ValidateProblem (proto/problem.h), the same check
+//   a job's problems pass (INVALID_ARGUMENT naming the field otherwise).
 // - Device: entries match on device name. An empty name means "any device"
 //   and is answered only when one device matches (FAILED_PRECONDITION lists
 //   the devices otherwise). A non-zero compute_capability or sm_count in the
@@ -17,6 +17,11 @@
 //   entry tuned for larger values wins (a config tuned for batch 16 is a
 //   safer stand-in for batch 12 than one tuned for batch 8), then the
 //   smaller canonical dims key. The answer lists each differing dimension.
+// - A MISS carries a typed miss_kind and a miss_reason for people: no entry,
+//   only entries tuned on another device, only entries of older versions of
+//   the family's source, or an exact-only request that refused a neighbour.
+//   The counts that word the reason are best effort: a MISS is never turned
+//   into an error by them.
 // - With include_cubin the binary is read and checked against its sha256; a
 //   corrupt binary fails the lookup with DATA_LOSS and is never served.
 //
@@ -67,11 +72,6 @@ struct NearestChoice {
 std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
                                            const std::vector<std::string>& bucketed,
                                            const std::vector<v1::Entry>& candidates);
-
-// Checks `problem` against `family`. `field` prefixes messages
-// ("problem", "lookups[3].problem").
-absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
-                             absl::string_view field);
 
 // What a lookup needs of one family version.
 struct FamilyView {

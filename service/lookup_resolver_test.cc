@@ -7,7 +7,7 @@
 
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sample_bundle.h"
@@ -30,18 +30,6 @@ v1::Entry MakeEntry(int64_t batch, int64_t n, v1::DType dtype = v1::BFLOAT16) {
   v1::Entry entry;
   *entry.mutable_problem() = MakeProblem(batch, n, dtype);
   return entry;
-}
-
-v1::KernelFamily MakeFamily() {
-  v1::KernelFamily family;
-  family.set_name("vector_scale");
-  v1::ProblemDimension* batch = family.add_dims();
-  batch->set_name("batch");
-  batch->set_bucketed(true);
-  family.add_dims()->set_name("n");
-  family.add_dtypes(v1::BFLOAT16);
-  family.add_dtypes(v1::FLOAT32);
-  return family;
 }
 
 TEST(ChooseNearestTest, PicksSmallestLogDistance) {
@@ -80,31 +68,6 @@ TEST(ChooseNearestTest, DtypeMustMatch) {
 TEST(ChooseNearestTest, NothingBucketedMeansNoNearest) {
   std::vector<v1::Entry> candidates = {MakeEntry(8, 4096)};
   EXPECT_FALSE(ChooseNearest(MakeProblem(9, 4096), {}, candidates).has_value());
-}
-
-TEST(ValidateProblemTest, NamesTheField) {
-  const v1::KernelFamily family = MakeFamily();
-  EXPECT_OK(ValidateProblem(family, MakeProblem(8, 4096), "problem"));
-
-  v1::Problem unknown = MakeProblem(8, 4096);
-  (*unknown.mutable_dims())["heads"] = 4;
-  EXPECT_THAT(ValidateProblem(family, unknown, "problem"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("problem.dims: 'heads' is not a dimension")));
-
-  v1::Problem missing;
-  (*missing.mutable_dims())["batch"] = 8;
-  missing.set_dtype(v1::BFLOAT16);
-  EXPECT_THAT(ValidateProblem(family, missing, "lookups[2].problem"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("lookups[2].problem.dims: missing 'n'")));
-
-  EXPECT_THAT(ValidateProblem(family, MakeProblem(0, 4096), "problem"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch=0 must be positive")));
-  EXPECT_THAT(ValidateProblem(family, MakeProblem(8, 4096, v1::DTYPE_UNSPECIFIED), "problem"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("problem.dtype is not set")));
-  EXPECT_THAT(ValidateProblem(family, MakeProblem(8, 4096, v1::FLOAT16), "problem"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not support fp16")));
 }
 
 // The resolver over a real store holding the quick start's sample:
@@ -159,6 +122,8 @@ TEST_F(LookupResolverStoreTest, ExactNearestMissAndCounters) {
   EXPECT_EQ(miss.match(), v1::MISS);
   EXPECT_THAT(miss.miss_reason(), HasSubstr("n=1000"));
   EXPECT_THAT(miss.miss_reason(), HasSubstr("3 entries exist for this family for other problems"));
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_NO_ENTRY);
+  EXPECT_EQ(exact.miss_kind(), v1::MISS_KIND_UNSPECIFIED);
   EXPECT_EQ(resolver_->counters().exact.load(), 1);
   EXPECT_EQ(resolver_->counters().nearest.load(), 1);
   EXPECT_EQ(resolver_->counters().miss.load(), 1);
@@ -174,12 +139,21 @@ TEST_F(LookupResolverStoreTest, DeviceRulesAreApplied) {
   v1::LookupRequest other = Request(8, 4096, "NVIDIA H100");
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(other));
   EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_NO_ENTRY);
 
   v1::LookupRequest fewer_sms = Request(8);
   fewer_sms.mutable_device()->set_sm_count(114);
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse sm_miss, resolver_->Lookup(fewer_sms));
   EXPECT_EQ(sm_miss.match(), v1::MISS);
   EXPECT_THAT(sm_miss.miss_reason(), HasSubstr("132 SMs"));
+  EXPECT_EQ(sm_miss.miss_kind(), v1::MISS_OTHER_DEVICE);
+  // Not even a neighbour may stand in when the device differs.
+  v1::LookupRequest fewer_sms_near = Request(12);
+  fewer_sms_near.mutable_device()->set_sm_count(114);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse near_miss, resolver_->Lookup(fewer_sms_near));
+  EXPECT_EQ(near_miss.match(), v1::MISS);
+  EXPECT_EQ(near_miss.miss_kind(), v1::MISS_OTHER_DEVICE);
+  EXPECT_THAT(near_miss.miss_reason(), HasSubstr("132 SMs"));
 
   v1::LookupRequest any = Request(8, 4096, "");
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse found, resolver_->Lookup(any));
@@ -202,11 +176,45 @@ TEST_F(LookupResolverStoreTest, NewFamilySourceDoesNotServeOldEntries) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(Request(8)));
   EXPECT_EQ(miss.match(), v1::MISS);
   EXPECT_THAT(miss.miss_reason(), HasSubstr("other versions"));
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_OLDER_VERSION);
   // The old entries stay reachable by their hash.
   v1::LookupRequest by_hash = Request(8);
   by_hash.set_family_hash(old_family.content_hash);
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(by_hash));
   EXPECT_EQ(exact.match(), v1::EXACT);
+}
+
+TEST_F(LookupResolverStoreTest, ExactOnlySaysWhichNeighbourItRefused) {
+  v1::LookupRequest request = Request(12);
+  request.set_exact_only(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(request));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_EXACT_ONLY);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("the nearest tuned problem is batch=8,n=4096"));
+  // Nothing near at all: an exact-only request misses for want of an entry.
+  v1::LookupRequest far = Request(8, 1000);
+  far.set_exact_only(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse no_entry, resolver_->Lookup(far));
+  EXPECT_EQ(no_entry.miss_kind(), v1::MISS_NO_ENTRY);
+}
+
+// A lookup checks a problem exactly as a job does (proto/problem.h), bounds
+// included, so the two never answer the same problem differently.
+TEST_F(LookupResolverStoreTest, ProblemIsCheckedLikeAJobChecksIt) {
+  v1::LookupRequest unknown = Request(8);
+  (*unknown.mutable_problem()->mutable_dims())["heads"] = 4;
+  (*unknown.mutable_problem()->mutable_dims())["alpha"] = 4;
+  EXPECT_THAT(resolver_->Lookup(unknown),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("request.problem.dims['alpha']: not a dim of family")));
+  v1::BatchLookupRequest batch;
+  *batch.add_lookups() = Request(8);
+  *batch.add_lookups() = Request(0);
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse answers, resolver_->BatchLookup(batch));
+  ASSERT_EQ(answers.results_size(), 2);
+  EXPECT_EQ(answers.results(0).error_code(), 0);
+  EXPECT_EQ(answers.results(1).error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(answers.results(1).error_message(), "lookups[1].problem.dims['batch']: 0 is not positive");
 }
 
 TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {

@@ -141,7 +141,7 @@ TEST_F(CacheEndToEndTest, BadInputNamesTheFieldAndUnknownFamilyIsNotFound) {
                                "--dtype", "bf16", "--device", "NVIDIA H200"});
   EXPECT_EQ(bad_dim.exit_code, 1);
   EXPECT_THAT(bad_dim.err, HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(bad_dim.err, HasSubstr("'heads' is not a dimension"));
+  EXPECT_THAT(bad_dim.err, HasSubstr("request.problem.dims['heads']: not a dim of family 'vector_scale'"));
 
   CommandResult usage = Cli({"lookup", "vector_scale", "--dims", "batch=x", "--dtype", "bf16"});
   EXPECT_EQ(usage.exit_code, 2);

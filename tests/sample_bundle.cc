@@ -9,7 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 
 namespace autotune::testing {
 namespace {
@@ -77,7 +78,7 @@ absl::Status CheckEntry(const SampleEntry& e, size_t index) {
 v1::Binary MakeBinary(std::string cubin, const v1::KernelFamily& family,
                       const std::string& family_hash, const SampleBundleOptions& options) {
   v1::Binary binary;
-  binary.set_sha256(cache::Sha256Hex(cubin));
+  binary.set_sha256(Sha256Hex(cubin));
   if (options.cubin_kind == CubinKind::kSynthetic) {
     binary.set_compile_log(absl::StrCat("synthetic test data: ", cubin.size(),
                                         " deterministic bytes, not a loadable cubin"));
@@ -102,7 +103,7 @@ v1::Device SampleDevice() {
 
 std::string VariantName(const Variant& variant) {
   // Debian's Abseil has its own string_view: hand StrCat a std::string.
-  return absl::StrCat(std::string(cache::DTypeName(variant.dtype)), " BLOCK=", variant.block,
+  return absl::StrCat(std::string(DTypeName(variant.dtype)), " BLOCK=", variant.block,
                       " ELEMS_PER_THREAD=", variant.elems_per_thread);
 }
 
@@ -194,7 +195,7 @@ absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& opti
   }
 
   const v1::KernelFamily family = VectorScaleFamily();
-  const std::string family_hash = cache::FamilyContentHash(family);
+  const std::string family_hash = FamilyContentHash(family);
   const std::string tuned_at =
       absl::FormatTime(absl::RFC3339_sec, options.tuned_at, absl::UTCTimeZone());
 
@@ -218,10 +219,10 @@ absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& opti
     dims["batch"] = e.batch;
     dims["n"] = e.n;
     entry->mutable_problem()->set_dtype(e.variant.dtype);
-    if (!seen.emplace(cache::CanonicalDims(dims), e.variant.dtype, e.device.name()).second) {
+    if (!seen.emplace(FormatDims(dims), e.variant.dtype, e.device.name()).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("entries[", i, "]: a second entry for ", cache::CanonicalDims(dims), " ",
-                       std::string(cache::DTypeName(e.variant.dtype)), " on ", e.device.name()));
+          absl::StrCat("entries[", i, "]: a second entry for ", FormatDims(dims), " ",
+                       std::string(DTypeName(e.variant.dtype)), " on ", e.device.name()));
     }
     *entry->mutable_device() = e.device;
     auto& params = *entry->mutable_config()->mutable_params();

@@ -16,7 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "cache/keys.h"
+#include "base/sha256.h"
+#include "proto/problem.h"
 #include "cache/store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -75,11 +76,11 @@ void ExpectSelfConsistent(const v1::CacheBundle& bundle) {
   EXPECT_EQ(bundle.format_version(), 1);
   ASSERT_THAT(bundle.families(), SizeIs(1));
   const v1::FamilyRecord& record = bundle.families(0);
-  EXPECT_EQ(record.content_hash(), cache::FamilyContentHash(record.family()));
+  EXPECT_EQ(record.content_hash(), FamilyContentHash(record.family()));
 
   std::set<std::string> binaries;
   for (const v1::Binary& binary : bundle.binaries()) {
-    EXPECT_EQ(binary.sha256(), cache::Sha256Hex(binary.cubin()));
+    EXPECT_EQ(binary.sha256(), Sha256Hex(binary.cubin()));
     EXPECT_EQ(binary.family_hash(), record.content_hash());
     EXPECT_TRUE(binaries.insert(binary.sha256()).second) << "binary listed twice";
   }
@@ -92,8 +93,8 @@ void ExpectSelfConsistent(const v1::CacheBundle& bundle) {
     EXPECT_EQ(entry.family_hash(), record.content_hash());
     EXPECT_TRUE(binaries.contains(entry.binary_sha256()));
     used.insert(entry.binary_sha256());
-    EXPECT_TRUE(keys.insert(absl::StrCat(cache::CanonicalDims(entry.problem().dims()), " ",
-                                         std::string(cache::DTypeName(entry.problem().dtype())),
+    EXPECT_TRUE(keys.insert(absl::StrCat(FormatDims(entry.problem().dims()), " ",
+                                         std::string(DTypeName(entry.problem().dtype())),
                                          " ", entry.device().name()))
                     .second);
     EXPECT_EQ(entry.phase(), v1::IMPORTED);
@@ -146,10 +147,10 @@ TEST(VectorScaleFamilyTest, DescribesTheKernel) {
 
 TEST(VectorScaleFamilyTest, HashChangesWithTheSource) {
   v1::KernelFamily family = VectorScaleFamily();
-  const std::string hash = cache::FamilyContentHash(family);
-  EXPECT_EQ(hash, cache::FamilyContentHash(VectorScaleFamily()));
+  const std::string hash = FamilyContentHash(family);
+  EXPECT_EQ(hash, FamilyContentHash(VectorScaleFamily()));
   family.set_source(family.source() + "\n");
-  EXPECT_NE(cache::FamilyContentHash(family), hash);
+  EXPECT_NE(FamilyContentHash(family), hash);
 }
 
 TEST(MakeSampleBundleTest, QuickstartBundle) {

@@ -15,7 +15,7 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "cache/keys.h"
+#include "proto/problem.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -130,12 +130,12 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     EXPECT_EQ(ExpectedStatus(*family, entry.config()), v1::OK);
     CommandResult show =
         cli({"show", entry.family(), "--dims", absl::StrCat("n=", kFaultProblemElements), "--dtype",
-             std::string(cache::DTypeName(entry.problem().dtype())), "--json"});
+             std::string(DTypeName(entry.problem().dtype())), "--json"});
     ASSERT_EQ(show.exit_code, 0) << show.err;
     v1::GetEntryResponse detail;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(show.out, &detail).ok()) << show.out;
     EXPECT_GT(detail.measurements_size(), 0);
-    const std::string context = kernels::ProblemContext(entry.family(), entry.problem());
+    const std::string context = ProblemContext(entry.family(), entry.problem());
     for (const v1::Measurement& m : detail.measurements()) {
       SCOPED_TRACE(m.detail());
       EXPECT_EQ(m.status(), ExpectedStatus(*family, m.config()));

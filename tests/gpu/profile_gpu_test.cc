@@ -650,7 +650,7 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
                         MiB(outcome.pool_bytes()), outcome.launches_per_sample()));
   }
   Summary(absl::StrCat("timing ", prepared->space.variants[variant].config.ShortDebugString()),
-          absl::StrCat(kernels::ProblemContext(family.name(), problem), ": ", report));
+          absl::StrCat(ProblemContext(family.name(), problem), ": ", report));
 }
 
 // GPU memory the compute processes on the device hold, in MiB, as

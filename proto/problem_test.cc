@@ -1,37 +1,24 @@
-#include "cache/keys.h"
+#include "proto/problem.h"
 
 #include <cstdint>
 #include <map>
 #include <ostream>
+#include <limits>
 #include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace autotune::cache {
+namespace autotune {
 namespace {
 
 using ::autotune::testing::StatusIs;
 using ::testing::HasSubstr;
 
-TEST(Sha256HexTest, KnownDigests) {
-  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-}
-
-TEST(Sha256HexTest, BinaryBytesWithNul) {
-  const std::string bytes(
-      "\x7f"
-      "ELF\0\0\x01",
-      7);
-  EXPECT_EQ(Sha256Hex(bytes).size(), 64u);
-  EXPECT_NE(Sha256Hex(bytes), Sha256Hex(std::string("\x7f"
-                                                    "ELF",
-                                                    4)));
-}
-
-TEST(CanonicalDimsTest, SortedByNameWhateverTheInsertionOrder) {
+TEST(FormatDimsTest, SortedByNameWhateverTheInsertionOrder) {
   google::protobuf::Map<std::string, int64_t> a;
   a["heads"] = 32;
   a["batch"] = 8;
@@ -40,22 +27,22 @@ TEST(CanonicalDimsTest, SortedByNameWhateverTheInsertionOrder) {
   b["dim"] = 128;
   b["batch"] = 8;
   b["heads"] = 32;
-  EXPECT_EQ(CanonicalDims(a), "batch=8,dim=128,heads=32");
-  EXPECT_EQ(CanonicalDims(a), CanonicalDims(b));
+  EXPECT_EQ(FormatDims(a), "batch=8,dim=128,heads=32");
+  EXPECT_EQ(FormatDims(a), FormatDims(b));
 }
 
-TEST(CanonicalDimsTest, EmptyAndNegative) {
+TEST(FormatDimsTest, EmptyAndNegative) {
   google::protobuf::Map<std::string, int64_t> dims;
-  EXPECT_EQ(CanonicalDims(dims), "");
+  EXPECT_EQ(FormatDims(dims), "");
   dims["offset"] = -4;
-  EXPECT_EQ(CanonicalDims(dims), "offset=-4");
+  EXPECT_EQ(FormatDims(dims), "offset=-4");
 }
 
-TEST(ParseDimsTest, InverseOfCanonicalDims) {
+TEST(ParseDimsTest, InverseOfFormatDims) {
   ASSERT_OK_AND_ASSIGN(auto dims, ParseDims("batch=8,dim=128,heads=32"));
   EXPECT_EQ(dims, (std::map<std::string, int64_t>{{"batch", 8}, {"dim", 128}, {"heads", 32}}));
   google::protobuf::Map<std::string, int64_t> map(dims.begin(), dims.end());
-  EXPECT_EQ(CanonicalDims(map), "batch=8,dim=128,heads=32");
+  EXPECT_EQ(FormatDims(map), "batch=8,dim=128,heads=32");
 }
 
 TEST(ParseDimsTest, AcceptsSpacesAndAnyOrder) {
@@ -123,6 +110,142 @@ TEST(FamilyContentHashTest, StableAcrossCalls) {
   family.set_name("softmax");
   family.add_constraints("BLOCK <= 1024");
   EXPECT_EQ(FamilyContentHash(family), FamilyContentHash(v1::KernelFamily(family)));
+}
+
+// Entries are keyed by this hash: if it changes for the same family, every
+// user's cache is orphaned. The expected value is the sha256 of the wire
+// bytes written out by hand (fields 1, 3, 5 and 7; source_file, field 4,
+// left out), computed outside this code:
+//   printf '\x0a\x04axpy\x1a\x01x\x2a\x01k\x3a\x03B<8' | sha256sum
+TEST(FamilyContentHashTest, GoldenValue) {
+  v1::KernelFamily family;
+  family.set_name("axpy");
+  family.set_source("x");
+  family.set_source_file("kernels/axpy.cu");
+  family.set_kernel_name("k");
+  family.add_constraints("B<8");
+  EXPECT_EQ(FamilyContentHash(family),
+            "26c3d3eec97473f2e8e8c1a8cbf7310163b94688f436b7681559df9dd4da0e29");
+}
+
+TEST(NamesTest, Identifiers) {
+  for (const char* good : {"n", "_x", "BLOCK_M", "dim2"}) EXPECT_TRUE(IsIdentifier(good)) << good;
+  for (const char* bad : {"", "2x", "a-b", "a b", "a.b"}) EXPECT_FALSE(IsIdentifier(bad)) << bad;
+}
+
+TEST(NamesTest, FamilyNames) {
+  for (const char* good : {"axpy", "gla_decode", "fp8_gemm2"}) EXPECT_TRUE(IsFamilyName(good));
+  for (const char* bad : {"", "Axpy", "_x", "2x", "gla-decode", "a b"}) {
+    EXPECT_FALSE(IsFamilyName(bad)) << bad;
+  }
+}
+
+TEST(NamesTest, GpuArchitectures) {
+  for (const char* good : {"sm_90", "sm_90a", "sm_100a", "sm_75"}) EXPECT_TRUE(IsGpuArch(good));
+  for (const char* bad : {"", "sm_", "compute_90", "sm_a", "sm_90ab", "SM_90"}) {
+    EXPECT_FALSE(IsGpuArch(bad)) << bad;
+  }
+}
+
+TEST(DTypeTableTest, SizesAndTypes) {
+  EXPECT_EQ(DTypeBytes(v1::BFLOAT16), 2);
+  EXPECT_EQ(DTypeBytes(v1::FLOAT64), 8);
+  EXPECT_EQ(DTypeBytes(v1::FLOAT8_E4M3), 1);
+  EXPECT_EQ(DTypeBytes(v1::DTYPE_UNSPECIFIED), 0);
+  ASSERT_NE(FindDType(v1::INT8), nullptr);
+  EXPECT_EQ(FindDType(v1::INT8)->cuda_type, "signed char");
+  EXPECT_TRUE(FindDType(v1::INT8)->is_integer);
+  EXPECT_FALSE(FindDType(v1::FLOAT16)->is_integer);
+  EXPECT_EQ(FindDType(static_cast<v1::DType>(99)), nullptr);
+  EXPECT_EQ(DTypeName(static_cast<v1::DType>(99)), "dtype 99");
+  // Every value of the enum has a row.
+  for (int value = v1::DType_MIN + 1; value <= v1::DType_MAX; ++value) {
+    if (!v1::DType_IsValid(value)) continue;
+    EXPECT_NE(FindDType(static_cast<v1::DType>(value)), nullptr) << value;
+  }
+}
+
+v1::KernelFamily TwoDimFamily() {
+  v1::KernelFamily family;
+  family.set_name("axpy");
+  v1::ProblemDimension* n = family.add_dims();
+  n->set_name("n");
+  n->set_max(4096);
+  v1::ProblemDimension* batch = family.add_dims();
+  batch->set_name("batch");
+  batch->set_min(2);
+  family.add_dtypes(v1::FLOAT32);
+  family.add_dtypes(v1::FLOAT16);
+  return family;
+}
+
+v1::Problem MakeProblem(std::map<std::string, int64_t> dims, v1::DType dtype) {
+  v1::Problem problem;
+  problem.mutable_dims()->insert(dims.begin(), dims.end());
+  problem.set_dtype(dtype);
+  return problem;
+}
+
+TEST(ValidateProblemTest, AcceptsAProblemThatFits) {
+  EXPECT_OK(ValidateProblem(TwoDimFamily(), MakeProblem({{"n", 4096}, {"batch", 2}}, v1::FLOAT16)));
+}
+
+TEST(ValidateProblemTest, NamesTheFieldAndTheRule) {
+  const v1::KernelFamily family = TwoDimFamily();
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"batch", 2}}, v1::FLOAT32)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "problem.dims: missing 'n' (family 'axpy' has dims: n, batch)"));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 0}, {"batch", 2}}, v1::FLOAT32)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "problem.dims['n']: 0 is not positive"));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 5000}, {"batch", 2}}, v1::FLOAT32)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "problem.dims['n']: 5000 is above the max 4096"));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 8}, {"batch", 1}}, v1::FLOAT32),
+                              "requests[2].problem"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "requests[2].problem.dims['batch']: 1 is below the min 2"));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 8}, {"batch", 2}}, v1::FLOAT64)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "problem.dtype: fp64 is not supported by family 'axpy' (fp32, fp16)"));
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 8}, {"batch", 2}}, v1::DTYPE_UNSPECIFIED)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("problem.dtype: unspecified is not supported")));
+}
+
+// Map order differs between processes and inserts; the answer must not.
+TEST(ValidateProblemTest, FirstUnknownDimIsTheFirstByName) {
+  const v1::KernelFamily family = TwoDimFamily();
+  for (int round = 0; round < 8; ++round) {
+    v1::Problem problem = MakeProblem({{"n", 8}, {"batch", 2}}, v1::FLOAT32);
+    for (int i = 0; i < 16; ++i) (*problem.mutable_dims())[absl::StrCat("z", (i * 7 + round) % 16)] = 1;
+    (*problem.mutable_dims())["extra"] = 1;
+    EXPECT_THAT(ValidateProblem(family, problem),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "problem.dims['extra']: not a dim of family 'axpy' (dims: n, batch)"));
+  }
+}
+
+TEST(ProblemContextTest, FamilyDimsDtype) {
+  EXPECT_EQ(ProblemContext("axpy", MakeProblem({{"n", 8}, {"batch", 2}}, v1::BFLOAT16)),
+            "axpy batch=2,n=8 bf16");
+}
+
+TEST(ConfigCountTest, ProductSaturating) {
+  v1::KernelFamily family;
+  EXPECT_EQ(ConfigCount(family), 1);
+  for (int i = 0; i < 3; ++i) {
+    v1::TunableParameter* param = family.add_params();
+    for (int v = 0; v < 4; ++v) param->add_values(v);
+  }
+  EXPECT_EQ(ConfigCount(family), 64);
+  family.add_params();
+  EXPECT_EQ(ConfigCount(family), 0);
+  family.mutable_params()->RemoveLast();
+  for (int i = 0; i < 40; ++i) {
+    v1::TunableParameter* param = family.add_params();
+    for (int v = 0; v < 4; ++v) param->add_values(v);
+  }
+  EXPECT_EQ(ConfigCount(family), std::numeric_limits<int64_t>::max());
 }
 
 struct DTypeCase {
@@ -193,4 +316,4 @@ INSTANTIATE_TEST_SUITE_P(BadVersions, NvrtcVersionErrorTest,
                                            "12.1000", " 12.8"));
 
 }  // namespace
-}  // namespace autotune::cache
+}  // namespace autotune
