@@ -591,7 +591,7 @@ WarmResult RunWarm(const Workload& work, const std::vector<Outcome>& compiled,
     record.arch = task.request.arch;
     record.family = task.family;
     record.family_hash = task.family_hash;
-    absl::Status put = (*store)->PutCompile(record, compiled[i].cubin);
+    absl::Status put = (*store)->PutCompile(record, compiled[i].cubin).status();
     if (!put.ok()) {
       fail(absl::StrCat("PutCompile: ", put.message()));
       continue;

@@ -803,7 +803,8 @@ absl::StatusOr<v1::Binary> Store::GetBinary(std::string_view sha256) const {
 
 // ---- Compile cache ------------------------------------------------------------
 
-absl::Status Store::PutCompile(const CompileRecord& record, const std::string& cubin) {
+absl::StatusOr<std::string> Store::PutCompile(const CompileRecord& record,
+                                              const std::string& cubin) {
   if (impl_->schema_version < 3) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the compile cache needs schema version 3; the database is at ", impl_->schema_version));
@@ -853,7 +854,8 @@ absl::Status Store::PutCompile(const CompileRecord& record, const std::string& c
       .BindText(9, created_at)
       .BindText(10, record.log);
   RETURN_IF_ERROR(insert.Run());
-  return transaction.Commit();
+  RETURN_IF_ERROR(transaction.Commit());
+  return sha256;
 }
 
 absl::StatusOr<std::optional<CompileRecord>> Store::FindCompile(

@@ -189,8 +189,10 @@ class Store {
   // Stores the outcome of one compile and, for OK, its binary (`cubin`), in
   // one transaction. Replaces an earlier record with the same key.
   // INVALID_ARGUMENT for a record that is neither OK with a cubin nor
-  // COMPILE_ERROR; FAILED_PRECONDITION below schema version 3.
-  absl::Status PutCompile(const CompileRecord& record, const std::string& cubin);
+  // COMPILE_ERROR; FAILED_PRECONDITION below schema version 3. Returns the
+  // binary's sha256 (empty for COMPILE_ERROR), so the caller need not read
+  // it back.
+  absl::StatusOr<std::string> PutCompile(const CompileRecord& record, const std::string& cubin);
   // The record for `compile_key`, or nullopt. An OK record whose binary is
   // no longer stored counts as absent (the variant must be compiled again).
   absl::StatusOr<std::optional<CompileRecord>> FindCompile(std::string_view compile_key) const;

@@ -964,7 +964,8 @@ TEST_F(StoreTest, CompileOutcomesAreKeptByKeyWithTheirBinary) {
   ok.arch = "sm_90";
   ok.family = "scale";
   ok.family_hash = "h";
-  ASSERT_OK(store_->PutCompile(ok, "\x7f" "ELF cubin bytes"));
+  ASSERT_OK_AND_ASSIGN(const std::string sha256, store_->PutCompile(ok, "\x7f" "ELF cubin bytes"));
+  EXPECT_EQ(sha256, Sha256Hex("\x7f" "ELF cubin bytes"));
   ASSERT_OK_AND_ASSIGN(std::optional<CompileRecord> found, store_->FindCompile("key-ok"));
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->status, v1::OK);
@@ -978,7 +979,8 @@ TEST_F(StoreTest, CompileOutcomesAreKeptByKeyWithTheirBinary) {
   error.compile_key = "key-error";
   error.status = v1::COMPILE_ERROR;
   error.log = "scale.cu(3): error: identifier \"oops\" is undefined";
-  ASSERT_OK(store_->PutCompile(error, ""));
+  ASSERT_OK_AND_ASSIGN(const std::string no_binary, store_->PutCompile(error, ""));
+  EXPECT_EQ(no_binary, "");
   ASSERT_OK_AND_ASSIGN(found, store_->FindCompile("key-error"));
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->status, v1::COMPILE_ERROR);

@@ -31,9 +31,16 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
                                                  const std::vector<CompiledVariant>& variants,
                                                  const ProfileSettings& settings) {
   const std::string context = ProblemContext(family.name(), problem);
-  if (settings.seeds < 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(context, ": validation needs at least 3 seeds, not ", settings.seeds));
+  if (settings.seeds < kMinSeeds) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": validation needs at least ",
+                                                   kMinSeeds, " seeds, not ", settings.seeds));
+  }
+  if (!(settings.launch_timeout_s > 0) || !(settings.timing_budget_s > 0) ||
+      settings.min_samples <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": launch_timeout_s (", settings.launch_timeout_s, "), timing_budget_s (",
+        settings.timing_budget_s, ") and min_samples (", settings.min_samples,
+        ") must be positive"));
   }
   const v1::Tolerance* tolerance = nullptr;
   for (const v1::Tolerance& candidate : family.tolerances()) {

@@ -35,12 +35,21 @@ struct CompiledVariant {
   std::string id;  // echoed in the outcome; empty = the variant's index
 };
 
+// The profiling defaults, here and nowhere else: the daemon's flags start
+// from them and MakeProfileTask writes every value into the task, so a
+// worker never sees a 0 (it rejects one).
+inline constexpr int kMinSeeds = 3;
+inline constexpr int kDefaultSeeds = 3;
+inline constexpr double kDefaultLaunchTimeoutS = 10;
+inline constexpr double kDefaultTimingBudgetS = 0.25;
+inline constexpr int kDefaultMinSamples = 30;
+
 struct ProfileSettings {
   bool validate_only = false;
-  int seeds = 3;
-  double launch_timeout_s = 10;
-  double timing_budget_s = 0.25;
-  int min_samples = 30;
+  int seeds = kDefaultSeeds;
+  double launch_timeout_s = kDefaultLaunchTimeoutS;  // per launch
+  double timing_budget_s = kDefaultTimingBudgetS;    // GPU seconds of timing per variant
+  int min_samples = kDefaultMinSamples;
   int64_t max_memory_bytes = 0;  // 0 = the worker decides
   // Unspecified = the family's cache_state (itself unspecified = COLD).
   v1::CacheState cache_state = v1::CACHE_STATE_UNSPECIFIED;
@@ -53,7 +62,8 @@ std::string ConfigLabel(const v1::KernelFamily& family, const v1::Config& config
 // The task for one problem. The family's tolerance for the problem's dtype
 // is used; the base seed is derived from the family name and the problem,
 // so a rerun checks the same inputs. INVALID_ARGUMENT when the family has
-// no tolerance for the dtype, a kernel has no cubin, or `seeds` < 3.
+// no tolerance for the dtype, a kernel has no cubin, `seeds` < kMinSeeds,
+// or launch_timeout_s, timing_budget_s or min_samples is not positive.
 absl::StatusOr<worker::v1::ProfileTask> MakeProfileTask(
     const v1::KernelFamily& family, const v1::Problem& problem, const SearchSpace& space,
     const CompiledKernel& reference, const std::vector<CompiledVariant>& variants,

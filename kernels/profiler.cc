@@ -100,11 +100,9 @@ namespace wv1 = ::autotune::worker::v1;
 using Emit = std::function<void(const wv1::VariantOutcome&)>;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kDefaultSeeds = 3;
+// The daemon fills every setting of a task (kernels/profile_task.h holds the
+// defaults); a task without them is refused rather than guessed at.
 constexpr int kMinSeeds = 3;
-constexpr double kDefaultLaunchTimeoutS = 10;
-constexpr double kDefaultTimingBudgetS = 0.25;
-constexpr int kDefaultMinSamples = 30;
 // Samples (graph replays) per measurement at most, whatever the budget.
 constexpr int kMaxSamples = 2000;
 // One sample is long enough against the launch overhead of a replay
@@ -590,10 +588,10 @@ class TaskRun {
   const Emit& emit_;
 
   // Settings with the task's defaults applied.
-  int seeds_ = kDefaultSeeds;
-  double launch_timeout_s_ = kDefaultLaunchTimeoutS;
-  double timing_budget_s_ = kDefaultTimingBudgetS;
-  int min_samples_ = kDefaultMinSamples;
+  int seeds_ = 0;
+  double launch_timeout_s_ = 0;
+  double timing_budget_s_ = 0;
+  int min_samples_ = 0;
   v1::CacheState cache_state_ = v1::COLD;
   double rtol_ = 0;
   double atol_ = 0;
@@ -723,12 +721,17 @@ std::optional<Failure> TaskRun::Prepare() {
   auto invalid = [](std::string message) {
     return Failure{v1::UNSUPPORTED, "task", absl::StrCat("invalid task: ", message)};
   };
-  seeds_ = task_.seeds() == 0 ? kDefaultSeeds : std::max(kMinSeeds, task_.seeds());
-  launch_timeout_s_ =
-      task_.launch_timeout_s() > 0 ? task_.launch_timeout_s() : kDefaultLaunchTimeoutS;
-  timing_budget_s_ = task_.timing_budget_s() > 0 ? task_.timing_budget_s() : kDefaultTimingBudgetS;
-  min_samples_ =
-      task_.min_samples() > 0 ? std::min(task_.min_samples(), kMaxSamples) : kDefaultMinSamples;
+  if (task_.seeds() < kMinSeeds || !(task_.launch_timeout_s() > 0) ||
+      !(task_.timing_budget_s() > 0) || task_.min_samples() <= 0) {
+    return invalid(absl::StrCat("seeds (", task_.seeds(), ", at least ", kMinSeeds,
+                                "), launch_timeout_s (", Num(task_.launch_timeout_s()),
+                                "), timing_budget_s (", Num(task_.timing_budget_s()),
+                                ") and min_samples (", task_.min_samples(), ") must be set"));
+  }
+  seeds_ = task_.seeds();
+  launch_timeout_s_ = task_.launch_timeout_s();
+  timing_budget_s_ = task_.timing_budget_s();
+  min_samples_ = std::min(task_.min_samples(), kMaxSamples);
   cache_state_ = task_.cache_state() == v1::HOT ? v1::HOT : v1::COLD;
   rtol_ = task_.rtol();
   atol_ = task_.atol();

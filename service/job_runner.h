@@ -1,33 +1,30 @@
-// Runs warmup jobs: a manifest (families x problems) expanded into kernel
-// variants, each distinct variant compiled once in the compile pool, with
-// results kept in the store's compile cache, and progress streamed to
-// whoever watches.
+// Runs warmup jobs and their lifecycle: a job is planned (job_plan.h),
+// compiled (compile_phase.h), then, unless compile_only, screened on the
+// GPUs one problem per GPU at a time (screen_phase.h), with progress
+// streamed to whoever watches.
 //
-//   JobRunner runner(store, pool, {});
+//   JobRunner runner(store, pool, "", {});
 //   ASSIGN_OR_RETURN(v1::Job job, runner.Submit(spec));   // returns at once
 //   runner.Watch(job.id(), [](const v1::JobProgress& p) { ...; return true; });
 //
-// Compile phase: the variants of every problem are keyed by
-// kernels::CompileKey (source, name expression, options, arch, NVRTC
-// version); a key already in the compile cache costs one SELECT; the others
-// go to the pool, compile_parallelism at a time. A compile past its deadline
-// is COMPILE_TIMEOUT and a crashed worker counts as a compile error; neither
-// is cached, so a rerun tries again. Reference kernels are compiled too.
+// Submit checks the spec before anything starts, reads the families, starts
+// the GPU workers (ProfilePool, on the first job that measures; their device
+// limits shape the search spaces), plans, and skips problems that already
+// have a best entry for the family's current version on this GPU model
+// (counts.cached_problems) unless options.retune. Without a usable GPU a
+// measuring job is refused with FAILED_PRECONDITION and the reason.
 //
-// Screen phase (jobs without options.compile_only): each problem's
-// compiled variants go to a GPU worker (ProfilePool, started on the first
-// such job) as one ProfileTask: validated against the family's reference on
-// three seeds, then timed. Every variant of every problem ends with one
-// stored Measurement (phase COMPILE for those that did not compile, SCREEN
-// for the rest) in its status, and the fastest OK variant of each problem
-// becomes its best entry, marked phase SCREEN (screened only). Problems that
-// already have a best entry for the family's current version on this GPU
-// model are skipped (counts.cached_problems) unless options.retune. Without
-// a usable GPU such a job is refused with FAILED_PRECONDITION and the reason.
+// Failures: a variant that fails ends in its status and fails nothing else.
+// A problem left without an entry is counted and named in the job's error
+// (the job still SUCCEEDS: rejecting bad variants is the point). A store
+// error is never read as a miss: at Submit it fails the call; during a job
+// it fails the problem and, once the job has run, the job (FAILED, with the
+// error).
 //
 // Jobs are stored as they progress; a job the daemon was stopped in the
 // middle of is run again by ResumeUnfinished() (the compile cache makes the
-// finished part free).
+// finished part free, and problems this job already chose are not measured
+// again).
 //
 // Thread-safe. The destructor cancels running jobs and waits for them.
 // Ended jobs are kept in memory until the next job starts, then read from
@@ -49,6 +46,7 @@
 #include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
+#include "kernels/profile_task.h"
 #include "service/compile_pool.h"
 #include "service/profile_pool.h"
 
@@ -62,7 +60,8 @@ struct JobRunnerOptions {
   // says why).
   ProfilePoolOptions profile;
   std::string profile_off_reason = "profiling is turned off";
-  double variant_timeout_s = 10;  // per launch, when the job gives none
+  // Per launch, when the job gives none.
+  double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
 };
 
 class JobRunner {
@@ -98,22 +97,23 @@ class JobRunner {
 
  private:
   struct Work;
-  struct ProblemWork;
   struct Running;
 
+  // Everything Submit and ResumeUnfinished check and read before a job
+  // starts; `job_id` is the resumed job's (empty for a new one).
+  absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec,
+                                                const std::string& job_id);
   // The GPU workers, started on first use. FAILED_PRECONDITION with the
   // reason when there is no usable GPU.
-  absl::StatusOr<ProfilePool*> Gpus() const;
-  void Screen(Running* running);
-  void ScreenProblem(Running* running, ProblemWork& problem, ProfilePool& gpus);
-  // Stores a measurement and announces it; `count` adds it to the job's
-  // counts (false for a variant measured a second time).
-  void Record(Running* running, const v1::Measurement& measurement, bool count = true);
-
-  // Expands the spec into the compile work, checking it on the way.
-  absl::StatusOr<std::shared_ptr<Work>> Plan(const v1::JobSpec& spec) const;
+  absl::StatusOr<ProfilePool*> Gpus();
   void Start(v1::Job job, std::shared_ptr<Work> work);
   void Run(Running* running);
+  void Compile(Running* running);
+  void Screen(Running* running);
+  // Stores a measurement and announces it; `count` adds it to the job's
+  // counts (false for a variant measured a second time).
+  absl::Status Record(Running* running, const v1::Measurement& measurement, bool count);
+  void FailProblem(Running* running, const absl::Status& why, bool store_error);
   // Stores and announces the job's new state.
   void Publish(Running* running, const v1::Measurement* last, absl::string_view message);
 
@@ -121,8 +121,8 @@ class JobRunner {
   CompilePool* pool_;
   const std::string pool_error_;
   const JobRunnerOptions options_;
-  mutable absl::Mutex gpus_mu_;
-  mutable std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
+  absl::Mutex gpus_mu_;
+  std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
   absl::Mutex mu_;
   // Jobs started by this runner and not yet forgotten (ended jobs are
   // dropped when the next one starts; the store keeps them).

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <sqlite3.h>
+
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "cache/store.h"
@@ -275,6 +277,31 @@ TEST_F(ScreenJobTest, AnArchTheGpuCannotRunIsRefused) {
   spec.mutable_manifest()->set_arch("sm_80");
   EXPECT_THAT(runner_->Submit(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot run on Fake GPU")));
+}
+
+// A store that cannot give back a binary fails the problem and the job; it
+// is never taken for a missing compile or a miss.
+TEST_F(ScreenJobTest, AStoreErrorFailsTheProblemAndTheJob) {
+  v1::JobSpec compile = Spec();
+  compile.mutable_options()->set_compile_only(true);
+  ASSERT_EQ(Run(compile).state(), v1::SUCCEEDED);
+  // Every binary the measuring job will read from the compile cache is now
+  // corrupt: GetBinary answers DATA_LOSS.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  const v1::Job job = Run(Spec());
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.error(), HasSubstr("the store failed"));
+  EXPECT_THAT(job.error(), HasSubstr("cannot read binary"));
+  EXPECT_THAT(job.error(), HasSubstr("2 problems have no valid variant"));
+  EXPECT_THAT(job.results(), SizeIs(0));
+  EXPECT_EQ(job.counts().measured(), 0);
 }
 
 }  // namespace

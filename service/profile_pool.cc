@@ -13,8 +13,6 @@ namespace {
 namespace v1 = ::autotune::v1;
 namespace wv1 = ::autotune::worker::v1;
 
-constexpr double kDefaultLaunchTimeoutS = 10;
-constexpr double kDefaultTimingBudgetS = 0.25;
 
 wv1::VariantOutcome Lost(const wv1::ProfileTask& task, const wv1::KernelImage& variant,
                          v1::VariantStatus status, const std::string& why) {
@@ -110,9 +108,10 @@ std::vector<wv1::DeviceInfo> ProfilePool::devices() const {
 }
 
 absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::Duration grace) {
-  const double launch = task.launch_timeout_s() > 0 ? task.launch_timeout_s() : kDefaultLaunchTimeoutS;
-  const double budget = task.timing_budget_s() > 0 ? task.timing_budget_s() : kDefaultTimingBudgetS;
-  const int seeds = std::max(3, task.seeds());
+  // MakeProfileTask fills these; the worker refuses a task without them.
+  const double launch = task.launch_timeout_s();
+  const double budget = task.timing_budget_s();
+  const int seeds = task.seeds();
   // The worker reports a hung launch itself after `launch`; this deadline
   // only catches a worker that stopped answering altogether. Validation
   // waits once per seed, timing at most a few times (calibration, warm-up,
@@ -178,9 +177,7 @@ ProfileResult ProfilePool::Profile(
     const absl::Time started = absl::Now();
     // The first answer also waits for the reference to run on every seed.
     absl::Time deadline = started + variant_deadline +
-                          absl::Seconds((task.launch_timeout_s() > 0 ? task.launch_timeout_s()
-                                                                      : kDefaultLaunchTimeoutS) *
-                                        std::max(3, task.seeds()));
+                          absl::Seconds(task.launch_timeout_s() * task.seeds());
     while (sent.ok()) {
       wv1::WorkerResponse response;
       absl::Status read = gpu->process.Receive(deadline, &response);

@@ -40,6 +40,7 @@ wv1::ProfileTask TaskWithModes(const std::vector<int>& modes) {
   task.set_context("fake n=64 fp32");
   task.set_rtol(1e-5);
   task.set_atol(1e-6);
+  task.set_seeds(3);  // MakeProfileTask always fills the settings
   task.set_launch_timeout_s(0.1);
   task.set_timing_budget_s(0.05);
   task.mutable_reference()->set_id("reference");

@@ -1,0 +1,97 @@
+// A warmup job's plan: its manifest expanded into problems, each problem's
+// variants, and the distinct compiles they need, checked on the way. Pure:
+// no store, no processes, no clock. JobRunner reads the inputs (the
+// families' current versions, the GPU the job will run on) and acts on the
+// plan; tests build plans from hand-made records.
+//
+//   RETURN_IF_ERROR(CheckJobSpec(spec));                 // before anything starts
+//   ASSIGN_OR_RETURN(std::string arch, ResolveArch(spec.manifest(), gpu, "sm_90"));
+//   ASSIGN_OR_RETURN(JobPlan plan, PlanJob(spec, families, {.arch = arch, ...}));
+//
+// A compile is keyed by kernels::CompileKey (source, name expression,
+// options, arch, NVRTC version), so variants that compile the same way in
+// several problems (the same config at another size) are compiled once.
+#ifndef AUTOTUNE_SERVICE_JOB_PLAN_H_
+#define AUTOTUNE_SERVICE_JOB_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/store.h"
+#include "kernels/search_space.h"
+#include "proto/autotune.pb.h"
+#include "proto/worker.pb.h"
+
+namespace autotune::service {
+
+// One distinct compile.
+struct CompileUnit {
+  std::string key;  // kernels::CompileKey
+  worker::v1::CompileTask task;
+  std::string family;
+  std::string family_hash;
+  v1::Problem problem;  // the first problem that needs it, for reports
+  v1::Config config;    // empty for a reference kernel
+};
+
+// One problem of the job, with its variants.
+struct PlannedProblem {
+  std::shared_ptr<const cache::FamilyRecord> record;
+  v1::Problem problem;
+  kernels::SearchSpace space;
+  std::string reference_key;
+  std::vector<std::string> variant_keys;  // parallel to space.variants
+};
+
+struct JobPlan {
+  std::string arch;
+  int64_t variants = 0;  // over every problem
+  std::vector<PlannedProblem> problems;
+  std::vector<CompileUnit> units;  // each key once, in first-needed order
+};
+
+// What the plan is made for.
+struct PlanTarget {
+  std::string arch;           // from ResolveArch
+  std::string nvrtc_version;  // part of every compile key
+  kernels::DeviceLimits limits;
+};
+
+// The checks that need nothing but the spec: INVALID_ARGUMENT naming the
+// field ("manifest.items is empty", "manifest.items[2].family is empty",
+// "options.shard_index 3 is not in 0..shard_count-1 (shard_count 2)",
+// "options.compile_timeout_s is negative", "options.serial_candidates: ...").
+absl::Status CheckJobSpec(const v1::JobSpec& spec);
+
+// The architecture to compile for: manifest.arch, else the GPU's
+// ("sm_<compute capability>"), else `default_arch`. INVALID_ARGUMENT when
+// manifest.arch is not an architecture, or names one `gpu` cannot run.
+absl::StatusOr<std::string> ResolveArch(const v1::Manifest& manifest,
+                                        const worker::v1::DeviceInfo* gpu,
+                                        const std::string& default_arch);
+
+// The limits a variant must fit on `gpu`, as its worker reported them; the
+// documented sm_90 defaults for what it does not report (or without a GPU).
+kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu);
+
+// Expands the manifest (sharded by options.shard_*) over `families` (every
+// family the manifest names, current version). INVALID_ARGUMENT from the
+// manifest or a search space, the message naming the problem.
+absl::StatusOr<JobPlan> PlanJob(
+    const v1::JobSpec& spec,
+    const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
+    const PlanTarget& target);
+
+// Keeps the problems whose index is in `keep` and the units they need.
+void KeepProblems(const std::set<size_t>& keep, JobPlan* plan);
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_JOB_PLAN_H_

@@ -1,0 +1,129 @@
+#include "service/job_plan.h"
+
+#include <memory>
+
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/family_loader.h"
+#include "proto/problem.h"
+
+namespace autotune::service {
+namespace {
+
+using ::autotune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class JobPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(v1::KernelFamily axpy,
+                         kernels::LoadFamilyFile(KERNELS_TESTDATA "/good/axpy.textproto"));
+    auto record = std::make_shared<cache::FamilyRecord>();
+    record->content_hash = FamilyContentHash(axpy);
+    record->family = std::move(axpy);
+    families_["axpy"] = std::move(record);
+  }
+
+  static v1::JobSpec Spec(std::vector<int64_t> sizes) {
+    v1::JobSpec spec;
+    v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+    item->set_family("axpy");
+    v1::ManifestItem::DimValues* n = item->add_dims();
+    n->set_name("n");
+    for (int64_t size : sizes) n->add_values(size);
+    item->add_dtypes(v1::FLOAT32);
+    return spec;
+  }
+
+  std::map<std::string, std::shared_ptr<const cache::FamilyRecord>> families_;
+  PlanTarget target_{.arch = "sm_90", .nvrtc_version = "13.0", .limits = {}};
+};
+
+TEST_F(JobPlanTest, SpecChecksNameTheField) {
+  EXPECT_OK(CheckJobSpec(Spec({1024})));
+  v1::JobSpec empty;
+  EXPECT_THAT(CheckJobSpec(empty),
+              StatusIs(absl::StatusCode::kInvalidArgument, "manifest.items is empty"));
+  v1::JobSpec no_family = Spec({1024});
+  no_family.mutable_manifest()->add_items();
+  EXPECT_THAT(CheckJobSpec(no_family),
+              StatusIs(absl::StatusCode::kInvalidArgument, "manifest.items[1].family is empty"));
+  v1::JobSpec shard = Spec({1024});
+  shard.mutable_options()->set_shard_count(2);
+  shard.mutable_options()->set_shard_index(2);
+  EXPECT_THAT(CheckJobSpec(shard), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("options.shard_index 2 is not in")));
+  // Offered only once something reads it.
+  v1::JobSpec serial = Spec({1024});
+  serial.mutable_options()->set_serial_candidates(8);
+  EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("options.serial_candidates")));
+}
+
+TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {
+  worker::v1::DeviceInfo h200;
+  h200.set_name("NVIDIA H200");
+  h200.set_compute_capability(90);
+  v1::Manifest manifest;
+  ASSERT_OK_AND_ASSIGN(std::string from_gpu, ResolveArch(manifest, &h200, "sm_80"));
+  EXPECT_EQ(from_gpu, "sm_90");
+  ASSERT_OK_AND_ASSIGN(std::string from_default, ResolveArch(manifest, nullptr, "sm_80"));
+  EXPECT_EQ(from_default, "sm_80");
+  manifest.set_arch("sm_100a");
+  EXPECT_THAT(ResolveArch(manifest, &h200, "sm_80"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'sm_100a' cannot run on NVIDIA H200 (sm_90)")));
+  manifest.set_arch("compute_90");
+  EXPECT_THAT(ResolveArch(manifest, nullptr, "sm_80"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a GPU architecture")));
+}
+
+TEST_F(JobPlanTest, VariantsCompiledTheSameWayInSeveralProblemsAreCompiledOnce) {
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({1024, 4096}), families_, target_));
+  ASSERT_EQ(plan.problems.size(), 2u);
+  // 21 configs pass the constraint; 2 need more threads than a block has.
+  EXPECT_EQ(plan.problems[0].space.variants.size(), 19u);
+  EXPECT_EQ(plan.variants, 38);
+  // The size is not a compile option: both problems share every compile,
+  // the reference included.
+  EXPECT_EQ(plan.units.size(), 20u);
+  EXPECT_EQ(plan.problems[0].variant_keys, plan.problems[1].variant_keys);
+  EXPECT_EQ(plan.problems[0].reference_key, plan.problems[1].reference_key);
+  for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.task.arch(), "sm_90");
+}
+
+TEST_F(JobPlanTest, TheGpusReportedLimitsShapeTheSearchSpace) {
+  worker::v1::DeviceInfo small;
+  small.set_max_threads_per_block(256);
+  small.set_max_shared_bytes_per_block(48 * 1024);
+  const kernels::DeviceLimits limits = LimitsOf(&small);
+  EXPECT_EQ(limits.max_threads_per_block, 256);
+  EXPECT_EQ(limits.max_dynamic_shared_bytes, 48 * 1024);
+  EXPECT_EQ(LimitsOf(nullptr).max_threads_per_block, kernels::DeviceLimits{}.max_threads_per_block);
+
+  PlanTarget target = target_;
+  target.limits = limits;
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({4096}), families_, target));
+  // BLOCK 64, 128 and 256 with 4 ELEMS each fit 256 threads.
+  EXPECT_EQ(plan.problems[0].space.variants.size(), 12u);
+}
+
+TEST_F(JobPlanTest, KeepProblemsDropsTheCompilesNoKeptProblemNeeds) {
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({1024, 4096}), families_, target_));
+  KeepProblems({1}, &plan);
+  ASSERT_EQ(plan.problems.size(), 1u);
+  EXPECT_EQ(plan.problems[0].problem.dims().at("n"), 4096);
+  EXPECT_EQ(plan.units.size(), 20u);
+  KeepProblems({}, &plan);
+  EXPECT_TRUE(plan.problems.empty());
+  EXPECT_TRUE(plan.units.empty());
+}
+
+TEST_F(JobPlanTest, AProblemTheFamilyRejectsIsNamed) {
+  EXPECT_THAT(PlanJob(Spec({0}), families_, target_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n")));
+}
+
+}  // namespace
+}  // namespace autotune::service

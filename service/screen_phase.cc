@@ -1,0 +1,312 @@
+#include "service/screen_phase.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/problem.h"
+
+namespace autotune::service {
+namespace {
+
+namespace wv1 = ::autotune::worker::v1;
+
+// A screened winner faster than this fraction of the runner-up is measured
+// again before it is believed.
+constexpr double kSuspiciousLead = 0.5;
+
+std::string Now() { return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()); }
+
+// The first lines of a compiler log, enough to say what went wrong.
+std::string LogExcerpt(const std::string& log) {
+  constexpr size_t kMax = 2000;
+  return log.size() <= kMax ? log : absl::StrCat(log.substr(0, kMax), "\n[... log truncated]");
+}
+
+// A validated, timed variant and what it was.
+struct Screened {
+  v1::Measurement measurement;
+  const kernels::Variant* variant;
+};
+
+class ProblemScreen {
+ public:
+  ProblemScreen(const PlannedProblem& problem, const ScreenJob& job)
+      : problem_(problem),
+        job_(job),
+        family_(problem.record->family),
+        context_(ProblemContext(family_.name(), problem.problem)),
+        device_info_(job.gpus->devices().front()) {
+    device_.set_name(device_info_.name());
+    device_.set_compute_capability(device_info_.compute_capability());
+    device_.set_sm_count(device_info_.sm_count());
+  }
+
+  ScreenResult Run() {
+    kernels::CompiledKernel reference;
+    std::string reference_sha;
+    const CompileEnd reference_end = Load(problem_.reference_key, &reference, &reference_sha);
+    if (!reference_end.store_error.ok()) return Failed(reference_end.store_error);
+    if (reference_end.status != v1::OK) {
+      const std::string why = absl::StrCat("the reference kernel '", problem_.space.reference_name,
+                                           "' did not compile: ", LogExcerpt(reference_end.log));
+      // Nothing can be validated: every variant ends here, with the reason.
+      for (const kernels::Variant& variant : problem_.space.variants) {
+        v1::Measurement m = Base(variant.config);
+        m.set_status(v1::UNSUPPORTED);
+        m.set_phase(v1::SCREEN);
+        m.set_detail(absl::StrCat(Label(variant.config), ": not run: ", why));
+        Record(m);
+      }
+      return Failed(absl::AbortedError(why));
+    }
+    if (!store_error_.ok()) return Failed(store_error_);
+
+    std::vector<kernels::CompiledVariant> compiled;
+    for (size_t i = 0; i < problem_.space.variants.size(); ++i) {
+      const kernels::Variant& variant = problem_.space.variants[i];
+      kernels::CompiledVariant entry;
+      entry.variant = &variant;
+      entry.id = absl::StrCat(variant.index);
+      std::string sha;
+      const CompileEnd end = Load(problem_.variant_keys[i], &entry.kernel, &sha);
+      if (!end.store_error.ok()) return Failed(end.store_error);
+      if (end.status != v1::OK) {
+        v1::Measurement m = Base(variant.config);
+        m.set_status(end.status == v1::VARIANT_STATUS_UNSPECIFIED ? v1::COMPILE_ERROR : end.status);
+        m.set_phase(v1::COMPILE);
+        m.set_detail(absl::StrCat(Label(variant.config), ": ", LogExcerpt(end.log)));
+        Record(m);
+        continue;
+      }
+      sha_by_id_[entry.id] = sha;
+      variant_by_id_[entry.id] = &variant;
+      compiled.push_back(std::move(entry));
+    }
+    if (!store_error_.ok()) return Failed(store_error_);
+    if (compiled.empty()) return Failed(absl::AbortedError("no variant compiled"));
+    absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
+        family_, problem_.problem, problem_.space, reference, compiled, job_.settings);
+    if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
+    task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
+
+    std::vector<Screened> ok;
+    ProfileResult result = job_.gpus->Profile(*task, [&](const wv1::VariantOutcome& outcome) {
+      v1::Measurement m = FromOutcome(outcome, task->cache_state());
+      Record(m);
+      const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
+      if (outcome.status() == v1::OK && variant != nullptr) ok.push_back({m, variant});
+    });
+    if (result.done.status() != v1::OK) {
+      // The variants that never ran share the problem's fate.
+      std::set<std::string> reported;
+      for (const wv1::VariantOutcome& outcome : result.outcomes) {
+        reported.insert(outcome.variant_id());
+      }
+      for (const kernels::CompiledVariant& entry : compiled) {
+        if (reported.contains(entry.id)) continue;
+        v1::Measurement m = Base(entry.variant->config);
+        m.set_status(result.done.status());
+        m.set_phase(v1::SCREEN);
+        m.set_binary_sha256(sha_by_id_[entry.id]);
+        m.set_detail(absl::StrCat("not run: ", result.done.phase(), ": ", result.done.detail()));
+        Record(m);
+      }
+      if (!store_error_.ok()) return Failed(store_error_);
+      return Failed(absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
+    }
+    if (!store_error_.ok()) return Failed(store_error_);
+    if (ok.empty()) {
+      return Failed(absl::AbortedError(
+          absl::StrCat("none of ", compiled.size(), " variants validated and timed OK")));
+    }
+    CheckSuspiciousLead(*task, &ok);
+    if (!store_error_.ok()) return Failed(store_error_);
+    if (ok.empty()) return Failed(absl::AbortedError("no variant passed when measured again"));
+    return StoreBest(ok);
+  }
+
+ private:
+  ScreenResult Failed(const absl::Status& why) const {
+    return ScreenResult{.entry = std::nullopt,
+                        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message()))};
+  }
+
+  std::string Label(const v1::Config& config) const {
+    return absl::StrCat(context_, " [", kernels::ConfigLabel(family_, config), "]");
+  }
+
+  v1::Measurement Base(const v1::Config& config) const {
+    v1::Measurement m;
+    m.set_family(family_.name());
+    m.set_family_hash(problem_.record->content_hash);
+    *m.mutable_problem() = problem_.problem;
+    *m.mutable_device() = device_;
+    *m.mutable_config() = config;
+    m.set_driver_version(device_info_.driver_version());
+    m.set_job_id(job_.job_id);
+    m.set_measured_at(Now());
+    return m;
+  }
+
+  // Stores `m`; the first store error is kept and ends the screen at the
+  // next check (the measurements still to come are recorded too, so each
+  // variant is reported).
+  void Record(const v1::Measurement& m, bool count = true) {
+    absl::Status stored = job_.record(m, count);
+    if (!stored.ok() && store_error_.ok()) {
+      store_error_ = absl::Status(stored.code(),
+                                  absl::StrCat("cannot store a measurement: ", stored.message()));
+    }
+  }
+
+  // The compiled kernel of `key`: from the compile phase, its image read
+  // from the store when this job did not compile it.
+  CompileEnd Load(const std::string& key, kernels::CompiledKernel* kernel, std::string* sha256) {
+    auto it = job_.compiled->find(key);
+    if (it == job_.compiled->end()) {
+      CompileEnd missing;
+      missing.status = v1::COMPILE_ERROR;
+      missing.log = "not compiled (the job was cancelled)";
+      return missing;
+    }
+    const CompileEnd& end = it->second;
+    if (!end.store_error.ok() || end.status != v1::OK) return end;
+    kernel->lowered_name = end.lowered_name;
+    *sha256 = end.binary_sha256;
+    if (!end.cubin.empty()) {
+      kernel->cubin = end.cubin;
+      return end;
+    }
+    absl::StatusOr<v1::Binary> binary = job_.store->GetBinary(end.binary_sha256);
+    if (!binary.ok()) {
+      CompileEnd failed;
+      failed.store_error = absl::Status(
+          binary.status().code(),
+          absl::StrCat("cannot read binary ", end.binary_sha256, ": ", binary.status().message()));
+      return failed;
+    }
+    kernel->cubin = std::move(*binary->mutable_cubin());
+    return end;
+  }
+
+  v1::Measurement FromOutcome(const wv1::VariantOutcome& outcome, v1::CacheState cache_state) {
+    const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
+    v1::Measurement m = Base(variant != nullptr ? variant->config : v1::Config());
+    m.set_status(outcome.status());
+    m.set_phase(v1::SCREEN);
+    *m.mutable_timing() = outcome.timing();
+    m.set_max_error(outcome.max_error());
+    m.set_binary_sha256(sha_by_id_[outcome.variant_id()]);
+    m.set_cache_state(cache_state);
+    std::string detail = outcome.detail();
+    if (outcome.status() == v1::OK) {
+      absl::StrAppend(&detail, detail.empty() ? "" : "; ", "validated on ",
+                      outcome.seeds_checked(), " seeds (max |v - r| ", outcome.max_error(),
+                      " at seed ", outcome.worst_seed(), "; rtol ", outcome.rtol(), ", atol ",
+                      outcome.atol(), ")");
+      if (outcome.pool_sets() > 0) {
+        absl::StrAppend(&detail, "; timed over ", outcome.pool_sets(), " input sets (",
+                        outcome.pool_bytes() >> 20, " MiB touched per pass), ",
+                        outcome.timing().samples(), " samples of ",
+                        outcome.launches_per_sample(), " launches");
+      }
+    }
+    m.set_detail(detail);
+    return m;
+  }
+
+  static void SortByMedian(std::vector<Screened>* ok) {
+    std::sort(ok->begin(), ok->end(), [](const Screened& a, const Screened& b) {
+      return a.measurement.timing().median_us() < b.measurement.timing().median_us();
+    });
+  }
+
+  // A winner far ahead of the rest is measured again, alone, before it is
+  // believed: a disturbed or mis-sized measurement must not win. The new
+  // measurement replaces the first; a winner that fails then is dropped.
+  void CheckSuspiciousLead(const wv1::ProfileTask& task, std::vector<Screened>* ok) {
+    SortByMedian(ok);
+    if (ok->size() < 2) return;
+    const double first_us = (*ok)[0].measurement.timing().median_us();
+    const double runner_up_us = (*ok)[1].measurement.timing().median_us();
+    if (!(first_us < kSuspiciousLead * runner_up_us)) return;
+    const std::string id = absl::StrCat((*ok)[0].variant->index);
+    wv1::ProfileTask again = task;
+    again.clear_variants();
+    for (const wv1::KernelImage& image : task.variants()) {
+      if (image.id() == id) *again.add_variants() = image;
+    }
+    again.set_task_id(absl::StrCat(task.task_id(), "/again"));
+    ProfileResult second = job_.gpus->Profile(again);
+    if (second.done.status() == v1::OK && second.outcomes.size() == 1 &&
+        second.outcomes[0].status() == v1::OK) {
+      v1::Measurement& m = (*ok)[0].measurement;
+      *m.mutable_timing() = second.outcomes[0].timing();
+      m.set_measured_at(Now());
+      m.set_detail(absl::StrCat("measured again alone: its first median ", first_us,
+                                " us was under half the runner-up's ", runner_up_us, " us; ",
+                                second.outcomes[0].detail()));
+      Record(m, /*count=*/false);
+    } else {
+      v1::Measurement m = (*ok)[0].measurement;
+      m.set_status(second.outcomes.empty() ? second.done.status() : second.outcomes[0].status());
+      m.set_detail(absl::StrCat("measured again alone, it did not pass: ",
+                                second.outcomes.empty() ? second.done.detail()
+                                                        : second.outcomes[0].detail()));
+      Record(m, /*count=*/false);
+      ok->erase(ok->begin());
+    }
+    SortByMedian(ok);
+  }
+
+  ScreenResult StoreBest(const std::vector<Screened>& ok) {
+    const v1::Measurement& best = ok.front().measurement;
+    v1::Entry entry;
+    entry.set_family(family_.name());
+    entry.set_family_hash(problem_.record->content_hash);
+    *entry.mutable_problem() = problem_.problem;
+    *entry.mutable_device() = device_;
+    *entry.mutable_config() = best.config();
+    *entry.mutable_launch() = ok.front().variant->launch;
+    entry.set_binary_sha256(best.binary_sha256());
+    entry.set_nvrtc_version(job_.nvrtc_version);
+    entry.set_driver_version(device_info_.driver_version());
+    entry.set_arch(job_.arch);
+    *entry.mutable_timing() = best.timing();
+    if (ok.size() > 1 && best.timing().median_us() > 0) {
+      entry.set_margin(ok[1].measurement.timing().median_us() / best.timing().median_us() - 1);
+    }
+    entry.set_phase(v1::SCREEN);
+    entry.set_tuned_at(Now());
+    entry.set_job_id(job_.job_id);
+    absl::Status stored = job_.store->PutEntry(entry);
+    if (!stored.ok()) {
+      return Failed(absl::Status(stored.code(),
+                                 absl::StrCat("cannot store the best entry: ", stored.message())));
+    }
+    return ScreenResult{.entry = std::move(entry), .error = absl::OkStatus()};
+  }
+
+  const PlannedProblem& problem_;
+  const ScreenJob& job_;
+  const v1::KernelFamily& family_;
+  const std::string context_;
+  const wv1::DeviceInfo device_info_;
+  v1::Device device_;
+  std::map<std::string, std::string> sha_by_id_;
+  std::map<std::string, const kernels::Variant*> variant_by_id_;
+  absl::Status store_error_;
+};
+
+}  // namespace
+
+ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job) {
+  return ProblemScreen(problem, job).Run();
+}
+
+}  // namespace autotune::service
