@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "kernels/cuda_driver.h"
+#include "kernels/driver_failure.h"
 #include "kernels/scalar_encoding.h"
 
 namespace autotune::kernels {
@@ -301,13 +302,8 @@ struct Failure {
   std::string message;
 };
 
-// Where a failed driver call was made, which decides what its error means.
-enum class Origin {
-  kSetup,   // our own work: allocations, fills, comparisons, queries
-  kLoad,    // loading a kernel image and reading its attributes
-  kLaunch,  // launching (or capturing) a kernel under test
-  kWait,    // waiting for work that holds a kernel under test
-};
+// Short for the many call sites below.
+using Origin = DriverCallOrigin;
 
 // The device and what the profiler keeps on it between tasks. Members are
 // destroyed in reverse order: the context goes last.
@@ -536,50 +532,9 @@ class TaskRun {
 };
 
 Failure TaskRun::Fail(const absl::Status& status, Origin origin, const std::string& phase) {
-  Failure failure;
-  failure.phase = phase;
-  failure.message = std::string(status.message());
-  const std::optional<CUresult> rc = CudaResultOf(status);
-  bool lost = false;
-  if (!rc.has_value()) {
-    // Our own checks; DEADLINE_EXCEEDED only comes from Wait().
-    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-      failure.status = v1::TIMEOUT;
-      lost = true;
-    } else {
-      failure.status = v1::UNSUPPORTED;
-    }
-  } else if (IsStickyError(*rc)) {
-    failure.status = v1::FAULT;
-    lost = true;
-  } else if (*rc == CUDA_ERROR_OUT_OF_MEMORY) {
-    failure.status = v1::UNSUPPORTED;
-  } else {
-    switch (origin) {
-      case Origin::kLoad:
-        failure.status = v1::UNSUPPORTED;
-        break;
-      case Origin::kLaunch:
-        // A launch the driver refuses for its shape or resources leaves the
-        // context intact; anything else after a launch cannot be trusted.
-        if (*rc == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || *rc == CUDA_ERROR_INVALID_VALUE ||
-            IsImageError(*rc)) {
-          failure.status = v1::UNSUPPORTED;
-        } else {
-          failure.status = v1::FAULT;
-          lost = true;
-        }
-        break;
-      case Origin::kWait:
-      case Origin::kSetup:
-        // An error we cannot classify: the worker is replaced rather than
-        // trusted with another variant.
-        failure.status = v1::FAULT;
-        lost = true;
-        break;
-    }
-  }
-  if (lost && *usable_) {
+  const DriverFailure classified = ClassifyDriverFailure(status, origin);
+  Failure failure{classified.status, phase, std::string(status.message())};
+  if (classified.context_lost && *usable_) {
     *usable_ = false;
     // From here on freeing memory or unloading a module could wait for a
     // hung kernel: leak everything, the process exits.
