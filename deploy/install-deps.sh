@@ -25,6 +25,7 @@ packages=(
   openssl              # the TLS end-to-end test makes its own certificates
   clang-14             # clang++-14: deploy/check-thread-safety.sh
   jq                   # reads compile_commands.json for that check
+  clang-format-14      # deploy/check-format.sh
 )
 
 missing=()
