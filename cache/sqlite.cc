@@ -241,10 +241,20 @@ ConnectionPool::Lease::~Lease() {
 void ConnectionPool::Add(std::unique_ptr<Connection> connection) { Release(std::move(connection)); }
 
 ConnectionPool::Lease ConnectionPool::Acquire() {
-  absl::MutexLock lock(&mu_, absl::Condition(this, &ConnectionPool::HasIdle));
+  absl::MutexLock lock(&mu_);
+  // A caller that finds a connection idle never shows as waiting: the count
+  // goes up and down under one hold of the lock.
+  ++waiting_;
+  mu_.Await(absl::Condition(this, &ConnectionPool::HasIdle));
+  --waiting_;
   std::unique_ptr<Connection> connection = std::move(idle_.back());
   idle_.pop_back();
   return Lease(this, std::move(connection));
+}
+
+int ConnectionPool::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
 }
 
 void ConnectionPool::Release(std::unique_ptr<Connection> connection) {

@@ -194,13 +194,17 @@ class ConnectionPool {
   void Add(std::unique_ptr<Connection> connection);
   // Blocks until a connection is free.
   Lease Acquire();
+  // How many callers are blocked in Acquire() right now: a pool too small
+  // for its readers shows here.
+  int waiting() const;
 
  private:
   void Release(std::unique_ptr<Connection> connection);
   bool HasIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !idle_.empty(); }
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_ ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace autotune::cache::sqlite

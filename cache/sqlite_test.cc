@@ -173,24 +173,35 @@ TEST(ConnectionPoolTest, AcquireWaitsForARelease) {
   pool.Add(std::move(db));
 
   std::atomic<bool> second_got_it{false};
+  std::atomic<bool> first_released{false};
+  std::atomic<bool> second_got_it_after_release{false};
   absl::Notification first_holds;
   absl::Notification release_first;
   std::thread first([&] {
     ConnectionPool::Lease lease = pool.Acquire();
     first_holds.Notify();
     release_first.WaitForNotification();
+    first_released = true;  // the lease goes back right after
   });
   first_holds.WaitForNotification();
+  EXPECT_EQ(pool.waiting(), 0);  // the first found it idle
   std::thread second([&] {
     ConnectionPool::Lease lease = pool.Acquire();
+    second_got_it_after_release = first_released.load();
     second_got_it = true;
   });
-  absl::SleepFor(absl::Milliseconds(50));
+  // Blocking in a mutex sends no event: poll until the second caller is
+  // inside Acquire() and waiting.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (pool.waiting() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(pool.waiting(), 1);
   EXPECT_FALSE(second_got_it);
   release_first.Notify();
   first.join();
   second.join();
   EXPECT_TRUE(second_got_it);
+  EXPECT_TRUE(second_got_it_after_release);
+  EXPECT_EQ(pool.waiting(), 0);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ packages=(
   libspdlog-dev
   libmuparser-dev      # expressions in kernel family descriptors
   openssl              # the TLS end-to-end test makes its own certificates
+  clang-14             # clang++-14: deploy/check-thread-safety.sh
+  jq                   # reads compile_commands.json for that check
+  clang-format-14      # deploy/check-format.sh
 )
 
 missing=()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything in build/ (Release,
-# warnings are errors for the project's targets) and runs every test.
-# Exits with ctest's status.
+# warnings are errors for the project's targets), checks the lock
+# annotations with clang (deploy/check-thread-safety.sh) and the layout of
+# the sources (deploy/check-format.sh), and runs every test. The tests run
+# even when a check fails, so one run shows everything; the exit status is
+# ctest's, or 1 when a check failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -9,6 +12,17 @@ deploy/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 
+failed=()
+for check in check-thread-safety check-format; do
+  start=$SECONDS
+  deploy/$check.sh || failed+=("$check")
+  echo "test.sh: $check took $((SECONDS - start)) s"
+done
+if ((${#failed[@]} > 0)); then
+  echo "test.sh: failed: ${failed[*]} (see above); running the tests, then exiting 1"
+fi
+
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=$?
+if ((status == 0 && ${#failed[@]} > 0)); then status=1; fi
 exit "$status"

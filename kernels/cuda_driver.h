@@ -90,6 +90,11 @@ class CudaDriver {
   // Does not call cuInit.
   static absl::StatusOr<const CudaDriver*> Load();
 
+  // A driver over the table as given, for tests that fake the driver (only
+  // the entry points a test reaches need to be set). Load() is the only way
+  // to the real one.
+  CudaDriver(const Api& api, int version) : api_(api), version_(version) {}
+
   CudaDriver(const CudaDriver&) = delete;
   CudaDriver& operator=(const CudaDriver&) = delete;
 

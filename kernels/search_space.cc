@@ -488,7 +488,7 @@ absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::
   std::vector<std::string> extra;
   for (const auto& [name, value] : config.params()) {
     const bool known = std::any_of(family.params().begin(), family.params().end(),
-                                   [&](const v1::TunableParameter& p) { return p.name() == name; });
+                                   [&name = name](const v1::TunableParameter& p) { return p.name() == name; });
     if (!known) extra.push_back(name);
   }
   if (!extra.empty()) {

@@ -212,15 +212,16 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
 
   auto running = std::make_shared<Running>();
   Running* raw = running.get();
+  std::string id;
   {
     absl::MutexLock lock(&raw->mu);
     raw->job = std::move(job);
     raw->latest.set_message("queued");
     *raw->latest.mutable_job() = raw->job;
+    id = raw->job.id();
   }
   raw->work = std::move(work);
   absl::MutexLock lock(&mu_);
-  const std::string id = raw->job.id();
   running_[id] = std::move(running);
   raw->thread = std::thread([this, raw] { Run(raw); });
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
@@ -99,6 +100,7 @@ TEST(DaemonTest, SigtermFinishesCleanlyAndTheDatabaseReopens) {
   // Calls keep coming while the signal arrives; none may see a broken answer.
   std::atomic<bool> stop{false};
   std::atomic<int> bad{0};
+  absl::Notification answered;  // calls are flowing: the next is on its way
   std::thread caller([&] {
     auto stub = v1::Autotune::NewStub(
         grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()));
@@ -107,13 +109,15 @@ TEST(DaemonTest, SigtermFinishesCleanlyAndTheDatabaseReopens) {
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
       v1::StatsResponse response;
       grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &response);
+      if (status.ok() && !answered.HasBeenNotified()) answered.Notify();
       if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE &&
           status.error_code() != grpc::StatusCode::CANCELLED) {
         ++bad;
       }
     }
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  // No assertion may return before the caller is joined.
+  EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30))) << daemon.Stderr();
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
   stop = true;
   caller.join();
