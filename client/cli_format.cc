@@ -224,11 +224,27 @@ void PrintEntryTable(const google::protobuf::RepeatedPtrField<v1::Entry>& entrie
   table.Print(out);
 }
 
+std::string MissKindText(v1::MissKind kind) {
+  switch (kind) {
+    case v1::MISS_NO_ENTRY:
+      return "no-entry (nothing tuned for this problem or a usable neighbour)";
+    case v1::MISS_OTHER_DEVICE:
+      return "other-device (tuned, but on a device that does not match)";
+    case v1::MISS_OLDER_VERSION:
+      return "older-version (tuned only for older versions of the family's source)";
+    case v1::MISS_EXACT_ONLY:
+      return "exact-only (a nearest neighbour exists; --exact refused it)";
+    default:
+      return "unspecified (the server did not say)";
+  }
+}
+
 void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupResponse& response,
                          std::ostream& out) {
   out << MatchName(response.match()) << "  " << ProblemLine(request.family(), request.problem())
       << "\n";
   if (response.match() == v1::MISS) {
+    Field(out, "why", MissKindText(response.miss_kind()));
     Field(out, "reason",
           response.miss_reason().empty() ? "no cached entry" : response.miss_reason());
     return;

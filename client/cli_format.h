@@ -16,6 +16,10 @@
 
 namespace autotune::client {
 
+// "exact-only (a nearest neighbour exists; --exact refused it)": the typed
+// reason of a MISS, a stable word first for scripts.
+std::string MissKindText(v1::MissKind kind);
+
 // "NVIDIA H200 (sm_90, 132 SMs)"; parts that are unset are left out.
 std::string FormatDevice(const v1::Device& device);
 

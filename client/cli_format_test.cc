@@ -111,10 +111,12 @@ TEST(PrintLookupResponseTest, MissShowsTheReasonAndNoConfig) {
   v1::LookupResponse response;
   response.set_match(v1::MISS);
   response.set_miss_reason("no entry for fp16 on NVIDIA H200");
+  response.set_miss_kind(v1::MISS_OTHER_DEVICE);
 
   std::ostringstream out;
   PrintLookupResponse(request, response, out);
   EXPECT_THAT(out.str(), HasSubstr("MISS  flash_attn  batch=8  fp16\n"));
+  EXPECT_THAT(out.str(), HasSubstr("why          other-device ("));
   EXPECT_THAT(out.str(), HasSubstr("reason       no entry for fp16 on NVIDIA H200"));
   EXPECT_THAT(out.str(), Not(HasSubstr("config")));
 }

@@ -108,14 +108,17 @@ TEST_F(CacheEndToEndTest, ImportedEntryIsExactNeighbourIsNearestUnknownIsMiss) {
   // n is not bucketed: no stand-in for another n, nor for another dtype.
   EXPECT_EQ(LookupJson("batch=8,n=1024", "bf16").match(), v1::MISS);
   EXPECT_EQ(LookupJson("batch=8,n=4096", "fp16").match(), v1::MISS);
-  // --exact refuses the neighbour.
-  EXPECT_EQ(LookupJson("batch=12,n=4096", "bf16", {"--exact"}).match(), v1::MISS);
+  // --exact refuses the neighbour, and says so.
+  const v1::LookupResponse exact_only = LookupJson("batch=12,n=4096", "bf16", {"--exact"});
+  EXPECT_EQ(exact_only.match(), v1::MISS);
+  EXPECT_EQ(exact_only.miss_kind(), v1::MISS_EXACT_ONLY);
 
   // The human form says the same, and a MISS still exits 0.
   CommandResult miss = Cli({"lookup", "vector_scale", "--dims", "batch=8,n=1024", "--dtype", "bf16",
                             "--device", "NVIDIA H200"});
   EXPECT_EQ(miss.exit_code, 0) << miss.err;
   EXPECT_THAT(miss.out, HasSubstr("MISS"));
+  EXPECT_THAT(miss.out, HasSubstr("why          no-entry"));
 }
 
 TEST_F(CacheEndToEndTest, LookupsWithoutDeviceNameAreAnsweredWhenUnambiguous) {
