@@ -5,9 +5,9 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 
 namespace autotune {
 namespace {
@@ -48,8 +48,7 @@ absl::Status MakeDirectories(const std::string& dir, unsigned mode) {
     if (!parent.ok()) return parent;
   }
   if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create directory ", dir, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot create directory ", dir), errno);
   }
   return absl::OkStatus();
 }

@@ -42,7 +42,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -69,6 +68,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/paths.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "cache/store.h"
@@ -190,7 +190,7 @@ class TempDir {
     std::string pattern =
         absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp", "/autotune-bench-XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", std::strerror(errno)));
+      return PosixError(absl::StrCat("mkdtemp ", pattern), errno);
     }
     return TempDir(pattern);
   }
@@ -231,13 +231,12 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   const int spawned = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot start ", argv[0], ": ", std::strerror(spawned)));
+    return PosixError(absl::StrCat("cannot start ", argv[0]), spawned);
   }
   ProcessResult result;
   while (waitpid(pid, &result.exit_status, 0) < 0) {
     if (errno != EINTR) {
-      return absl::InternalError(absl::StrCat("waitpid ", argv[0], ": ", std::strerror(errno)));
+      return PosixError(absl::StrCat("waitpid ", argv[0]), errno);
     }
   }
   absl::StatusOr<std::string> output = ReadFile(log_path);

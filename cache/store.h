@@ -116,8 +116,10 @@ class Store {
   // Fails with a one-line reason: unreadable file, not a database, newer
   // schema, held by another process.
   //
-  //   "cannot open database <path>: <strerror>"  NOT_FOUND (missing directory),
-  //       PERMISSION_DENIED (EACCES/EPERM/EROFS), FAILED_PRECONDITION (EISDIR)
+  //   "cannot open database <path>: <strerror>"  PosixError's code (base/
+  //       posix_error.h): NOT_FOUND (missing directory), PERMISSION_DENIED
+  //       (EACCES/EPERM/EROFS), FAILED_PRECONDITION (a directory, or a path
+  //       under a file)
   //   "<path> is not an autotune database: file is not a database"
   //   "<path> is not an autotune database: it holds tables but no autotune
   //       schema" / ": its application_id is N, not M"   FAILED_PRECONDITION

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
@@ -147,7 +147,7 @@ FakeAutotuneServer::~FakeAutotuneServer() {
 absl::Status FakeAutotuneServer::Start() {
   char directory[] = "/tmp/autotune-client-test-XXXXXX";
   if (mkdtemp(directory) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    return PosixError("mkdtemp", errno);
   }
   directory_ = directory;
   socket_path_ = absl::StrCat(directory_, "/autotune.sock");

@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/paths.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "cache/store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -63,8 +64,7 @@ absl::Status ClaimSocketPath(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot inspect socket path ", path, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot inspect socket path ", path), errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(
@@ -77,7 +77,7 @@ absl::Status ClaimSocketPath(const std::string& path) {
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  if (fd < 0) return PosixError("socket()", errno);
   const int connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   const int connect_errno = errno;
   close(fd);
@@ -86,12 +86,10 @@ absl::Status ClaimSocketPath(const std::string& path) {
         absl::StrCat("another server is already listening on unix://", path));
   }
   if (connect_errno != ECONNREFUSED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot check socket ", path, ": ", std::strerror(connect_errno)));
+    return PosixError(absl::StrCat("cannot check socket ", path), connect_errno);
   }
   if (unlink(path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove stale socket ", path, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot remove stale socket ", path), errno);
   }
   spdlog::info("removed stale socket {}", path);
   return absl::OkStatus();
@@ -241,8 +239,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
       socket_paths_.push_back(address.path);
       if (chmod(address.path.c_str(), options.socket_mode) != 0) {
         server_->Shutdown();
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot set the mode of ", address.path, ": ", std::strerror(errno)));
+        return PosixError(absl::StrCat("cannot set the mode of ", address.path), errno);
       }
       addresses_.push_back(address.uri);
     } else {
