@@ -67,6 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
@@ -165,22 +166,6 @@ MachineFacts GetMachineFacts() {
 }
 
 // ---- Files and processes ----------------------------------------------------
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
 
 // A private temp directory, removed with everything in it on destruction.
 class TempDir {
@@ -320,7 +305,7 @@ absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::s
     if (!hashes.contains(item.family)) {
       hashes[item.family] = cache::FamilyContentHash(family);
       const std::string path = (fs::path(source_dir) / (item.family + ".cu")).string();
-      RETURN_IF_ERROR(WriteFile(path, family.source()));
+      RETURN_IF_ERROR(WriteFileAtomically(path, family.source()));
       source_files[item.family] = path;
       work.families.push_back(item.family);
     }

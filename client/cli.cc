@@ -16,13 +16,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
 #include "client/bundle.h"
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
-#include "client/file_io.h"
 #include "client/problem_text.h"
 
 #ifndef AUTOTUNE_VERSION
@@ -566,7 +566,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     return absl::OkStatus();
   };
   command.run = [s, io](Client& client) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(s->manifest, "manifest"));
+    ASSIGN_OR_RETURN(std::string text, ReadFile(s->manifest, "manifest"));
     ASSIGN_OR_RETURN(*s->request.mutable_spec()->mutable_manifest(),
                      ParseManifestText(text, s->manifest));
     std::ostream& progress_out = s->json ? io.err : io.out;
@@ -637,7 +637,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags(const GlobalFlags& flags) {
     options.tls = TlsOptions{flags.tls_ca, flags.tls_cert, flags.tls_key};
   }
   if (!flags.token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.token_file, "token file"));
+    ASSIGN_OR_RETURN(std::string token, ReadFile(flags.token_file, "token file"));
     options.auth_token = std::string(absl::StripAsciiWhitespace(token));
   }
   return options;

@@ -368,7 +368,7 @@ TEST_F(CliTest, ImportOfAMissingFileNamesItAndSendsNothing) {
   const std::string path = File("absent.json");
   const CliResult result = Run({"import", path});
   EXPECT_EQ(result.exit_code, kExitError);
-  EXPECT_THAT(result.err, HasSubstr(absl::StrCat("cannot open bundle file ", path)));
+  EXPECT_THAT(result.err, HasSubstr(absl::StrCat("cannot read bundle file ", path)));
   EXPECT_THAT(server_.calls().methods, IsEmpty());
 }
 

@@ -1,14 +1,9 @@
 #include "kernels/family_loader.h"
-#include "kernels/names.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -17,11 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "cache/keys.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "kernels/expression.h"
+#include "kernels/names.h"
 #include "kernels/search_space.h"
 
 namespace autotune::kernels {
@@ -36,32 +33,6 @@ std::string DTypeLabel(v1::DType dtype) {
     return absl::StrCat("dtype ", static_cast<int>(dtype));
   }
   return std::string(cache::DTypeName(dtype));
-}
-
-absl::Status FileError(const std::string& path, int error) {
-  const std::string message = absl::StrCat("cannot read '", path, "': ", std::strerror(error));
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) return FileError(path, errno);
-  std::string contents;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) contents.append(buffer, n);
-  // A directory opens fine on Linux and fails on the first read (EISDIR).
-  if (std::ferror(file.get())) return FileError(path, errno != 0 ? errno : EIO);
-  return contents;
 }
 
 // Keeps the first syntax error of a text-format file.

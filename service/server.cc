@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -18,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
@@ -45,17 +44,6 @@ std::string Dirname(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", path, ": cannot read: ", std::strerror(errno)));
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
 }
 
 // Makes `path` free for a new socket: refuses when a live server answers

@@ -12,11 +12,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/posix_error.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
@@ -50,13 +49,6 @@ bool WaitUntil(pid_t pid, absl::Time deadline, int* exit_code, int* signal_numbe
     if (absl::Now() > deadline) return false;
     absl::SleepFor(absl::Milliseconds(10));
   }
-}
-
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
 }
 
 }  // namespace
@@ -220,7 +212,11 @@ int Daemon::WaitExit(absl::Duration timeout) {
   return code;
 }
 
-std::string Daemon::Stderr() const { return ReadWholeFile(log_path_); }
+std::string Daemon::Stderr() const {
+  absl::StatusOr<std::string> log = ReadFile(log_path_);
+  // A test shows this text when the daemon failed; a missing log says why.
+  return log.ok() ? *std::move(log) : std::string(log.status().message());
+}
 
 std::string EnvironmentOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
