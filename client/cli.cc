@@ -19,15 +19,12 @@
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "client/bundle.h"
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
 #include "client/problem_text.h"
-
-#ifndef AUTOTUNE_VERSION
-#define AUTOTUNE_VERSION "unknown"
-#endif
 
 namespace autotune::client {
 namespace {
@@ -650,7 +647,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                "autotune");
   app.require_subcommand(1);
   app.fallthrough();
-  app.set_version_flag("--version", AUTOTUNE_VERSION);
+  app.set_version_flag("--version", kVersion);
   GlobalFlags global;
   app.add_option("--server", global.server,
                  "Daemon address: unix:///path or host:port (env AUTOTUNE_SERVER)")

@@ -20,6 +20,7 @@
 #include "base/paths.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "cache/store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -36,7 +37,6 @@
 namespace autotune::service {
 namespace {
 
-constexpr char kVersion[] = "0.1.0";
 constexpr char kServiceName[] = "autotune.v1.Autotune";
 constexpr int kMaxReceiveBytes = 64 << 20;
 
