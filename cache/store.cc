@@ -35,6 +35,7 @@
 #include "cache/strings.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "proto/bundle_parts.h"
 
 namespace autotune::cache {
 namespace {
@@ -1090,9 +1091,10 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(int limit) const {
 // ---- Bundles and maintenance --------------------------------------------------
 
 absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, bool replace) {
-  if (bundle.format_version() != 1) {
+  if (bundle.format_version() != kBundleFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("format_version is ", bundle.format_version(),
-                                                   "; this build reads format_version 1"));
+                                                   "; this build reads format_version ",
+                                                   kBundleFormatVersion));
   }
   // Everything that needs no database is checked before taking the writer
   // (hashing large cubins included).
@@ -1215,7 +1217,7 @@ absl::StatusOr<v1::CacheBundle> Store::Export(const v1::EntryFilter& filter,
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
   ASSIGN_OR_RETURN(Transaction transaction, Transaction::Begin(*db, Transaction::Kind::kRead));
   v1::CacheBundle bundle;
-  bundle.set_format_version(1);
+  bundle.set_format_version(kBundleFormatVersion);
   ASSIGN_OR_RETURN(std::vector<v1::Entry> entries, SelectEntries(*db, clause, -1, 0));
   std::set<std::pair<std::string, std::string>> families;
   std::set<std::string> binaries;
