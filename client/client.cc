@@ -3,7 +3,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
@@ -65,9 +64,6 @@ Client::~Client() = default;
 void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const {
   if (timeout != absl::InfiniteDuration()) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
-  if (!options_.auth_token.empty()) {
-    context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.auth_token));
   }
 }
 
