@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -81,6 +83,48 @@ absl::Status ClaimSocketPath(const std::string& path) {
   }
   spdlog::info("removed stale socket {}", path);
   return absl::OkStatus();
+}
+
+struct KernelsDir {
+  std::string path;
+  const char* origin;  // for the log: how `path` was chosen
+};
+
+// The built-in families when --kernels is not given: installed beside this
+// program (<prefix>/bin/autotuned -> <prefix>/share/autotune/kernels), else,
+// for a binary that sits in its build tree, the checkout it was built from.
+// An installed daemon never reads the checkout: a deployed service must not
+// depend on a source tree (nor can it reach one under ProtectHome=yes).
+absl::StatusOr<KernelsDir> DefaultKernelsDir() {
+  namespace fs = std::filesystem;
+  const std::string program_dir = ThisProgramDirectory();
+  const std::string source = AUTOTUNE_SOURCE_KERNELS_DIR;
+  std::error_code error;
+  if (program_dir.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "built-in kernel families: cannot tell where this program is (/proc/self/exe), so "
+        "neither the installed families nor ",
+        source, " can be found; pass --kernels DIR, or --kernels none"));
+  }
+  const std::string installed =
+      (fs::path(program_dir) / AUTOTUNE_INSTALLED_KERNELS_DIR).lexically_normal().string();
+  if (fs::is_directory(installed, error)) return KernelsDir{installed, "installed"};
+  const std::string build_tree = fs::weakly_canonical(AUTOTUNE_BUILD_TREE_DIR, error).string();
+  const bool in_build_tree =
+      !error && absl::StartsWith(absl::StrCat(program_dir, "/"), absl::StrCat(build_tree, "/"));
+  if (in_build_tree && fs::is_directory(source, error)) {
+    return KernelsDir{source, "the checkout of this build tree"};
+  }
+  if (in_build_tree) {
+    return absl::NotFoundError(absl::StrCat(
+        "built-in kernel families: neither ", installed, " (the installed layout) nor ", source,
+        " (the checkout this build tree was made from) exists; pass --kernels DIR, or "
+        "--kernels none"));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "built-in kernel families: ", installed, " (the installed layout beside ", program_dir,
+      ") does not exist, and ", source, " serves only binaries in the build tree ",
+      AUTOTUNE_BUILD_TREE_DIR, "; pass --kernels DIR, or --kernels none"));
 }
 
 }  // namespace
@@ -176,8 +220,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   std::string pool_error;
   if (pool.ok()) {
     compile_pool_ = *std::move(pool);
-    spdlog::info("compile pool: up to {} workers, NVRTC {}", compile_pool_->size(),
-                 compile_pool_->nvrtc_version());
+    spdlog::info("compile pool: up to {} workers ({}), NVRTC {}", compile_pool_->size(),
+                 pool_options.worker_path, compile_pool_->nvrtc_version());
   } else {
     pool_error = std::string(pool.status().message());
     spdlog::warn("compiling is unavailable: {}", pool_error);
@@ -249,8 +293,12 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
 }
 
 absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option) {
-  const std::string dir = dir_option.empty() ? AUTOTUNE_BUILTIN_KERNELS_DIR : dir_option;
-  if (dir == "none") return absl::OkStatus();
+  if (dir_option == "none") return absl::OkStatus();
+  KernelsDir found{dir_option, "--kernels"};
+  if (dir_option.empty()) {
+    ASSIGN_OR_RETURN(found, DefaultKernelsDir());
+  }
+  const std::string& dir = found.path;
   absl::StatusOr<std::vector<v1::KernelFamily>> families = kernels::LoadFamilyDirectory(dir);
   if (!families.ok()) {
     return absl::Status(families.status().code(),
@@ -261,7 +309,7 @@ absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option
     RETURN_IF_ERROR(store_->PutFamily(family, /*builtin=*/true, &changed).status());
     if (changed) spdlog::info("kernel family {}: new version registered", family.name());
   }
-  spdlog::info("{} built-in kernel families from {}", families->size(), dir);
+  spdlog::info("{} built-in kernel families from {} ({})", families->size(), dir, found.origin);
   return absl::OkStatus();
 }
 
