@@ -5,9 +5,9 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 
 namespace autotune {
 namespace {
@@ -48,19 +48,24 @@ absl::Status MakeDirectories(const std::string& dir, unsigned mode) {
     if (!parent.ok()) return parent;
   }
   if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create directory ", dir, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot create directory ", dir), errno);
   }
   return absl::OkStatus();
 }
 
-std::string FindBesideThisProgram(const std::string& name,
-                                  const std::vector<std::string>& other_dirs) {
+std::string ThisProgramDirectory() {
   char buffer[4096];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (n <= 0) return name;
+  if (n <= 0) return "";
   std::string dir(buffer, static_cast<size_t>(n));
   dir.erase(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
+  return dir;
+}
+
+std::string FindBesideThisProgram(const std::string& name,
+                                  const std::vector<std::string>& other_dirs) {
+  const std::string dir = ThisProgramDirectory();
+  if (dir.empty()) return name;
   const std::string beside = dir + "/" + name;
   if (access(beside.c_str(), X_OK) == 0) return beside;
   for (const std::string& other : other_dirs) {

@@ -21,6 +21,10 @@ std::string ClientServerAddress();
 // The database file the daemon opens without --db.
 std::string DefaultDatabasePath();
 
+// The directory of the running program (/proc/self/exe, symlinks resolved),
+// e.g. "/usr/local/bin"; empty when it cannot be read.
+std::string ThisProgramDirectory();
+
 // The path of `name` beside the running program (/proc/self/exe), else in
 // the first of `other_dirs` (relative to the program's directory, e.g.
 // "../service") where it exists; when none has it, the path beside the

@@ -42,7 +42,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -68,7 +67,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/file.h"
 #include "base/paths.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "base/sha256.h"
 #include "proto/problem.h"
@@ -167,22 +168,6 @@ MachineFacts GetMachineFacts() {
 
 // ---- Files and processes ----------------------------------------------------
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 // A private temp directory, removed with everything in it on destruction.
 class TempDir {
  public:
@@ -191,7 +176,7 @@ class TempDir {
     std::string pattern =
         absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp", "/autotune-bench-XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", std::strerror(errno)));
+      return PosixError(absl::StrCat("mkdtemp ", pattern), errno);
     }
     return TempDir(pattern);
   }
@@ -232,13 +217,12 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   const int spawned = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot start ", argv[0], ": ", std::strerror(spawned)));
+    return PosixError(absl::StrCat("cannot start ", argv[0]), spawned);
   }
   ProcessResult result;
   while (waitpid(pid, &result.exit_status, 0) < 0) {
     if (errno != EINTR) {
-      return absl::InternalError(absl::StrCat("waitpid ", argv[0], ": ", std::strerror(errno)));
+      return PosixError(absl::StrCat("waitpid ", argv[0]), errno);
     }
   }
   absl::StatusOr<std::string> output = ReadFile(log_path);
@@ -322,7 +306,7 @@ absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::s
     if (!hashes.contains(item.family)) {
       hashes[item.family] = FamilyContentHash(family);
       const std::string path = (fs::path(source_dir) / (item.family + ".cu")).string();
-      RETURN_IF_ERROR(WriteFile(path, family.source()));
+      RETURN_IF_ERROR(WriteFileAtomically(path, family.source()));
       source_files[item.family] = path;
       work.families.push_back(item.family);
     }

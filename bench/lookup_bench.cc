@@ -31,7 +31,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -52,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "bench/echo.grpc.pb.h"
 #include "base/sha256.h"
@@ -343,7 +343,7 @@ class TempDir {
     std::string pattern =
         (std::filesystem::temp_directory_path() / "autotune-bench-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", std::strerror(errno)));
+      return PosixError(absl::StrCat("mkdtemp ", pattern), errno);
     }
     return TempDir(std::move(pattern));
   }

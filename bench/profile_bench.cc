@@ -48,7 +48,6 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -70,6 +69,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
 #include "proto/problem.h"
@@ -714,14 +714,6 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 google::protobuf::Value DeviceJson(const wv1::DeviceInfo& device) {
   google::protobuf::Value value;
   auto& f = *value.mutable_struct_value()->mutable_fields();
@@ -849,7 +841,7 @@ absl::StatusOr<int> WriteExport(const BenchOptions& options, const Workload& wor
     const std::string state = item.state == v1::HOT ? "HOT" : "COLD";
     const std::string file = absl::StrFormat("cubins/%03d_%s_%s_%s.cubin", written,
                                              problem.family->name(), image.id(), state);
-    RETURN_IF_ERROR(WriteFile((dir / file).string(), image.cubin()));
+    RETURN_IF_ERROR(WriteFileAtomically((dir / file).string(), image.cubin()));
 
     google::protobuf::Value entry;
     auto& e = *entry.mutable_struct_value()->mutable_fields();
@@ -928,7 +920,7 @@ absl::StatusOr<int> WriteExport(const BenchOptions& options, const Workload& wor
     *list->add_values() = std::move(entry);
     ++written;
   }
-  RETURN_IF_ERROR(WriteFile((dir / "fidelity.json").string(), ToJson(root) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically((dir / "fidelity.json").string(), ToJson(root) + "\n"));
   return written;
 }
 
@@ -1161,7 +1153,7 @@ int Run(const BenchOptions& options) {
     if (!parent.empty()) fs::create_directories(parent, ignored);
     const std::string json = SummaryJson(options, **work, *compile, m, a,
                                          Seconds(Clock::now() - program_start), exported);
-    if (absl::Status written = WriteFile(options.json, json + "\n"); !written.ok()) {
+    if (absl::Status written = WriteFileAtomically(options.json, json + "\n"); !written.ok()) {
       std::cerr << "autotune-bench-profile: " << written.message() << "\n";
       return false;
     }

@@ -48,10 +48,12 @@ using ConnectionHandle = std::unique_ptr<sqlite3, ConnectionCloser>;
 using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
 
 // The one place a SQLite result code becomes a Status:
-// "database <path>: <context>: <message>". BUSY, LOCKED, CANTOPEN and IOERR
-// are UNAVAILABLE (worth retrying), FULL is RESOURCE_EXHAUSTED, READONLY and
-// PERM are PERMISSION_DENIED, CORRUPT is DATA_LOSS, NOTADB is
-// FAILED_PRECONDITION, everything else INTERNAL.
+// "database <path>: <context>: <message>". BUSY and LOCKED are ABORTED (a
+// conflict worth retrying), FULL is RESOURCE_EXHAUSTED, READONLY, PERM and
+// AUTH are PERMISSION_DENIED, CORRUPT is DATA_LOSS, NOTADB is
+// FAILED_PRECONDITION, everything else (CANTOPEN and IOERR included: the
+// server's own trouble) INTERNAL. Never UNAVAILABLE: over gRPC that code
+// means the server could not be reached, and clients say so (store.h).
 absl::Status Error(int code, absl::string_view message, absl::string_view path,
                    absl::string_view context = {});
 

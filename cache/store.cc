@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "base/sha256.h"
 #include "proto/problem.h"
@@ -36,6 +36,7 @@
 #include "cache/strings.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "proto/bundle_parts.h"
 
 namespace autotune::cache {
 namespace {
@@ -46,27 +47,6 @@ using sqlite::Transaction;
 
 std::string Now() {
   return absl::FormatTime("%Y-%m-%d%ET%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
-}
-
-absl::Status ErrnoError(int error, absl::string_view what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  switch (error) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EISDIR:
-    case ELOOP:
-      return absl::FailedPreconditionError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
 }
 
 // The exclusive flock on "<path>.lock", held for the Store's lifetime. The
@@ -88,16 +68,16 @@ class LockFile {
     const std::string path = absl::StrCat(database_path, ".lock");
     LockFile lock;
     lock.fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock.fd_ < 0) return ErrnoError(errno, absl::StrCat("cannot open lock file ", path));
+    if (lock.fd_ < 0) return PosixError(absl::StrCat("cannot open lock file ", path), errno);
     if (flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK) return ErrnoError(errno, absl::StrCat("cannot lock ", path));
+      if (errno != EWOULDBLOCK) return PosixError(absl::StrCat("cannot lock ", path), errno);
       return absl::FailedPreconditionError(absl::StrCat(
           "database ", database_path, " is in use by another process (pid ", lock.ReadPid(), ")"));
     }
     const std::string pid = absl::StrCat(getpid(), "\n");
     if (ftruncate(lock.fd_, 0) != 0 ||
         pwrite(lock.fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-      return ErrnoError(errno, absl::StrCat("cannot write lock file ", path));
+      return PosixError(absl::StrCat("cannot write lock file ", path), errno);
     }
     return lock;
   }
@@ -635,7 +615,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   // message naming the path.
   {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open database ", path));
+    if (fd < 0) return PosixError(absl::StrCat("cannot open database ", path), errno);
     // Closed before SQLite opens the file: closing any descriptor of a file
     // drops this process's POSIX locks on it, SQLite's included.
     close(fd);
@@ -1100,9 +1080,10 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(int limit) const {
 // ---- Bundles and maintenance --------------------------------------------------
 
 absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, bool replace) {
-  if (bundle.format_version() != 1) {
+  if (bundle.format_version() != kBundleFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("format_version is ", bundle.format_version(),
-                                                   "; this build reads format_version 1"));
+                                                   "; this build reads format_version ",
+                                                   kBundleFormatVersion));
   }
   // Everything that needs no database is checked before taking the writer
   // (hashing large cubins included).
@@ -1225,7 +1206,7 @@ absl::StatusOr<v1::CacheBundle> Store::Export(const v1::EntryFilter& filter,
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
   ASSIGN_OR_RETURN(Transaction transaction, Transaction::Begin(*db, Transaction::Kind::kRead));
   v1::CacheBundle bundle;
-  bundle.set_format_version(1);
+  bundle.set_format_version(kBundleFormatVersion);
   ASSIGN_OR_RETURN(std::vector<v1::Entry> entries, SelectEntries(*db, clause, -1, 0));
   std::set<std::pair<std::string, std::string>> families;
   std::set<std::string> binaries;

@@ -116,8 +116,10 @@ class Store {
   // Fails with a one-line reason: unreadable file, not a database, newer
   // schema, held by another process.
   //
-  //   "cannot open database <path>: <strerror>"  NOT_FOUND (missing directory),
-  //       PERMISSION_DENIED (EACCES/EPERM/EROFS), FAILED_PRECONDITION (EISDIR)
+  //   "cannot open database <path>: <strerror>"  PosixError's code (base/
+  //       posix_error.h): NOT_FOUND (missing directory), PERMISSION_DENIED
+  //       (EACCES/EPERM/EROFS), FAILED_PRECONDITION (a directory, or a path
+  //       under a file)
   //   "<path> is not an autotune database: file is not a database"
   //   "<path> is not an autotune database: it holds tables but no autotune
   //       schema" / ": its application_id is N, not M"   FAILED_PRECONDITION
@@ -270,8 +272,9 @@ class Store {
 
   // ---- Bundles and maintenance --------------------------------------------
   // Applies a whole bundle in one transaction after checking all of it:
-  // format_version, every family hash, every binary digest, that each entry's
-  // family version and binary are in the bundle or already stored. The first
+  // format_version (kBundleFormatVersion, proto/bundle_parts.h), every
+  // family hash, every binary digest, that each entry's family version and
+  // binary are in the bundle or already stored. The first
   // problem found fails the call and nothing is written. Existing entries are
   // kept unless `replace` (counted as entries_skipped).
   //
@@ -295,9 +298,10 @@ class Store {
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
   // Entries matching `filter` with the family versions and binaries they
   // use (and their measurements when asked: those of each exported entry's
-  // scope). format_version is 1; entries come in ListEntries order. Binaries
-  // referenced only by measurements are left out. One read snapshot; a
-  // damaged binary fails the export with DATA_LOSS rather than export it.
+  // scope). format_version is kBundleFormatVersion; entries come in
+  // ListEntries order. Binaries referenced only by measurements are left
+  // out. One read snapshot; a damaged binary fails the export with DATA_LOSS
+  // rather than export it.
   absl::StatusOr<v1::CacheBundle> Export(const v1::EntryFilter& filter,
                                          bool include_measurements) const;
   // Removes binaries that no entry or measurement references (dry_run:

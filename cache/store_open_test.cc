@@ -119,7 +119,7 @@ TEST(StoreOpenTest, PathUnderAFileNamesThePathAndTheReason) {
   WriteFile(dir.File("file"), "x");
   const std::string path = dir.File("file/cache.db");
   EXPECT_THAT(Store::Open(OptionsFor(path)),
-              StatusIs(absl::StatusCode::kNotFound,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("cannot open database ", path, ": Not a directory")));
 }
 

@@ -32,6 +32,7 @@ using ::autotune::cache::testing::OptionsFor;
 using ::autotune::cache::testing::TempDir;
 using ::autotune::testing::IsOk;
 using ::autotune::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -1080,6 +1081,26 @@ TEST_F(StoreTest, StatsCountWhatIsStored) {
   EXPECT_GE(stats.database_bytes, static_cast<int64_t>(std::filesystem::file_size(path_)));
   EXPECT_GT(stats.database_bytes, 0);
   EXPECT_EQ(store_->path(), path_);
+}
+
+// A write lock held elsewhere past busy_timeout (an operator's sqlite3 shell,
+// a backup) is a conflict worth retrying: ABORTED, never UNAVAILABLE, which a
+// client reads as "the daemon cannot be reached".
+TEST(StoreBusyTest, WriteBlockedByAnotherConnectionIsAbortedUntilTheLockGoes) {
+  TempDir dir;
+  StoreOptions options = OptionsFor(dir.File("cache.db"));
+  options.busy_timeout = absl::Milliseconds(50);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, Store::Open(options));
+  std::unique_ptr<sqlite::Connection> other = OpenRaw(options.path);
+  ASSERT_NE(other, nullptr);
+  {
+    ASSERT_OK_AND_ASSIGN(sqlite::Transaction held,
+                         sqlite::Transaction::Begin(*other, sqlite::Transaction::Kind::kWrite));
+    EXPECT_THAT(store->PutFamily(MakeFamily("blocked"), /*builtin=*/false),
+                StatusIs(absl::StatusCode::kAborted,
+                         AllOf(HasSubstr(options.path), HasSubstr("database is locked"))));
+  }
+  EXPECT_OK(store->PutFamily(MakeFamily("blocked"), /*builtin=*/false).status());
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "client/file_io.h"
+#include "base/file.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace autotune::client {
@@ -59,7 +59,7 @@ absl::Status WriteBundle(const v1::CacheBundle& bundle, std::ostream& out, absl:
 
 absl::StatusOr<v1::CacheBundle> ReadBundleFile(const std::string& path) {
   if (path == "-") return ReadBundle(std::cin, "<stdin>");
-  absl::StatusOr<std::string> json = ReadFileToString(path, "bundle file");
+  absl::StatusOr<std::string> json = ReadFile(path, "bundle file");
   if (!json.ok()) return json.status();
   return ParseBundle(*json, path);
 }

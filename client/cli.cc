@@ -16,18 +16,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "client/bundle.h"
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
-#include "client/file_io.h"
+#include "base/file.h"
 #include "proto/problem.h"
-
-#ifndef AUTOTUNE_VERSION
-#define AUTOTUNE_VERSION "unknown"
-#endif
 
 namespace autotune::client {
 namespace {
@@ -39,7 +37,6 @@ struct GlobalFlags {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
-  std::string token_file;
 };
 
 // One subcommand. CLI11 fills its flags; `prepare` checks them and builds the
@@ -566,7 +563,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     return absl::OkStatus();
   };
   command.run = [s, io](Client& client) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(s->manifest, "manifest"));
+    ASSIGN_OR_RETURN(std::string text, ReadFile(s->manifest, "manifest"));
     ASSIGN_OR_RETURN(*s->request.mutable_spec()->mutable_manifest(),
                      ParseManifestText(text, s->manifest));
     std::ostream& progress_out = s->json ? io.err : io.out;
@@ -629,16 +626,12 @@ int ReportError(std::ostream& err, absl::string_view command, const absl::Status
   return status.code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError;
 }
 
-absl::StatusOr<ClientOptions> ClientOptionsFromFlags(const GlobalFlags& flags) {
+ClientOptions ClientOptionsFromFlags(const GlobalFlags& flags) {
   ClientOptions options;
   options.address = flags.server;
   options.timeout = absl::Seconds(flags.timeout_s);
   if (flags.tls || !flags.tls_ca.empty() || !flags.tls_cert.empty() || !flags.tls_key.empty()) {
     options.tls = TlsOptions{flags.tls_ca, flags.tls_cert, flags.tls_key};
-  }
-  if (!flags.token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.token_file, "token file"));
-    options.auth_token = std::string(absl::StripAsciiWhitespace(token));
   }
   return options;
 }
@@ -650,7 +643,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                "autotune");
   app.require_subcommand(1);
   app.fallthrough();
-  app.set_version_flag("--version", AUTOTUNE_VERSION);
+  app.set_version_flag("--version", kVersion);
   GlobalFlags global;
   app.add_option("--server", global.server,
                  "Daemon address: unix:///path or host:port (env AUTOTUNE_SERVER)")
@@ -663,8 +656,6 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.add_option("--tls-ca", global.tls_ca, "PEM root certificates (implies --tls)");
   app.add_option("--tls-cert", global.tls_cert, "PEM client certificate (with --tls-key)");
   app.add_option("--tls-key", global.tls_key, "PEM client private key (with --tls-cert)");
-  app.add_option("--token-file", global.token_file,
-                 "File holding a bearer token sent with every call");
 
   const Streams io{out, err};
   const std::vector<Command> commands = {
@@ -707,9 +698,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     err << "autotune: " << name << ": " << OneLine(prepared.message()) << "\n";
     return kExitUsage;
   }
-  absl::StatusOr<ClientOptions> options = ClientOptionsFromFlags(global);
-  if (!options.ok()) return ReportError(err, name, options.status());
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*options);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(ClientOptionsFromFlags(global));
   if (!client.ok()) return ReportError(err, name, client.status());
   if (absl::Status status = selected->run(**client); !status.ok()) {
     out.flush();

@@ -6,8 +6,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "base/status_macros.h"
-#include "client/file_io.h"
+#include "base/file.h"
 #include "proto/problem.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -116,7 +117,7 @@ absl::StatusOr<v1::Manifest> ParseManifestText(absl::string_view text, absl::str
 }
 
 absl::StatusOr<v1::KernelFamily> ReadFamilyFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, "kernel family"));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, "kernel family"));
   v1::KernelFamily family;
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
@@ -132,7 +133,7 @@ absl::StatusOr<v1::KernelFamily> ReadFamilyFile(const std::string& path) {
     const std::string source_path =
         family.source_file()[0] == '/' ? family.source_file() : dir + "/" + family.source_file();
     ASSIGN_OR_RETURN(*family.mutable_source(),
-                     ReadFileToString(source_path, absl::StrCat(path, ": source_file")));
+                     ReadFile(source_path, absl::StrCat(path, ": source_file")));
   }
   return family;
 }

@@ -3,11 +3,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
 #include "client/bundle.h"
-#include "client/file_io.h"
 #include "client/grpc_status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -26,14 +25,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
   }
   grpc::SslCredentialsOptions ssl;
   if (!tls.root_certs_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs,
-                     ReadFileToString(tls.root_certs_file, "TLS root certificates"));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(tls.root_certs_file, "TLS root certificates"));
   }
   if (!tls.cert_chain_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_cert_chain,
-                     ReadFileToString(tls.cert_chain_file, "TLS client certificate"));
-    ASSIGN_OR_RETURN(ssl.pem_private_key,
-                     ReadFileToString(tls.private_key_file, "TLS private key"));
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(tls.cert_chain_file, "TLS client certificate"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(tls.private_key_file, "TLS private key"));
   }
   return grpc::SslCredentials(ssl);
 }
@@ -68,9 +64,6 @@ Client::~Client() = default;
 void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const {
   if (timeout != absl::InfiniteDuration()) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
-  if (!options_.auth_token.empty()) {
-    context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.auth_token));
   }
 }
 

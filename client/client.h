@@ -60,8 +60,6 @@ struct ClientOptions {
   // Unset: plaintext, which is what a unix socket or a loopback daemon
   // started with --insecure expects.
   std::optional<TlsOptions> tls;
-  // Sent as "authorization: Bearer <token>" on every call when not empty.
-  std::string auth_token;
   // Largest response accepted. A BatchLookup with cubins of a thousand
   // kernels is tens of MB; gRPC's default (4 MiB) is far too small.
   int max_receive_message_bytes = 512 << 20;

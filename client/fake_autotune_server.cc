@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
@@ -22,71 +22,68 @@ class FakeAutotuneServer::Service final : public v1::Autotune::Service {
     return calls_;
   }
 
-  grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
+  grpc::Status Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override {
-    return Answer(context, "Lookup", *request, &FakeCalls::lookup, answers.lookup, response);
+    return Answer("Lookup", *request, &FakeCalls::lookup, answers.lookup, response);
   }
-  grpc::Status BatchLookup(grpc::ServerContext* context, const v1::BatchLookupRequest* request,
+  grpc::Status BatchLookup(grpc::ServerContext*, const v1::BatchLookupRequest* request,
                            v1::BatchLookupResponse* response) override {
-    return Answer(context, "BatchLookup", *request, &FakeCalls::batch_lookup, answers.batch_lookup,
+    return Answer("BatchLookup", *request, &FakeCalls::batch_lookup, answers.batch_lookup,
                   response);
   }
-  grpc::Status ListKernels(grpc::ServerContext* context, const v1::ListKernelsRequest*,
+  grpc::Status ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
                            v1::ListKernelsResponse* response) override {
-    return Answer(context, "ListKernels", answers.kernels, response);
+    return Answer("ListKernels", answers.kernels, response);
   }
-  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override {
-    return Answer(context, "ListJobs", *request, &FakeCalls::list_jobs, answers.jobs, response);
+    return Answer("ListJobs", *request, &FakeCalls::list_jobs, answers.jobs, response);
   }
-  grpc::Status ListEntries(grpc::ServerContext* context, const v1::ListEntriesRequest* request,
+  grpc::Status ListEntries(grpc::ServerContext*, const v1::ListEntriesRequest* request,
                            v1::ListEntriesResponse* response) override {
-    return Answer(context, "ListEntries", *request, &FakeCalls::list_entries, answers.entries,
-                  response);
+    return Answer("ListEntries", *request, &FakeCalls::list_entries, answers.entries, response);
   }
-  grpc::Status GetEntry(grpc::ServerContext* context, const v1::GetEntryRequest* request,
+  grpc::Status GetEntry(grpc::ServerContext*, const v1::GetEntryRequest* request,
                         v1::GetEntryResponse* response) override {
-    return Answer(context, "GetEntry", *request, &FakeCalls::get_entry, answers.entry, response);
+    return Answer("GetEntry", *request, &FakeCalls::get_entry, answers.entry, response);
   }
-  grpc::Status Invalidate(grpc::ServerContext* context, const v1::InvalidateRequest* request,
+  grpc::Status Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* request,
                           v1::InvalidateResponse* response) override {
-    return Answer(context, "Invalidate", *request, &FakeCalls::invalidate, answers.invalidate,
-                  response);
+    return Answer("Invalidate", *request, &FakeCalls::invalidate, answers.invalidate, response);
   }
-  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
                      v1::StatsResponse* response) override {
-    return Answer(context, "Stats", answers.stats, response);
+    return Answer("Stats", answers.stats, response);
   }
-  grpc::Status GarbageCollect(grpc::ServerContext* context,
-                              const v1::GarbageCollectRequest* request,
+  grpc::Status GarbageCollect(grpc::ServerContext*, const v1::GarbageCollectRequest* request,
                               v1::GarbageCollectResponse* response) override {
-    return Answer(context, "GarbageCollect", *request, &FakeCalls::gc, answers.gc, response);
+    return Answer("GarbageCollect", *request, &FakeCalls::gc, answers.gc, response);
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                          grpc::ServerWriter<v1::JobProgress>* writer) override {
-    Record(context, "SubmitJob", *request, &FakeCalls::submit_job);
+    Record("SubmitJob", *request, &FakeCalls::submit_job);
     if (!answers.status.ok()) return answers.status;
     for (const v1::JobProgress& progress : answers.progress) writer->Write(progress);
     return answers.submit_job_status;
   }
 
-  grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
+  grpc::Status Export(grpc::ServerContext*, const v1::ExportRequest* request,
                       grpc::ServerWriter<v1::ExportResponse>* writer) override {
-    Record(context, "Export", *request, &FakeCalls::export_request);
+    Record("Export", *request, &FakeCalls::export_request);
     if (!answers.status.ok()) return answers.status;
     for (const v1::ExportResponse& part : answers.export_parts) writer->Write(part);
     return grpc::Status::OK;
   }
 
-  grpc::Status Import(grpc::ServerContext* context, grpc::ServerReader<v1::ImportRequest>* reader,
+  grpc::Status Import(grpc::ServerContext*, grpc::ServerReader<v1::ImportRequest>* reader,
                       v1::ImportResponse* response) override {
     std::vector<v1::ImportRequest> parts;
     v1::ImportRequest part;
     while (reader->Read(&part)) parts.push_back(part);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      RecordLocked(context, "Import");
+      RecordLocked("Import");
       calls_.import_parts = std::move(parts);
     }
     if (!answers.status.ok()) return answers.status;
@@ -95,37 +92,29 @@ class FakeAutotuneServer::Service final : public v1::Autotune::Service {
   }
 
  private:
-  void RecordLocked(grpc::ServerContext* context, const char* method) {
-    calls_.methods.push_back(method);
-    const auto& metadata = context->client_metadata();
-    const auto it = metadata.find("authorization");
-    calls_.authorization =
-        it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-  }
+  void RecordLocked(const char* method) { calls_.methods.push_back(method); }
 
   template <typename Request>
-  void Record(grpc::ServerContext* context, const char* method, const Request& request,
-              Request FakeCalls::*slot) {
+  void Record(const char* method, const Request& request, Request FakeCalls::*slot) {
     std::lock_guard<std::mutex> lock(mu_);
-    RecordLocked(context, method);
+    RecordLocked(method);
     calls_.*slot = request;
   }
 
   template <typename Request, typename Response>
-  grpc::Status Answer(grpc::ServerContext* context, const char* method, const Request& request,
-                      Request FakeCalls::*slot, const Response& answer, Response* response) {
-    Record(context, method, request, slot);
+  grpc::Status Answer(const char* method, const Request& request, Request FakeCalls::*slot,
+                      const Response& answer, Response* response) {
+    Record(method, request, slot);
     if (!answers.status.ok()) return answers.status;
     *response = answer;
     return grpc::Status::OK;
   }
 
   template <typename Response>
-  grpc::Status Answer(grpc::ServerContext* context, const char* method, const Response& answer,
-                      Response* response) {
+  grpc::Status Answer(const char* method, const Response& answer, Response* response) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      RecordLocked(context, method);
+      RecordLocked(method);
     }
     if (!answers.status.ok()) return answers.status;
     *response = answer;
@@ -147,7 +136,7 @@ FakeAutotuneServer::~FakeAutotuneServer() {
 absl::Status FakeAutotuneServer::Start() {
   char directory[] = "/tmp/autotune-client-test-XXXXXX";
   if (mkdtemp(directory) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    return PosixError("mkdtemp", errno);
   }
   directory_ = directory;
   socket_path_ = absl::StrCat(directory_, "/autotune.sock");

@@ -42,7 +42,6 @@ struct FakeAnswers {
 // What the fake was sent: the last request of each call, every Import part.
 struct FakeCalls {
   std::vector<std::string> methods;  // in order
-  std::string authorization;         // metadata of the last call
   v1::LookupRequest lookup;
   v1::BatchLookupRequest batch_lookup;
   v1::SubmitJobRequest submit_job;

@@ -1,13 +1,9 @@
 #include "kernels/family_loader.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "proto/problem.h"
 #include "google/protobuf/descriptor.h"
@@ -30,32 +27,6 @@ using google::protobuf::TextFormat;
 
 constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
-
-absl::Status FileError(const std::string& path, int error) {
-  const std::string message = absl::StrCat("cannot read '", path, "': ", std::strerror(error));
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) return FileError(path, errno);
-  std::string contents;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) contents.append(buffer, n);
-  // A directory opens fine on Linux and fails on the first read (EISDIR).
-  if (std::ferror(file.get())) return FileError(path, errno != 0 ? errno : EIO);
-  return contents;
-}
 
 // Keeps the first syntax error of a text-format file.
 class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {

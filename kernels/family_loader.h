@@ -65,7 +65,8 @@ namespace autotune::kernels {
 // Reads the descriptor at `path`, reads `source_file` (relative to the
 // descriptor's directory unless absolute) into `source` (source_file is
 // kept: it is not part of the content hash), and validates the result.
-// NOT_FOUND / PERMISSION_DENIED when `path` itself cannot be read;
+// PosixError's code (NOT_FOUND, PERMISSION_DENIED, ...; base/posix_error.h)
+// when `path` itself cannot be read: "cannot read <path>: <strerror>";
 // INVALID_ARGUMENT "path:line:column: message" for text-format syntax errors
 // and "path:line: field: message" for everything else, including a
 // source_file that cannot be read.

@@ -4,7 +4,6 @@
 //
 // Lookup and BatchLookup use the callback API (they are the hot path that
 // inference servers hit at start-up); the rest use the synchronous API.
-// Calls whose behaviour has not been built answer UNIMPLEMENTED.
 #ifndef AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 #define AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 

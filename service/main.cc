@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   app.add_option("--readers", options.readers, "pooled database read connections")
       ->check(CLI::Range(1, 64));
   app.add_option("--kernels", options.kernels_dir,
-                 "directory of built-in kernel families (*.textproto); 'none' to skip");
+                 "directory of built-in kernel families (*.textproto); 'none' to skip (default: "
+                 "../share/autotune/kernels beside autotuned, or the checkout's kernels/ for a "
+                 "build-tree binary)");
   app.add_option("--worker", options.worker_path,
                  "the autotune-worker executable (default: beside autotuned)");
   app.add_option("--compile-workers", options.compile_workers,

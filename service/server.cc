@@ -8,18 +8,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/paths.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "cache/store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -36,7 +39,6 @@
 namespace autotune::service {
 namespace {
 
-constexpr char kVersion[] = "0.1.0";
 constexpr char kServiceName[] = "autotune.v1.Autotune";
 constexpr int kMaxReceiveBytes = 64 << 20;
 
@@ -46,25 +48,13 @@ std::string Dirname(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", path, ": cannot read: ", std::strerror(errno)));
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
 // Makes `path` free for a new socket: refuses when a live server answers
 // there or when it is something other than a socket; removes a stale one.
 absl::Status ClaimSocketPath(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot inspect socket path ", path, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot inspect socket path ", path), errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(
@@ -77,7 +67,7 @@ absl::Status ClaimSocketPath(const std::string& path) {
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  if (fd < 0) return PosixError("socket()", errno);
   const int connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   const int connect_errno = errno;
   close(fd);
@@ -86,15 +76,55 @@ absl::Status ClaimSocketPath(const std::string& path) {
         absl::StrCat("another server is already listening on unix://", path));
   }
   if (connect_errno != ECONNREFUSED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot check socket ", path, ": ", std::strerror(connect_errno)));
+    return PosixError(absl::StrCat("cannot check socket ", path), connect_errno);
   }
   if (unlink(path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove stale socket ", path, ": ", std::strerror(errno)));
+    return PosixError(absl::StrCat("cannot remove stale socket ", path), errno);
   }
   spdlog::info("removed stale socket {}", path);
   return absl::OkStatus();
+}
+
+struct KernelsDir {
+  std::string path;
+  const char* origin;  // for the log: how `path` was chosen
+};
+
+// The built-in families when --kernels is not given: installed beside this
+// program (<prefix>/bin/autotuned -> <prefix>/share/autotune/kernels), else,
+// for a binary that sits in its build tree, the checkout it was built from.
+// An installed daemon never reads the checkout: a deployed service must not
+// depend on a source tree (nor can it reach one under ProtectHome=yes).
+absl::StatusOr<KernelsDir> DefaultKernelsDir() {
+  namespace fs = std::filesystem;
+  const std::string program_dir = ThisProgramDirectory();
+  const std::string source = AUTOTUNE_SOURCE_KERNELS_DIR;
+  std::error_code error;
+  if (program_dir.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "built-in kernel families: cannot tell where this program is (/proc/self/exe), so "
+        "neither the installed families nor ",
+        source, " can be found; pass --kernels DIR, or --kernels none"));
+  }
+  const std::string installed =
+      (fs::path(program_dir) / AUTOTUNE_INSTALLED_KERNELS_DIR).lexically_normal().string();
+  if (fs::is_directory(installed, error)) return KernelsDir{installed, "installed"};
+  const std::string build_tree = fs::weakly_canonical(AUTOTUNE_BUILD_TREE_DIR, error).string();
+  const bool in_build_tree =
+      !error && absl::StartsWith(absl::StrCat(program_dir, "/"), absl::StrCat(build_tree, "/"));
+  if (in_build_tree && fs::is_directory(source, error)) {
+    return KernelsDir{source, "the checkout of this build tree"};
+  }
+  if (in_build_tree) {
+    return absl::NotFoundError(absl::StrCat(
+        "built-in kernel families: neither ", installed, " (the installed layout) nor ", source,
+        " (the checkout this build tree was made from) exists; pass --kernels DIR, or "
+        "--kernels none"));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "built-in kernel families: ", installed, " (the installed layout beside ", program_dir,
+      ") does not exist, and ", source, " serves only binaries in the build tree ",
+      AUTOTUNE_BUILD_TREE_DIR, "; pass --kernels DIR, or --kernels none"));
 }
 
 }  // namespace
@@ -190,8 +220,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   std::string pool_error;
   if (pool.ok()) {
     compile_pool_ = *std::move(pool);
-    spdlog::info("compile pool: up to {} workers, NVRTC {}", compile_pool_->size(),
-                 compile_pool_->nvrtc_version());
+    spdlog::info("compile pool: up to {} workers ({}), NVRTC {}", compile_pool_->size(),
+                 pool_options.worker_path, compile_pool_->nvrtc_version());
   } else {
     pool_error = std::string(pool.status().message());
     spdlog::warn("compiling is unavailable: {}", pool_error);
@@ -241,8 +271,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
       socket_paths_.push_back(address.path);
       if (chmod(address.path.c_str(), options.socket_mode) != 0) {
         server_->Shutdown();
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot set the mode of ", address.path, ": ", std::strerror(errno)));
+        return PosixError(absl::StrCat("cannot set the mode of ", address.path), errno);
       }
       addresses_.push_back(address.uri);
     } else {
@@ -264,8 +293,12 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
 }
 
 absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option) {
-  const std::string dir = dir_option.empty() ? AUTOTUNE_BUILTIN_KERNELS_DIR : dir_option;
-  if (dir == "none") return absl::OkStatus();
+  if (dir_option == "none") return absl::OkStatus();
+  KernelsDir found{dir_option, "--kernels"};
+  if (dir_option.empty()) {
+    ASSIGN_OR_RETURN(found, DefaultKernelsDir());
+  }
+  const std::string& dir = found.path;
   absl::StatusOr<std::vector<v1::KernelFamily>> families = kernels::LoadFamilyDirectory(dir);
   if (!families.ok()) {
     return absl::Status(families.status().code(),
@@ -276,7 +309,7 @@ absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option
     RETURN_IF_ERROR(store_->PutFamily(family, /*builtin=*/true, &changed).status());
     if (changed) spdlog::info("kernel family {}: new version registered", family.name());
   }
-  spdlog::info("{} built-in kernel families from {}", families->size(), dir);
+  spdlog::info("{} built-in kernel families from {} ({})", families->size(), dir, found.origin);
   return absl::OkStatus();
 }
 

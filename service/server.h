@@ -36,8 +36,10 @@ struct ServerOptions {
   int readers = 4;              // pooled database read connections
   unsigned socket_mode = 0600;  // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
-  // Built-in kernel families (*.textproto), registered at start-up.
-  // Empty = the kernels/ directory this build was made from; "none" = skip.
+  // Built-in kernel families (*.textproto), registered at start-up. Empty =
+  // <prefix>/share/autotune/kernels beside this program (installed), else,
+  // for a binary in its build tree, the checkout's kernels/; start-up fails
+  // naming both when neither is there. "none" = skip.
   std::string kernels_dir;
   // The autotune-worker executable; empty = beside this program.
   std::string worker_path;

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -30,13 +30,14 @@ absl::Status ReadExactly(int fd, absl::Time deadline, char* out, size_t size) {
     const int ready = poll(&pfd, 1, timeout_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+      return PosixError("poll", errno);
     }
     if (ready == 0) continue;
     const ssize_t n = read(fd, out + done, size - done);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return absl::AbortedError(absl::StrCat("reading from the worker: ", std::strerror(errno)));
+      // ABORTED whatever the errno (worker_pipe.h): the worker is gone.
+      return absl::AbortedError(PosixError("reading from the worker", errno).message());
     }
     if (n == 0) return absl::AbortedError("the worker closed its output (it exited)");
     done += static_cast<size_t>(n);
@@ -63,7 +64,7 @@ absl::Status WriteDelimited(int fd, const google::protobuf::MessageLite& message
     if (n < 0 && errno == ENOTSOCK) n = write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::AbortedError(absl::StrCat("writing to the worker: ", std::strerror(errno)));
+      return absl::AbortedError(PosixError("writing to the worker", errno).message());
     }
     done += static_cast<size_t>(n);
   }

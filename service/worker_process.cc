@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/posix_error.h"
 #include "service/worker_pipe.h"
 
 extern char** environ;
@@ -58,13 +59,13 @@ absl::StatusOr<wv1::Hello> WorkerProcess::Start(const std::string& path,
   const std::string command = absl::StrCat(path, " ", absl::StrJoin(args, " "));
   int to_worker[2], from_worker[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, to_worker) != 0) {
-    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+    return PosixError("socketpair", errno);
   }
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, from_worker) != 0) {
     const int error = errno;
     close(to_worker[0]);
     close(to_worker[1]);
-    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(error)));
+    return PosixError("socketpair", error);
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -83,8 +84,10 @@ absl::StatusOr<wv1::Hello> WorkerProcess::Start(const std::string& path,
   if (spawned != 0) {
     close(to_worker[0]);
     close(from_worker[0]);
+    // FAILED_PRECONDITION whatever the errno (see the header): a worker that
+    // cannot be run is the daemon's set-up, not something to retry.
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot start ", command, ": ", std::strerror(spawned)));
+        PosixError(absl::StrCat("cannot start ", command), spawned).message());
   }
   pid_ = pid;
   to_worker_ = to_worker[0];

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
+#include "base/version.h"
 #include "client/bundle.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -314,6 +315,11 @@ TEST_F(CacheEndToEndTest, ReadCommandsAnswerJson) {
   EXPECT_EQ(response.families(), 1);
   EXPECT_EQ(response.binaries(), 1);
   EXPECT_EQ(response.database_path(), daemon_->db_path());
+  // One version for both binaries, the project's.
+  EXPECT_EQ(response.server_version(), kVersion);
+  CommandResult version = Cli({"--version"});
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out, absl::StrCat(kVersion, "\n"));
 }
 
 TEST(MeasuringWithoutGpuTest, JobsAreRefusedWithTheReasonAndChangeNothing) {

@@ -5,17 +5,13 @@
 //   autotune-make-sample --cubin vector_scale.cubin --out sample.json
 //   # bulk data for benchmarks, synthetic (not loadable) cubins:
 //   autotune-make-sample --synthetic-entries 10000 --cubin-bytes 16384 --out big.json
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/sample_bundle.h"
 
@@ -24,42 +20,15 @@ namespace {
 namespace v1 = autotune::v1;
 using autotune::testing::CubinKind;
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return bytes;
-}
-
-// Writes beside `path` and renames, so an importer never reads half a file.
+// Atomically (beside `path`, then renamed), so an importer never reads half
+// a file.
 absl::Status WriteFile(const std::string& path, const std::string& contents) {
   if (path == "-") {
     std::cout << contents;
     std::cout.flush();
     return std::cout ? absl::OkStatus() : absl::DataLossError("cannot write stdout");
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-    }
-    out << contents;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(error)));
-  }
-  return absl::OkStatus();
+  return autotune::WriteFileAtomically(path, contents, "bundle");
 }
 
 absl::StatusOr<std::string> ToJson(const v1::CacheBundle& bundle) {
@@ -109,7 +78,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<v1::CacheBundle> bundle;
   if (!cubin_path.empty()) {
-    absl::StatusOr<std::string> cubin = ReadFile(cubin_path);
+    absl::StatusOr<std::string> cubin = autotune::ReadFile(cubin_path, "--cubin");
     if (!cubin.ok()) {
       std::cerr << "autotune-make-sample: " << cubin.status().message() << "\n";
       return 1;

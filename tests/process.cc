@@ -11,13 +11,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
+#include "base/posix_error.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
 
@@ -52,13 +51,6 @@ bool WaitUntil(pid_t pid, absl::Time deadline, int* exit_code, int* signal_numbe
   }
 }
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
 }  // namespace
 
 CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
@@ -67,7 +59,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   int out_pipe[2], err_pipe[2], in_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
       pipe2(in_pipe, O_CLOEXEC) != 0) {
-    result.err = absl::StrCat("pipe: ", std::strerror(errno));
+    result.err = std::string(PosixError("pipe", errno).message());
     return result;
   }
   posix_spawn_file_actions_t actions;
@@ -86,7 +78,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
     close(in_pipe[1]);
     close(out_pipe[0]);
     close(err_pipe[0]);
-    result.err = absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(spawned));
+    result.err = std::string(PosixError(absl::StrCat("posix_spawn ", argv[0]), spawned).message());
     return result;
   }
   if (!stdin_text.empty()) {
@@ -165,7 +157,7 @@ absl::Status Daemon::Start(absl::Duration timeout) {
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
     pid_ = -1;
-    return absl::InternalError(absl::StrCat("posix_spawn ", args[0], ": ", std::strerror(spawned)));
+    return PosixError(absl::StrCat("posix_spawn ", args[0]), spawned);
   }
   if (has_listen) return absl::OkStatus();  // the caller knows how to reach it
 
@@ -220,7 +212,11 @@ int Daemon::WaitExit(absl::Duration timeout) {
   return code;
 }
 
-std::string Daemon::Stderr() const { return ReadWholeFile(log_path_); }
+std::string Daemon::Stderr() const {
+  absl::StatusOr<std::string> log = ReadFile(log_path_);
+  // A test shows this text when the daemon failed; a missing log says why.
+  return log.ok() ? *std::move(log) : std::string(log.status().message());
+}
 
 std::string EnvironmentOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/sha256.h"
+#include "proto/bundle_parts.h"
 #include "proto/problem.h"
 
 namespace autotune::testing {
@@ -200,7 +201,7 @@ absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& opti
       absl::FormatTime(absl::RFC3339_sec, options.tuned_at, absl::UTCTimeZone());
 
   v1::CacheBundle bundle;
-  bundle.set_format_version(1);
+  bundle.set_format_version(kBundleFormatVersion);
   v1::FamilyRecord* record = bundle.add_families();
   *record->mutable_family() = family;
   record->set_content_hash(family_hash);

@@ -1,0 +1,92 @@
+#include "base/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
+
+namespace autotune {
+namespace {
+
+std::string Context(absl::string_view verb, absl::string_view what, const std::string& path) {
+  return what.empty() ? absl::StrCat(verb, " ", path) : absl::StrCat(verb, " ", what, " ", path);
+}
+
+// Closes on destruction; Close() reports the error close() gives.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  // 0, or the errno of a failed close().
+  int Close() {
+    const int result = close(fd_);
+    fd_ = -1;
+    return result == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError(Context("cannot read", what, path), errno);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError(Context("cannot read", what, path), errno);
+  // A directory opens fine and only fails at the first read; say so early.
+  if (S_ISDIR(st.st_mode)) return PosixError(Context("cannot read", what, path), EISDIR);
+  std::string contents;
+  if (S_ISREG(st.st_mode)) contents.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError(Context("cannot read", what, path), errno);
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  return contents;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
+                                 absl::string_view what) {
+  const std::string temp_path = absl::StrCat(path, ".tmp.", getpid());
+  const std::string context = Context("cannot write", what, path);
+  Fd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (fd.get() < 0) return PosixError(context, errno);
+  int error = 0;
+  for (size_t done = 0; done < contents.size();) {
+    const ssize_t n = write(fd.get(), contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  // close() may be the first to report a full disk (NFS, quotas).
+  const int close_error = fd.Close();
+  if (error == 0) error = close_error;
+  if (error == 0 && std::rename(temp_path.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
+    std::remove(temp_path.c_str());
+    return PosixError(context, error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace autotune

@@ -1,0 +1,110 @@
+#include "base/file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_matchers.h"
+#include "base/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace autotune {
+namespace {
+
+using ::autotune::testing::StatusIs;
+using ::autotune::testing::TempDir;
+using ::testing::ElementsAre;
+
+void WriteRaw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::vector<std::string> FileNames(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ReadFileTest, ReadsEveryByte) {
+  TempDir dir;
+  // Larger than one read buffer, with NUL bytes in it.
+  std::string bytes(200000, 'x');
+  bytes[7] = '\0';
+  bytes.back() = '\0';
+  WriteRaw(dir.File("blob"), bytes);
+  ASSERT_OK_AND_ASSIGN(std::string read, ReadFile(dir.File("blob")));
+  EXPECT_EQ(read, bytes);
+  WriteRaw(dir.File("empty"), "");
+  ASSERT_OK_AND_ASSIGN(std::string empty, ReadFile(dir.File("empty")));
+  EXPECT_EQ(empty, "");
+}
+
+TEST(ReadFileTest, MissingFileNamesItsRoleAndPath) {
+  TempDir dir;
+  const std::string path = dir.File("nope.textproto");
+  EXPECT_THAT(ReadFile(path, "manifest"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("cannot read manifest ", path, ": No such file or directory")));
+  EXPECT_THAT(ReadFile(path),
+              StatusIs(absl::StatusCode::kNotFound,
+                       absl::StrCat("cannot read ", path, ": No such file or directory")));
+}
+
+TEST(ReadFileTest, DirectoryIsRefusedAsSuch) {
+  TempDir dir;
+  EXPECT_THAT(ReadFile(dir.path(), "--tls-key"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("cannot read --tls-key ", dir.path(), ": Is a directory")));
+}
+
+TEST(ReadFileTest, UnreadableFileIsPermissionDenied) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads files whatever their mode";
+  TempDir dir;
+  WriteRaw(dir.File("secret"), "x");
+  ASSERT_EQ(chmod(dir.File("secret").c_str(), 0), 0);
+  EXPECT_THAT(ReadFile(dir.File("secret")),
+              StatusIs(absl::StatusCode::kPermissionDenied, ::testing::HasSubstr("secret")));
+}
+
+TEST(WriteFileAtomicallyTest, ReplacesTheFileAndLeavesNoTemporary) {
+  TempDir dir;
+  const std::string path = dir.File("bundle.json");
+  WriteRaw(path, "old contents, longer than the new");
+  ASSERT_OK(WriteFileAtomically(path, "new", "bundle file"));
+  ASSERT_OK_AND_ASSIGN(std::string read, ReadFile(path));
+  EXPECT_EQ(read, "new");
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("bundle.json"));
+}
+
+TEST(WriteFileAtomicallyTest, MissingDirectoryNamesThePath) {
+  TempDir dir;
+  const std::string path = dir.File("no/such/bundle.json");
+  EXPECT_THAT(WriteFileAtomically(path, "x", "bundle file"),
+              StatusIs(absl::StatusCode::kNotFound, absl::StrCat("cannot write bundle file ", path,
+                                                                 ": No such file or directory")));
+}
+
+TEST(WriteFileAtomicallyTest, FailedRenameRemovesTheTemporary) {
+  TempDir dir;
+  // rename() cannot put a file over a non-empty directory.
+  const std::string path = dir.File("taken");
+  ASSERT_TRUE(std::filesystem::create_directory(path));
+  WriteRaw(dir.File("taken/inside"), "x");
+  EXPECT_THAT(WriteFileAtomically(path, "x"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("cannot write ", path, ": Is a directory")));
+  EXPECT_THAT(FileNames(dir.path()), ElementsAre("taken"));
+}
+
+}  // namespace
+}  // namespace autotune
