@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/paths.h"
@@ -45,8 +46,8 @@ int main(int argc, char** argv) {
                  "GPUs to validate and time kernels on: ordinals like 0,1; 'none' for "
                  "compile-only service (default: all)");
   app.add_option("--variant-timeout", options.variant_timeout_s,
-                 "seconds one kernel launch may run before its variant is TIMEOUT "
-                 "(default 10; a job may set its own)")
+                 absl::StrCat("seconds one kernel launch may run before its variant is TIMEOUT "
+                              "(default ", options.variant_timeout_s, "; a job may set its own)"))
       ->check(CLI::PositiveNumber);
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,

@@ -119,9 +119,182 @@ absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::
   return absl::Seconds(launch * (seeds + 4) + budget * 4) + grace;
 }
 
-ProfileResult ProfilePool::Profile(
-    const wv1::ProfileTask& task,
-    const std::function<void(const wv1::VariantOutcome&)>& on_variant) {
+// One task on one GPU. First the reference alone (a task with no variants):
+// once it is known to run, a worker that hangs or dies later is the
+// variant's doing. Then the variants, from the first not yet answered; a
+// worker lost to a variant is replaced and the rest go to the new one.
+class ProfilePool::TaskRun {
+ public:
+  TaskRun(ProfilePool& pool, Gpu& gpu, const wv1::ProfileTask& task, const OnVariant& on_variant)
+      : pool_(pool),
+        gpu_(gpu),
+        task_(task),
+        on_variant_(on_variant),
+        variant_deadline_(VariantDeadline(task, pool.options_.grace)) {
+    result_.device = gpu.info;
+  }
+
+  ProfileResult Run() && {
+    int send_failures = 0;
+    while (stage_ != Stage::kEnded) {
+      if (!gpu_.process.running()) {
+        absl::Status started = pool_.StartWorker(gpu_, gpu_.info.ordinal());
+        if (!started.ok()) {
+          End(Failed(task_, v1::FAULT, "restart",
+                     absl::StrCat("cannot start a new worker: ", started.message())));
+          break;
+        }
+      }
+      absl::Status sent = gpu_.process.Send(Request());
+      if (!sent.ok()) {
+        // The worker was gone before the task: start a new one and try once
+        // more; a second failure ends the problem.
+        if (++send_failures > 1) {
+          End(Failed(task_, v1::FAULT, "send",
+                     absl::StrCat("cannot send the task to a new worker: ", sent.message())));
+          break;
+        }
+        Lose();
+        continue;
+      }
+      send_failures = 0;
+      if (ReadAnswers() == WorkerAfter::kLost) {
+        Lose();
+        if (stage_ == Stage::kVariants && next_ >= task_.variants_size()) {
+          // The worker went after the last variant: every variant answered.
+          result_.done.set_task_id(task_.task_id());
+          result_.done.set_status(v1::OK);
+          stage_ = Stage::kEnded;
+        }
+      }
+    }
+    return std::move(result_);
+  }
+
+ private:
+  enum class Stage { kReference, kVariants, kEnded };
+  // Whether the worker can take the next request.
+  enum class WorkerAfter { kUsable, kLost };
+
+  wv1::WorkerRequest Request() const {
+    wv1::WorkerRequest request;
+    wv1::ProfileTask* sub = request.mutable_profile();
+    *sub = task_;
+    sub->clear_variants();
+    if (stage_ == Stage::kVariants) {
+      for (int i = next_; i < task_.variants_size(); ++i) *sub->add_variants() = task_.variants(i);
+    }
+    return request;
+  }
+
+  void End(wv1::ProfileDone done) {
+    result_.done = std::move(done);
+    stage_ = Stage::kEnded;
+  }
+
+  // A worker that hung, faulted or died is killed (SIGKILL also takes a
+  // spinning kernel with it) and counted as replaced; the next one starts
+  // when there is work for it.
+  void Lose() {
+    gpu_.process.Kill();
+    ++pool_.replaced_;
+    ++result_.workers_replaced;
+  }
+
+  void Report(wv1::VariantOutcome outcome) {
+    if (on_variant_) on_variant_(outcome);
+    result_.outcomes.push_back(std::move(outcome));
+    ++next_;
+  }
+
+  // Reads what the worker says about the request just sent, until the
+  // request is done or the worker is lost.
+  WorkerAfter ReadAnswers() {
+    const absl::Time started = absl::Now();
+    // The first answer also waits for the reference to run on every seed.
+    absl::Time deadline =
+        started + variant_deadline_ + absl::Seconds(task_.launch_timeout_s() * task_.seeds());
+    while (true) {
+      wv1::WorkerResponse response;
+      absl::Status read = gpu_.process.Receive(deadline, &response);
+      if (read.ok() && response.has_variant() && stage_ == Stage::kVariants &&
+          next_ < task_.variants_size() &&
+          response.variant().variant_id() == task_.variants(next_).id()) {
+        const v1::VariantStatus status = response.variant().status();
+        Report(std::move(*response.mutable_variant()));
+        deadline = absl::Now() + variant_deadline_;
+        // After a hang or a fault the worker exits by itself; SIGKILL makes
+        // sure a spinning kernel goes with it.
+        if (status == v1::TIMEOUT || status == v1::FAULT) return WorkerAfter::kLost;
+        continue;
+      }
+      if (read.ok() && response.has_profile_done()) {
+        return Done(std::move(*response.mutable_profile_done()));
+      }
+      // Nothing usable: a deadline, a dead worker, or a stray message.
+      std::string why;
+      v1::VariantStatus status = v1::FAULT;
+      if (absl::IsDeadlineExceeded(read)) {
+        status = v1::TIMEOUT;
+        why = absl::StrCat("the worker did not answer within ",
+                           absl::FormatDuration(absl::Now() - started),
+                           "; it was killed (SIGKILL)");
+        gpu_.process.Kill();
+      } else if (read.ok()) {
+        why = "the worker sent an unexpected message";
+      } else {
+        why = absl::StrCat("the worker ", gpu_.process.ExitReason(), " (", read.message(), ")");
+      }
+      spdlog::warn("profile {}: {}", task_.context(), why);
+      if (stage_ == Stage::kReference) {
+        Lose();
+        End(Failed(task_, status, "reference", why));
+        return WorkerAfter::kUsable;  // lost already, and the task has ended
+      }
+      if (next_ < task_.variants_size()) {
+        Report(Lost(task_, task_.variants(next_), status, why));
+      }
+      return WorkerAfter::kLost;
+    }
+  }
+
+  // The worker says the request is done.
+  WorkerAfter Done(wv1::ProfileDone done) {
+    if (done.status() != v1::OK) {
+      // The reference failed or the problem does not fit: the whole problem
+      // ends here.
+      if (done.status() == v1::TIMEOUT || done.status() == v1::FAULT) Lose();
+      End(std::move(done));
+      return WorkerAfter::kUsable;
+    }
+    if (stage_ == Stage::kReference) {
+      // The reference runs; now the variants, on the same worker.
+      stage_ = Stage::kVariants;
+      if (task_.variants_size() == 0) End(std::move(done));
+      return WorkerAfter::kUsable;
+    }
+    if (next_ < task_.variants_size()) {
+      // Answers for some variants are missing: a worker bug. Blame none.
+      End(Failed(task_, v1::FAULT, "protocol",
+                 absl::StrCat("the worker ended the task after ", next_, " of ",
+                              task_.variants_size(), " variants")));
+      return WorkerAfter::kUsable;
+    }
+    End(std::move(done));
+    return WorkerAfter::kUsable;
+  }
+
+  ProfilePool& pool_;
+  Gpu& gpu_;
+  const wv1::ProfileTask& task_;
+  const OnVariant& on_variant_;
+  const absl::Duration variant_deadline_;
+  Stage stage_ = Stage::kReference;
+  int next_ = 0;  // the first variant not yet answered (kVariants)
+  ProfileResult result_;
+};
+
+ProfileResult ProfilePool::Profile(const wv1::ProfileTask& task, const OnVariant& on_variant) {
   Gpu* gpu = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -137,148 +310,7 @@ ProfileResult ProfilePool::Profile(
     }
     gpu->busy = true;
   }
-  ProfileResult result;
-  result.device = gpu->info;
-  const absl::Duration variant_deadline = VariantDeadline(task, options_.grace);
-  const int count = task.variants_size();
-
-  // A worker that hung, faulted or died is killed (SIGKILL also takes a
-  // spinning kernel with it) and counted as replaced; the next one starts
-  // when there is work for it.
-  auto lose = [&] {
-    gpu->process.Kill();
-    ++replaced_;
-    ++result.workers_replaced;
-  };
-  // False when a new worker cannot start.
-  auto start = [&]() -> bool {
-    absl::Status started = StartWorker(*gpu, gpu->info.ordinal());
-    if (!started.ok()) {
-      result.done = Failed(task, v1::FAULT, "restart",
-                           absl::StrCat("cannot start a new worker: ", started.message()));
-      return false;
-    }
-    return true;
-  };
-
-  // First the reference alone (a task with no variants): once it is known to
-  // run, a worker that hangs or dies later is the variant's doing.
-  int next = -1;  // -1: the reference check
-  int send_failures = 0;
-  while (true) {
-    if (!gpu->process.running() && !start()) break;
-    wv1::WorkerRequest request;
-    wv1::ProfileTask* sub = request.mutable_profile();
-    *sub = task;
-    sub->clear_variants();
-    for (int i = std::max(next, 0); next >= 0 && i < count; ++i) *sub->add_variants() = task.variants(i);
-    absl::Status sent = gpu->process.Send(request);
-    bool restarted = false;
-    const absl::Time started = absl::Now();
-    // The first answer also waits for the reference to run on every seed.
-    absl::Time deadline = started + variant_deadline +
-                          absl::Seconds(task.launch_timeout_s() * task.seeds());
-    while (sent.ok()) {
-      wv1::WorkerResponse response;
-      absl::Status read = gpu->process.Receive(deadline, &response);
-      if (read.ok() && response.has_variant() && next >= 0 && next < count &&
-          response.variant().variant_id() == task.variants(next).id()) {
-        wv1::VariantOutcome outcome = std::move(*response.mutable_variant());
-        const bool lost_worker = outcome.status() == v1::TIMEOUT || outcome.status() == v1::FAULT;
-        if (on_variant) on_variant(outcome);
-        result.outcomes.push_back(std::move(outcome));
-        ++next;
-        deadline = absl::Now() + variant_deadline;
-        if (lost_worker) {
-          // The worker exits by itself; SIGKILL makes sure a spinning kernel
-          // goes with it.
-          restarted = true;
-          break;
-        }
-        continue;
-      }
-      if (read.ok() && response.has_profile_done()) {
-        wv1::ProfileDone done = std::move(*response.mutable_profile_done());
-        if (done.status() != v1::OK) {
-          // The reference failed or the problem does not fit: the whole
-          // problem ends here.
-          if (done.status() == v1::TIMEOUT || done.status() == v1::FAULT) lose();
-          result.done = std::move(done);
-          next = count + 1;
-          break;
-        }
-        if (next < 0) {
-          next = 0;  // the reference runs; now the variants
-          if (count == 0) {
-            result.done = std::move(done);
-            next = count + 1;
-          }
-          break;
-        }
-        if (next < count) {
-          // Answers for some variants are missing: a worker bug. Blame none.
-          result.done = Failed(task, v1::FAULT, "protocol",
-                               absl::StrCat("the worker ended the task after ", next, " of ",
-                                            count, " variants"));
-          next = count + 1;
-          break;
-        }
-        result.done = std::move(done);
-        next = count + 1;
-        break;
-      }
-      // Nothing usable: a deadline, a dead worker, or a stray message.
-      std::string why;
-      v1::VariantStatus status = v1::FAULT;
-      if (absl::IsDeadlineExceeded(read)) {
-        status = v1::TIMEOUT;
-        why = absl::StrCat("the worker did not answer within ",
-                           absl::FormatDuration(absl::Now() - started),
-                           "; it was killed (SIGKILL)");
-        gpu->process.Kill();
-      } else if (read.ok()) {
-        why = "the worker sent an unexpected message";
-      } else {
-        why = absl::StrCat("the worker ", gpu->process.ExitReason(), " (", read.message(), ")");
-      }
-      spdlog::warn("profile {}: {}", task.context(), why);
-      if (next < 0) {
-        result.done = Failed(task, status, "reference", why);
-        lose();
-        next = count + 1;
-        break;
-      }
-      if (next < count) {
-        wv1::VariantOutcome outcome = Lost(task, task.variants(next), status, why);
-        if (on_variant) on_variant(outcome);
-        result.outcomes.push_back(std::move(outcome));
-        ++next;
-      }
-      restarted = true;
-      break;
-    }
-    if (!sent.ok()) {
-      // The worker was gone before the task: start a new one and try once
-      // more; a second failure ends the problem.
-      if (++send_failures > 1) {
-        result.done = Failed(task, v1::FAULT, "send",
-                             absl::StrCat("cannot send the task to a new worker: ", sent.message()));
-        break;
-      }
-      lose();
-      continue;
-    }
-    send_failures = 0;
-    if (next > count) break;
-    if (restarted) {
-      lose();
-      if (next >= count) {
-        result.done.set_task_id(task.task_id());
-        result.done.set_status(v1::OK);
-        break;
-      }
-    }
-  }
+  ProfileResult result = TaskRun(*this, *gpu, task, on_variant).Run();
   {
     absl::MutexLock lock(&mu_);
     gpu->busy = false;

@@ -68,14 +68,14 @@ class ProfilePool {
 
   // Runs `task` on a free GPU. `on_variant` is called for each outcome as it
   // arrives (from the calling thread).
-  ProfileResult Profile(const worker::v1::ProfileTask& task,
-                        const std::function<void(const worker::v1::VariantOutcome&)>& on_variant =
-                            nullptr);
+  using OnVariant = std::function<void(const worker::v1::VariantOutcome&)>;
+  ProfileResult Profile(const worker::v1::ProfileTask& task, const OnVariant& on_variant = nullptr);
 
   // The deadline for one variant of `task` (exposed for tests).
   static absl::Duration VariantDeadline(const worker::v1::ProfileTask& task, absl::Duration grace);
 
  private:
+  class TaskRun;
   struct Gpu {
     worker::v1::DeviceInfo info;
     WorkerProcess process;  // not running after a kill, until restarted

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kernels/profile_task.h"
 
 namespace autotune::service {
 
@@ -48,7 +49,7 @@ struct ServerOptions {
   // jobs), else ordinals "0,2". Workers start with the first job that
   // measures.
   std::string gpus;
-  double variant_timeout_s = 10;  // per launch, when a job gives none
+  double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;  // per launch, when a job gives none
 };
 
 class Server {
