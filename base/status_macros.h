@@ -14,17 +14,17 @@
 #define AUTOTUNE_CONCAT_INNER_(a, b) a##b
 #define AUTOTUNE_CONCAT_(a, b) AUTOTUNE_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status autotune_status_ = (expr);        \
+#define RETURN_IF_ERROR(expr)                            \
+  do {                                                   \
+    ::absl::Status autotune_status_ = (expr);            \
     if (!autotune_status_.ok()) return autotune_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(AUTOTUNE_CONCAT_(autotune_statusor_, __LINE__), lhs, expr)
 
-#define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                           \
+#define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)        \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

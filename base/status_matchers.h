@@ -23,8 +23,7 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
   return status_or.status();
 }
 
-MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + absl::StatusCodeToString(code)) {
+MATCHER_P2(StatusIs, code, message_matcher, "has code " + absl::StatusCodeToString(code)) {
   const absl::Status& status = ::autotune::testing::GetStatus(arg);
   *result_listener << "status is " << status;
   return status.code() == code &&

@@ -70,14 +70,14 @@
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/posix_error.h"
-#include "base/status_macros.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_macros.h"
 #include "cache/store.h"
 #include "kernels/compiler.h"
 #include "kernels/family_loader.h"
 #include "kernels/manifest.h"
 #include "kernels/search_space.h"
+#include "proto/problem.h"
 #include "proto/worker.pb.h"
 #include "service/compile_pool.h"
 
@@ -257,13 +257,14 @@ struct Workload {
   std::string arch;
   std::vector<std::string> families;  // names, in manifest order
   int64_t problems = 0;
-  int64_t variants = 0;  // over all problems, before removing duplicates
-  int64_t distinct = 0;  // distinct compile keys (references included)
+  int64_t variants = 0;     // over all problems, before removing duplicates
+  int64_t distinct = 0;     // distinct compile keys (references included)
   std::vector<Task> tasks;  // the benchmarked subset
 };
 
 // The compile tasks of the manifest as a warmup job builds them.
-absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::string& nvrtc_version,
+absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options,
+                                       const std::string& nvrtc_version,
                                        const std::string& source_dir) {
   Workload work;
   work.manifest_path = options.manifest.empty()
@@ -274,9 +275,9 @@ absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::s
   absl::flat_hash_map<std::string, v1::KernelFamily> families;
   for (v1::KernelFamily& family : loaded) families[family.name()] = std::move(family);
   ASSIGN_OR_RETURN(v1::Manifest manifest, kernels::LoadManifestFile(work.manifest_path));
-  work.arch = !options.arch.empty()          ? options.arch
+  work.arch = !options.arch.empty()      ? options.arch
               : !manifest.arch().empty() ? manifest.arch()
-                                             : "sm_90";
+                                         : "sm_90";
   ASSIGN_OR_RETURN(std::vector<kernels::ManifestProblem> problems,
                    kernels::ExpandManifest(manifest, families));
   work.problems = static_cast<int64_t>(problems.size());
@@ -328,7 +329,10 @@ absl::StatusOr<Workload> BuildWorkload(const BenchOptions& options, const std::s
 // Empty when `cubin` is a plausible image holding `symbol`, else why not.
 std::string CheckCubin(const std::string& cubin, const std::string& symbol) {
   if (cubin.size() < 64) return absl::StrCat("image of ", cubin.size(), " bytes");
-  if (cubin.compare(0, 4, "\x7f" "ELF") != 0) return "no ELF magic";
+  if (cubin.compare(0, 4,
+                    "\x7f"
+                    "ELF") != 0)
+    return "no ELF magic";
   if (symbol.empty()) return "no kernel symbol name";
   if (cubin.find(symbol) == std::string::npos) {
     return absl::StrCat("symbol '", symbol, "' is not in the image");
@@ -340,7 +344,7 @@ std::string CheckCubin(const std::string& cubin, const std::string& symbol) {
 struct Outcome {
   bool ok = false;
   std::string cubin;
-  std::string error;  // when !ok
+  std::string error;   // when !ok
   double seconds = 0;  // the compile alone, as seen by whoever ran it
 };
 
@@ -473,8 +477,8 @@ RunResult RunThreads(const Workload& work, int workers, const kernels::Nvrtc& nv
     Outcome& outcome = run.outcomes[i];
     outcome.seconds = Seconds(Clock::now() - start);
     if (result.status != kernels::CompileStatus::kOk) {
-      outcome.error = absl::StrCat(work.tasks[i].request.name_expression, ": ",
-                                   result.log.substr(0, 500));
+      outcome.error =
+          absl::StrCat(work.tasks[i].request.name_expression, ": ", result.log.substr(0, 500));
       return;
     }
     outcome.error = CheckCubin(result.cubin, result.lowered_name);
@@ -511,9 +515,9 @@ RunResult RunNvcc(const Workload& work, int workers, const std::string& nvcc,
       return;
     }
     if (!WIFEXITED(process->exit_status) || WEXITSTATUS(process->exit_status) != 0) {
-      outcome.error = absl::StrCat(task.request.name_expression, ": nvcc ",
-                                   DescribeExit(process->exit_status), ": ",
-                                   process->output.substr(0, 500));
+      outcome.error =
+          absl::StrCat(task.request.name_expression, ": nvcc ", DescribeExit(process->exit_status),
+                       ": ", process->output.substr(0, 500));
       fs::remove(out, ignored);
       return;
     }
@@ -610,8 +614,9 @@ WarmResult RunWarm(const Workload& work, const std::vector<Outcome>& compiled,
       if (!with_binary) continue;
       absl::StatusOr<v1::Binary> binary = (*store)->GetBinary(record.binary_sha256);
       if (!binary.ok() || binary->cubin() != compiled[i].cubin) {
-        fail(absl::StrCat("GetBinary ", record.binary_sha256, ": ",
-                          binary.ok() ? "different bytes" : std::string(binary.status().message())));
+        fail(
+            absl::StrCat("GetBinary ", record.binary_sha256, ": ",
+                         binary.ok() ? "different bytes" : std::string(binary.status().message())));
       }
     }
     return Seconds(Clock::now() - start) * 1e6 / static_cast<double>(stored.size());
@@ -674,18 +679,18 @@ int Run(const BenchOptions& options) {
             << "date:        " << facts.date << "\n"
             << "machine:     nproc " << facts.nproc << " ("
             << (facts.physical_cores > 0 ? absl::StrCat(facts.physical_cores) : "unknown")
-            << " physical cores), CPU " << facts.cpu_model << ", "
-            << facts.kernel << ", load average " << facts.load_average << "\n"
+            << " physical cores), CPU " << facts.cpu_model << ", " << facts.kernel
+            << ", load average " << facts.load_average << "\n"
             << "NVRTC:       " << facts.nvrtc_version << " (" << facts.nvrtc_path << ")\n";
-  if (wants("nvcc")) std::cout << "nvcc:        " << options.nvcc << ": " << facts.nvcc_version << "\n";
+  if (wants("nvcc"))
+    std::cout << "nvcc:        " << options.nvcc << ": " << facts.nvcc_version << "\n";
   if (wants("pool")) std::cout << "worker:      " << worker_path << "\n";
   std::cout << "manifest:    " << work->manifest_path << " (families "
-            << absl::StrJoin(work->families, ", ") << ", arch " << work->arch << "): "
-            << work->problems << " problems, " << work->variants << " variants, "
+            << absl::StrJoin(work->families, ", ") << ", arch " << work->arch
+            << "): " << work->problems << " problems, " << work->variants << " variants, "
             << work->distinct << " distinct compiles (references included)\n"
             << "benchmarked: " << work->tasks.size() << " distinct compiles"
-            << (static_cast<int64_t>(work->tasks.size()) < work->distinct ? ", evenly spaced"
-                                                                           : "")
+            << (static_cast<int64_t>(work->tasks.size()) < work->distinct ? ", evenly spaced" : "")
             << "; workers " << absl::StrJoin(options.workers, ",") << "; methods "
             << absl::StrJoin(methods, ",") << "; repeat " << options.repeat << "\n"
             << std::flush;
@@ -744,13 +749,14 @@ int Run(const BenchOptions& options) {
         } else {
           run = RunNvcc(*work, n, options.nvcc, scratch->path());
         }
-        std::cout << absl::StrFormat(
-                         "  run %d: %-7s N=%-2d %7.2f s  %7.2f variants/s  %lld ok  %lld errors%s\n",
-                         rep + 1, method, n, run.wall_s,
-                         run.wall_s > 0 ? static_cast<double>(run.ok) / run.wall_s : 0.0,
-                         static_cast<long long>(run.ok), static_cast<long long>(run.errors),
-                         run.first_error.empty() ? "" : absl::StrCat("  first: ", run.first_error))
-                  << std::flush;
+        std::cout
+            << absl::StrFormat(
+                   "  run %d: %-7s N=%-2d %7.2f s  %7.2f variants/s  %lld ok  %lld errors%s\n",
+                   rep + 1, method, n, run.wall_s,
+                   run.wall_s > 0 ? static_cast<double>(run.ok) / run.wall_s : 0.0,
+                   static_cast<long long>(run.ok), static_cast<long long>(run.errors),
+                   run.first_error.empty() ? "" : absl::StrCat("  first: ", run.first_error))
+            << std::flush;
         errors += run.errors;
         if (first_error.empty() && !run.first_error.empty()) first_error = run.first_error;
         if (method != "nvcc") {
@@ -828,8 +834,9 @@ int Run(const BenchOptions& options) {
   std::cout << absl::StrFormat("| %-7s | %3s | %8s | %10s | %7s | %10s | %9s | %7s | %6s |\n",
                                "method", "N", "wall s", "variants/s", "speedup", "efficiency",
                                "s/compile", "CPU use", "errors");
-  std::cout << "| ------- | --: | -------: | ---------: | ------: | ---------: | --------: | ------: "
-               "| -----: |\n";
+  std::cout
+      << "| ------- | --: | -------: | ---------: | ------: | ---------: | --------: | ------: "
+         "| -----: |\n";
   for (const Row& row : rows) {
     std::cout << absl::StrFormat(
         "| %-7s | %3d | %8.2f | %10.2f | %7.2f | %10.2f | %9.3f | %7s | %6lld |\n", row.method,
@@ -841,7 +848,8 @@ int Run(const BenchOptions& options) {
   if (wants("pool")) {
     std::cout << "\npool start + warm-up of all N workers (not in the wall time):";
     for (const Row& row : rows) {
-      if (row.method == "pool") std::cout << "  N=" << row.workers << " " << Fixed(row.setup_s, 2) << " s";
+      if (row.method == "pool")
+        std::cout << "  N=" << row.workers << " " << Fixed(row.setup_s, 2) << " s";
     }
     std::cout << "\n";
   }
@@ -859,8 +867,7 @@ int Run(const BenchOptions& options) {
     if (first_error.empty() && !warm.first_error.empty()) first_error = warm.first_error;
     std::cout << "\nWarm rerun (cache::Store in a temp SQLite file, " << warm.keys << " keys, "
               << warm.database_bytes << " bytes on disk):\n"
-              << "  PutCompile                        " << Fixed(warm.put_us, 1)
-              << " us/variant\n"
+              << "  PutCompile                        " << Fixed(warm.put_us, 1) << " us/variant\n"
               << "  FindCompile, first pass           " << Fixed(warm.find_first_us, 1)
               << " us/variant\n"
               << "  FindCompile, median of " << warm.passes << " passes    "

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/status_macros.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_macros.h"
 #include "proto/autotune.pb.h"
+#include "proto/problem.h"
 
 namespace autotune::cache::schema {
 namespace {

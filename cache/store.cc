@@ -28,15 +28,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/posix_error.h"
-#include "base/status_macros.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_macros.h"
 #include "cache/schema.h"
 #include "cache/sqlite.h"
 #include "cache/strings.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/bundle_parts.h"
+#include "proto/problem.h"
 
 namespace autotune::cache {
 namespace {
@@ -188,8 +188,8 @@ absl::StatusOr<std::string> ValidateBinary(const v1::Binary& binary, absl::strin
 
 std::string EntryKeyText(const v1::Entry& entry) {
   return absl::StrCat(entry.family(), "@", entry.family_hash(), " ",
-                      FormatDims(entry.problem().dims()), " ",
-                      DTypeName(entry.problem().dtype()), " on ", entry.device().name());
+                      FormatDims(entry.problem().dims()), " ", DTypeName(entry.problem().dtype()),
+                      " on ", entry.device().name());
 }
 
 // ---- Entry filters ------------------------------------------------------------
@@ -813,8 +813,9 @@ absl::StatusOr<std::string> Store::PutCompile(const CompileRecord& record,
     ASSIGN_OR_RETURN(sha256, ValidateBinary(binary, "compile.binary", /*require_sha256=*/false));
   }
   const std::string created_at =
-      record.created_at.empty() ? absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())
-                                : record.created_at;
+      record.created_at.empty()
+          ? absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())
+          : record.created_at;
   absl::MutexLock lock(&impl_->writer_mu);
   Connection& db = *impl_->writer;
   ASSIGN_OR_RETURN(Transaction transaction, Transaction::Begin(db, Transaction::Kind::kWrite));

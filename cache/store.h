@@ -48,10 +48,10 @@ namespace autotune::cache {
 inline constexpr int kSchemaVersion = 3;
 
 struct StoreOptions {
-  std::string path;              // the SQLite file; its directory must exist
-  int readers = 4;               // pooled read connections
+  std::string path;  // the SQLite file; its directory must exist
+  int readers = 4;   // pooled read connections
   absl::Duration busy_timeout = absl::Seconds(5);
-  bool exclusive = true;         // take the "<path>.lock" flock
+  bool exclusive = true;  // take the "<path>.lock" flock
   // Testing only: stop migrating at this version (0 = kSchemaVersion).
   // Never downgrades: a database already past it stays at its version.
   int migrate_to = 0;
@@ -100,7 +100,7 @@ struct GarbageCollectResult {
 };
 
 struct StoreStats {
-  int64_t families = 0;        // distinct names
+  int64_t families = 0;  // distinct names
   int64_t entries = 0;
   int64_t binaries = 0;
   int64_t binary_bytes = 0;
@@ -161,13 +161,12 @@ class Store {
   // for a new name). The name must match [a-z][a-z0-9_]* (INVALID_ARGUMENT
   // "family.name ..."). Storing an existing version keeps its registered_at;
   // `builtin` is sticky: once a version is marked built-in it stays so.
-  absl::StatusOr<FamilyRecord> PutFamily(const v1::KernelFamily& family,
-                                         bool builtin, bool* changed = nullptr);
+  absl::StatusOr<FamilyRecord> PutFamily(const v1::KernelFamily& family, bool builtin,
+                                         bool* changed = nullptr);
   // The current version of `name`. NOT_FOUND: "unknown family 'name'".
   absl::StatusOr<FamilyRecord> GetFamily(std::string_view name) const;
   // A specific version. NOT_FOUND when that hash was never stored.
-  absl::StatusOr<FamilyRecord> GetFamilyVersion(std::string_view name,
-                                                std::string_view hash) const;
+  absl::StatusOr<FamilyRecord> GetFamilyVersion(std::string_view name, std::string_view hash) const;
   // Current version of every family, by name, with entry counts (entries of
   // the current hash only). config_count is the product of the parameters'
   // value counts, before constraints.
@@ -230,9 +229,8 @@ class Store {
   //    "12.9"); entries with no nvrtc_version are never "older". Bad version
   //    text is INVALID_ARGUMENT "filter.nvrtc_older_than: ...". Needs schema
   //    version 2 (FAILED_PRECONDITION on a migrate_to=1 store).
-  absl::StatusOr<std::vector<v1::Entry>> ListEntries(const v1::EntryFilter& filter,
-                                                     int limit, int offset,
-                                                     int64_t* total = nullptr) const;
+  absl::StatusOr<std::vector<v1::Entry>> ListEntries(const v1::EntryFilter& filter, int limit,
+                                                     int offset, int64_t* total = nullptr) const;
   // Removes entries matching `filter` and the measurements of the same
   // scope. An empty filter matches everything (callers decide whether to
   // allow that). With dry_run, reports and changes nothing.

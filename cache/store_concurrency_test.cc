@@ -9,13 +9,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "base/status_matchers.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_matchers.h"
 #include "cache/store.h"
 #include "cache/store_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 
 namespace autotune::cache {
 namespace {

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/status_matchers.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_matchers.h"
 #include "cache/schema.h"
 #include "cache/store.h"
 #include "cache/store_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 
 namespace autotune::cache {
 namespace {

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/status_matchers.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_matchers.h"
 #include "cache/store_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 
 namespace autotune::cache {
 namespace {
@@ -965,16 +965,22 @@ TEST_F(StoreTest, CompileOutcomesAreKeptByKeyWithTheirBinary) {
   ok.arch = "sm_90";
   ok.family = "scale";
   ok.family_hash = "h";
-  ASSERT_OK_AND_ASSIGN(const std::string sha256, store_->PutCompile(ok, "\x7f" "ELF cubin bytes"));
-  EXPECT_EQ(sha256, Sha256Hex("\x7f" "ELF cubin bytes"));
+  ASSERT_OK_AND_ASSIGN(const std::string sha256, store_->PutCompile(ok,
+                                                                    "\x7f"
+                                                                    "ELF cubin bytes"));
+  EXPECT_EQ(sha256, Sha256Hex("\x7f"
+                              "ELF cubin bytes"));
   ASSERT_OK_AND_ASSIGN(std::optional<CompileRecord> found, store_->FindCompile("key-ok"));
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->status, v1::OK);
-  EXPECT_EQ(found->binary_sha256, Sha256Hex("\x7f" "ELF cubin bytes"));
+  EXPECT_EQ(found->binary_sha256, Sha256Hex("\x7f"
+                                            "ELF cubin bytes"));
   EXPECT_EQ(found->lowered_name, "scale");
   EXPECT_EQ(found->log, "a warning");
   ASSERT_OK_AND_ASSIGN(v1::Binary binary, store_->GetBinary(found->binary_sha256));
-  EXPECT_EQ(binary.cubin(), "\x7f" "ELF cubin bytes");
+  EXPECT_EQ(binary.cubin(),
+            "\x7f"
+            "ELF cubin bytes");
 
   CompileRecord error = ok;
   error.compile_key = "key-error";

@@ -17,15 +17,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "base/temp_dir.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/temp_dir.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "proto/autotune.pb.h"
+#include "proto/problem.h"
 
 namespace autotune::cache::testing {
 

@@ -24,7 +24,6 @@
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
-#include "base/file.h"
 #include "proto/problem.h"
 
 namespace autotune::client {
@@ -494,8 +493,8 @@ class WarmupProgressPrinter {
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(kWidth * done / total);
-      out_ << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
-           << done << "/" << total << " compiles";
+      out_ << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done
+           << "/" << total << " compiles";
       if (counts.compile_errors() > 0) out_ << ", " << counts.compile_errors() << " errors";
       bar_shown_ = true;
       return;

@@ -8,10 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/status_macros.h"
-#include "base/file.h"
-#include "proto/problem.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "proto/problem.h"
 
 namespace autotune::client {
 namespace {
@@ -43,7 +42,8 @@ absl::StatusOr<v1::Problem> ProblemFromFlags(const ProblemFlags& flags) {
     return absl::InvalidArgumentError("--dtype is required (e.g. --dtype bf16)");
   absl::StatusOr<std::map<std::string, int64_t>> dims = ParseDims(flags.dims);
   if (!dims.ok()) return FlagError("--dims", flags.dims, dims.status().message());
-  if (dims->empty()) return FlagError("--dims", flags.dims, "no dimensions; expected name=value,...");
+  if (dims->empty())
+    return FlagError("--dims", flags.dims, "no dimensions; expected name=value,...");
   absl::StatusOr<v1::DType> dtype = ParseDType(flags.dtype);
   if (!dtype.ok()) {
     return FlagError("--dtype", flags.dtype, absl::StrCat("expected one of ", DTypeNameList()));

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "proto/problem.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/problem.h"
 
 namespace autotune::client {
 namespace {
@@ -27,8 +27,7 @@ void Field(std::ostream& out, absl::string_view key, absl::string_view value) {
 }
 
 std::string ProblemLine(absl::string_view family, const v1::Problem& problem) {
-  return absl::StrCat(family, "  ", FormatDims(problem.dims()), "  ",
-                      DTypeName(problem.dtype()));
+  return absl::StrCat(family, "  ", FormatDims(problem.dims()), "  ", DTypeName(problem.dtype()));
 }
 
 std::string TimingText(const v1::TimingStats& timing) {
@@ -341,8 +340,7 @@ void PrintKernelTable(const v1::ListKernelsResponse& kernels, std::ostream& out)
     std::vector<std::string> dims;
     for (const v1::ProblemDimension& dim : kernel.dims()) dims.push_back(dim.name());
     std::vector<absl::string_view> dtypes;
-    for (int dtype : kernel.dtypes())
-      dtypes.push_back(DTypeName(static_cast<v1::DType>(dtype)));
+    for (int dtype : kernel.dtypes()) dtypes.push_back(DTypeName(static_cast<v1::DType>(dtype)));
     table.AddRow({kernel.name(), kernel.content_hash().substr(0, 12), absl::StrJoin(dims, ","),
                   absl::StrJoin(dtypes, ","), absl::StrCat(kernel.config_count()),
                   absl::StrCat(kernel.entry_count()), kernel.builtin() ? "builtin" : "registered",

@@ -2,8 +2,8 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <unistd.h>
 #include <nvrtc.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
@@ -274,7 +274,6 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
   return result;
 }
 
-
 }  // namespace
 
 Nvrtc::Nvrtc() = default;
@@ -365,6 +364,5 @@ CompileResult Compile(const Nvrtc& nvrtc, const CompileRequest& request) {
     return Failed(absl::StrCat("compile failed: ", e.what()));
   }
 }
-
 
 }  // namespace autotune::kernels

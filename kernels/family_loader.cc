@@ -14,11 +14,11 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status_macros.h"
-#include "proto/problem.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "kernels/expression.h"
 #include "kernels/search_space.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {
@@ -26,7 +26,6 @@ namespace {
 using google::protobuf::TextFormat;
 
 constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
-
 
 // Keeps the first syntax error of a text-format file.
 class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
@@ -47,8 +46,6 @@ class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
   std::string path_;
   std::string error_;
 };
-
-
 
 // "kernel", "ns::kernel", "::ns::kernel".
 bool IsQualifiedName(absl::string_view name) {

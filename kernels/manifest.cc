@@ -9,19 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "base/status_macros.h"
 #include "base/sha256.h"
-#include "proto/problem.h"
+#include "base/status_macros.h"
 #include "kernels/family_loader.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {
 
 using google::protobuf::TextFormat;
-
-
-
-
 
 class ManifestChecker {
  public:

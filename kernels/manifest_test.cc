@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
-#include "proto/problem.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {

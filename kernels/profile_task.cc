@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/sha256.h"
-#include "base/sha256.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -37,10 +36,10 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
   }
   if (!(settings.launch_timeout_s > 0) || !(settings.timing_budget_s > 0) ||
       settings.min_samples <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context, ": launch_timeout_s (", settings.launch_timeout_s, "), timing_budget_s (",
-        settings.timing_budget_s, ") and min_samples (", settings.min_samples,
-        ") must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": launch_timeout_s (", settings.launch_timeout_s,
+                     "), timing_budget_s (", settings.timing_budget_s, ") and min_samples (",
+                     settings.min_samples, ") must be positive"));
   }
   const v1::Tolerance* tolerance = nullptr;
   for (const v1::Tolerance& candidate : family.tolerances()) {
@@ -85,8 +84,9 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
     buffer->set_name(family.buffers(i).name());
     buffer->set_role(family.buffers(i).role());
     *buffer->mutable_fill() = family.buffers(i).fill();
-    buffer->set_dtype(family.buffers(i).dtype() == v1::DTYPE_UNSPECIFIED ? problem.dtype()
-                                                                         : family.buffers(i).dtype());
+    buffer->set_dtype(family.buffers(i).dtype() == v1::DTYPE_UNSPECIFIED
+                          ? problem.dtype()
+                          : family.buffers(i).dtype());
   }
   const Variant* first = nullptr;
   for (const CompiledVariant& compiled : variants) {
@@ -101,16 +101,16 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
     // on them.
     for (size_t i = 0; i < variant.scalars.size(); ++i) {
       if (variant.scalars[i].value != first->scalars[i].value) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            context, ": scalars[", i, "] '", variant.scalars[i].name,
-            "' differs between configs (", ConfigLabel(family, first->config), ": ",
-            first->scalars[i].value, ", ", ConfigLabel(family, variant.config), ": ",
-            variant.scalars[i].value, "); the reference cannot be run with both"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(context, ": scalars[", i, "] '", variant.scalars[i].name,
+                         "' differs between configs (", ConfigLabel(family, first->config), ": ",
+                         first->scalars[i].value, ", ", ConfigLabel(family, variant.config), ": ",
+                         variant.scalars[i].value, "); the reference cannot be run with both"));
       }
     }
     if (compiled.kernel.cubin.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, " [", ConfigLabel(family, variant.config), "]: no cubin"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, " [", ConfigLabel(family, variant.config), "]: no cubin"));
     }
     wv1::KernelImage* image = task.add_variants();
     image->set_id(compiled.id.empty() ? absl::StrCat(variant.index) : compiled.id);

@@ -45,8 +45,8 @@ class MakeProfileTaskTest : public ::testing::Test {
 };
 
 TEST_F(MakeProfileTaskTest, DescribesTheProblemTheKernelsAndTheTolerance) {
-  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task, MakeProfileTask(family_, problem_, space_,
-                                                              reference_, compiled_, {}));
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                       MakeProfileTask(family_, problem_, space_, reference_, compiled_, {}));
   EXPECT_EQ(task.context(), "rmsnorm hidden=1024,rows=4 bf16");
   ASSERT_EQ(task.buffers_size(), 3);
   EXPECT_EQ(task.buffers(0).name(), "x");
@@ -81,15 +81,16 @@ TEST_F(MakeProfileTaskTest, DescribesTheProblemTheKernelsAndTheTolerance) {
 }
 
 TEST_F(MakeProfileTaskTest, TheSeedIsStablePerProblemAndDiffersBetweenProblems) {
-  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask a, MakeProfileTask(family_, problem_, space_, reference_,
-                                                           compiled_, {}));
-  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask b, MakeProfileTask(family_, problem_, space_, reference_,
-                                                           compiled_, {}));
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask a,
+                       MakeProfileTask(family_, problem_, space_, reference_, compiled_, {}));
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask b,
+                       MakeProfileTask(family_, problem_, space_, reference_, compiled_, {}));
   EXPECT_EQ(a.base_seed(), b.base_seed());
   const v1::Problem other = Problem(8, 1024);
   ASSERT_OK_AND_ASSIGN(SearchSpace other_space, ExpandSearchSpace(family_, other));
-  std::vector<CompiledVariant> other_compiled = {
-      {.variant = &other_space.variants[0], .kernel = {.cubin = "c", .lowered_name = "f"}, .id = ""}};
+  std::vector<CompiledVariant> other_compiled = {{.variant = &other_space.variants[0],
+                                                  .kernel = {.cubin = "c", .lowered_name = "f"},
+                                                  .id = ""}};
   ASSERT_OK_AND_ASSIGN(wv1::ProfileTask c, MakeProfileTask(family_, other, other_space, reference_,
                                                            other_compiled, {}));
   EXPECT_NE(a.base_seed(), c.base_seed());
@@ -101,8 +102,8 @@ TEST_F(MakeProfileTaskTest, SettingsReachTheTask) {
   settings.seeds = 5;
   settings.launch_timeout_s = 2;
   settings.cache_state = v1::HOT;
-  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task, MakeProfileTask(family_, problem_, space_,
-                                                              reference_, compiled_, settings));
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                       MakeProfileTask(family_, problem_, space_, reference_, compiled_, settings));
   EXPECT_TRUE(task.validate_only());
   EXPECT_EQ(task.seeds(), 5);
   EXPECT_DOUBLE_EQ(task.launch_timeout_s(), 2);
@@ -116,8 +117,9 @@ TEST_F(MakeProfileTaskTest, RefusesWhatCannotBeValidated) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 3 seeds")));
   EXPECT_THAT(MakeProfileTask(family_, problem_, space_, reference_, {}, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no variants")));
-  EXPECT_THAT(MakeProfileTask(family_, problem_, space_, CompiledKernel{}, compiled_, {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reference kernel has no cubin")));
+  EXPECT_THAT(
+      MakeProfileTask(family_, problem_, space_, CompiledKernel{}, compiled_, {}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reference kernel has no cubin")));
   v1::KernelFamily no_tolerance = family_;
   no_tolerance.clear_tolerances();
   EXPECT_THAT(MakeProfileTask(no_tolerance, problem_, space_, reference_, compiled_, {}),

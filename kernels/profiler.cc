@@ -187,7 +187,6 @@ std::string Bytes(int64_t bytes) {
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-
 // How autotune_fill fills a buffer.
 struct DeviceFill {
   int kind = kFillUniform;
@@ -1118,9 +1117,9 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   // Warm-up replays upload the graph and settle clocks and caches.
   absl::Status status = gpu_.Record(kWarmBegin);
   if (!status.ok()) return Fail(status, Origin::kSetup, phase);
-  const int warmup_replays = std::clamp(
-      static_cast<int>(std::ceil(kWarmupUs / (std::max(estimate_us, 0.5) * launches))),
-      kWarmupReplays, kMaxWarmupReplays);
+  const int warmup_replays =
+      std::clamp(static_cast<int>(std::ceil(kWarmupUs / (std::max(estimate_us, 0.5) * launches))),
+                 kWarmupReplays, kMaxWarmupReplays);
   for (int w = 0; w < warmup_replays; ++w) {
     status = gpu_.driver->Check(gpu_.cu().graph_launch(exec->get(), gpu_.stream.get()),
                                 "cuGraphLaunch (warm-up)");

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "proto/problem.h"
 #include "kernels/expression.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {
@@ -26,8 +26,7 @@ constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
 constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
 
 std::string ProblemLabel(const v1::Problem& problem) {
-  return absl::StrCat("problem ", FormatDims(problem.dims()), " ",
-                      DTypeName(problem.dtype()));
+  return absl::StrCat("problem ", FormatDims(problem.dims()), " ", DTypeName(problem.dtype()));
 }
 
 // Only called for a dtype the problem validated, so the row exists.
@@ -487,8 +486,9 @@ absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::
   }
   std::vector<std::string> extra;
   for (const auto& [name, value] : config.params()) {
-    const bool known = std::any_of(family.params().begin(), family.params().end(),
-                                   [&name = name](const v1::TunableParameter& p) { return p.name() == name; });
+    const bool known =
+        std::any_of(family.params().begin(), family.params().end(),
+                    [&name = name](const v1::TunableParameter& p) { return p.name() == name; });
     if (!known) extra.push_back(name);
   }
   if (!extra.empty()) {

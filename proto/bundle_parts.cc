@@ -5,8 +5,7 @@
 namespace autotune {
 
 std::vector<v1::CacheBundle> SplitBundle(const v1::CacheBundle& bundle, size_t max_part_bytes) {
-  const int version =
-      bundle.format_version() > 0 ? bundle.format_version() : kBundleFormatVersion;
+  const int version = bundle.format_version() > 0 ? bundle.format_version() : kBundleFormatVersion;
   std::vector<v1::CacheBundle> parts(1);
   parts[0].set_format_version(version);
   size_t used = 0;

@@ -1,13 +1,12 @@
 #include "proto/problem.h"
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <ostream>
-#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -217,7 +216,8 @@ TEST(ValidateProblemTest, FirstUnknownDimIsTheFirstByName) {
   const v1::KernelFamily family = TwoDimFamily();
   for (int round = 0; round < 8; ++round) {
     v1::Problem problem = MakeProblem({{"n", 8}, {"batch", 2}}, v1::FLOAT32);
-    for (int i = 0; i < 16; ++i) (*problem.mutable_dims())[absl::StrCat("z", (i * 7 + round) % 16)] = 1;
+    for (int i = 0; i < 16; ++i)
+      (*problem.mutable_dims())[absl::StrCat("z", (i * 7 + round) % 16)] = 1;
     (*problem.mutable_dims())["extra"] = 1;
     EXPECT_THAT(ValidateProblem(family, problem),
                 StatusIs(absl::StatusCode::kInvalidArgument,

@@ -3,9 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "proto/problem.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
+#include "proto/problem.h"
 #include "service/lookup_resolver.h"
 
 namespace autotune::service {
@@ -114,9 +114,9 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
     if (entries.size() > 1) {
       std::vector<std::string> names;
       for (const v1::Entry& entry : entries) names.push_back(entry.device().name());
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device.name is empty and the problem was tuned on several devices (",
-          absl::StrJoin(names, ", "), "); name one"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device.name is empty and the problem was tuned on several devices (",
+                       absl::StrJoin(names, ", "), "); name one"));
     }
     if (entries.size() == 1) device = entries.front().device().name();
   }

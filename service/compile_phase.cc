@@ -17,9 +17,9 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
   CompileEnd end;
   absl::StatusOr<std::optional<cache::CompileRecord>> cached = store.FindCompile(unit.key);
   if (!cached.ok()) {
-    end.store_error = absl::Status(
-        cached.status().code(),
-        absl::StrCat("cannot read the compile cache: ", cached.status().message()));
+    end.store_error =
+        absl::Status(cached.status().code(),
+                     absl::StrCat("cannot read the compile cache: ", cached.status().message()));
     return end;
   }
   if (cached->has_value()) {
@@ -73,10 +73,10 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
 
 }  // namespace
 
-CompileResults RunCompilePhase(const std::vector<CompileUnit>& units, cache::Store& store,
-                               CompilePool& pool, const CompilePhaseOptions& options,
-                               const std::atomic<bool>& cancel,
-                               const std::function<void(const CompileUnit&, const CompileEnd&)>& on_end) {
+CompileResults RunCompilePhase(
+    const std::vector<CompileUnit>& units, cache::Store& store, CompilePool& pool,
+    const CompilePhaseOptions& options, const std::atomic<bool>& cancel,
+    const std::function<void(const CompileUnit&, const CompileEnd&)>& on_end) {
   absl::Mutex mu;
   CompileResults results;
   std::atomic<size_t> next{0};

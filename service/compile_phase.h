@@ -55,10 +55,10 @@ struct CompilePhaseOptions {
 // Runs `units` (blocking). `on_end` is called once per unit that ran, from
 // one of the phase's threads, as it ends. Units not started when `cancel`
 // turns true are left out of the result.
-CompileResults RunCompilePhase(const std::vector<CompileUnit>& units, cache::Store& store,
-                               CompilePool& pool, const CompilePhaseOptions& options,
-                               const std::atomic<bool>& cancel,
-                               const std::function<void(const CompileUnit&, const CompileEnd&)>& on_end);
+CompileResults RunCompilePhase(
+    const std::vector<CompileUnit>& units, cache::Store& store, CompilePool& pool,
+    const CompilePhaseOptions& options, const std::atomic<bool>& cancel,
+    const std::function<void(const CompileUnit&, const CompileEnd&)>& on_end);
 
 }  // namespace autotune::service
 

@@ -46,8 +46,7 @@ absl::Status CompilePool::Spawn(Slot& slot) {
   absl::StatusOr<wv1::Hello> hello =
       slot.process.Start(options_.worker_path, {"compile"}, options_.start_timeout);
   if (!hello.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("compile worker ", hello.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("compile worker ", hello.status().message()));
   }
   if (nvrtc_version_.empty()) nvrtc_version_ = hello->nvrtc_version();
   return absl::OkStatus();

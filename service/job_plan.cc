@@ -120,9 +120,9 @@ absl::StatusOr<JobPlan> PlanJob(
     absl::StatusOr<kernels::SearchSpace> space =
         kernels::ExpandSearchSpace(record->family, item.problem, target.limits);
     if (!space.ok()) {
-      return absl::Status(space.status().code(),
-                          absl::StrCat(ProblemContext(item.family, item.problem), ": ",
-                                       space.status().message()));
+      return absl::Status(
+          space.status().code(),
+          absl::StrCat(ProblemContext(item.family, item.problem), ": ", space.status().message()));
     }
     plan.variants += static_cast<int64_t>(space->variants.size());
     PlannedProblem planned;

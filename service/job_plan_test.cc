@@ -57,8 +57,8 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   // Offered only once something reads it.
   v1::JobSpec serial = Spec({1024});
   serial.mutable_options()->set_serial_candidates(8);
-  EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
-                                             HasSubstr("options.serial_candidates")));
+  EXPECT_THAT(CheckJobSpec(serial),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("options.serial_candidates")));
 }
 
 TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {

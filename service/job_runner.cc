@@ -134,8 +134,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   ASSIGN_OR_RETURN(work->plan, PlanJob(spec, families, target));
   work->problems = static_cast<int64_t>(work->plan.problems.size());
   work->nvrtc_version = target.nvrtc_version;
-  work->settings.launch_timeout_s = options.variant_timeout_s() > 0 ? options.variant_timeout_s()
-                                                                    : options_.variant_timeout_s;
+  work->settings.launch_timeout_s =
+      options.variant_timeout_s() > 0 ? options.variant_timeout_s() : options_.variant_timeout_s;
   work->compile_timeout = options.compile_timeout_s() > 0
                               ? absl::Seconds(options.compile_timeout_s())
                               : options_.compile_timeout;
@@ -291,13 +291,14 @@ void JobRunner::Run(Running* running) {
         errors.push_back(absl::StrCat("the store failed: ", running->store_error));
       }
       if (counts.compile_errors() > 0) {
-        errors.push_back(absl::StrCat(counts.compile_errors(), " variants failed to compile; first: ",
-                                      running->first_compile_error));
+        errors.push_back(
+            absl::StrCat(counts.compile_errors(),
+                         " variants failed to compile; first: ", running->first_compile_error));
       }
       if (running->problems_failed > 0) {
-        errors.push_back(absl::StrCat(running->problems_failed,
-                                      " problems have no valid variant; first: ",
-                                      running->first_problem_error));
+        errors.push_back(
+            absl::StrCat(running->problems_failed,
+                         " problems have no valid variant; first: ", running->first_problem_error));
       }
       running->job.set_error(absl::StrJoin(errors, "\n"));
     }
@@ -381,9 +382,9 @@ absl::StatusOr<ProfilePool*> JobRunner::Gpus() {
   }
   ASSIGN_OR_RETURN(gpus_, ProfilePool::Start(options_.profile));
   for (const worker::v1::DeviceInfo& device : gpus_->devices()) {
-    spdlog::info("GPU {}: {} (sm_{}, {} SMs, {} MB L2, driver {})", device.ordinal(),
-                 device.name(), device.compute_capability(), device.sm_count(),
-                 device.l2_bytes() >> 20, device.driver_version());
+    spdlog::info("GPU {}: {} (sm_{}, {} SMs, {} MB L2, driver {})", device.ordinal(), device.name(),
+                 device.compute_capability(), device.sm_count(), device.l2_bytes() >> 20,
+                 device.driver_version());
   }
   return gpus_.get();
 }
@@ -472,11 +473,11 @@ void JobRunner::Screen(Running* running) {
         absl::MutexLock lock(&running->mu);
         *running->job.add_results() = *result.entry;
       }
-      Publish(running, nullptr,
-              absl::StrCat(ProblemContext(problem.record->family.name(), problem.problem),
-                           ": best ",
-                           kernels::ConfigLabel(problem.record->family, result.entry->config()),
-                           " at ", result.entry->timing().median_us(), " us (screened)"));
+      Publish(
+          running, nullptr,
+          absl::StrCat(ProblemContext(problem.record->family.name(), problem.problem), ": best ",
+                       kernels::ConfigLabel(problem.record->family, result.entry->config()), " at ",
+                       result.entry->timing().median_us(), " us (screened)"));
     }
   };
   std::vector<std::thread> threads;
@@ -543,8 +544,7 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
   int resumed = 0;
   for (v1::Job& job : jobs) {
-    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING &&
-        job.state() != v1::SCREENING) {
+    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING && job.state() != v1::SCREENING) {
       continue;
     }
     absl::StatusOr<std::shared_ptr<Work>> work = Prepare(job.spec(), job.id());

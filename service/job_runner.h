@@ -45,8 +45,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
-#include "proto/autotune.pb.h"
 #include "kernels/profile_task.h"
+#include "proto/autotune.pb.h"
 #include "service/compile_pool.h"
 #include "service/profile_pool.h"
 
@@ -101,8 +101,7 @@ class JobRunner {
 
   // Everything Submit and ResumeUnfinished check and read before a job
   // starts; `job_id` is the resumed job's (empty for a new one).
-  absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec,
-                                                const std::string& job_id);
+  absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec, const std::string& job_id);
   // The GPU workers, started on first use. FAILED_PRECONDITION with the
   // reason when there is no usable GPU.
   absl::StatusOr<ProfilePool*> Gpus();

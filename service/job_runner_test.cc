@@ -3,11 +3,11 @@
 // ends each variant the way its MODE param says.
 #include "service/job_runner.h"
 
+#include <sqlite3.h>
+
 #include <map>
 #include <memory>
 #include <string>
-
-#include <sqlite3.h>
 
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -114,8 +114,8 @@ TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsCh
     std::map<int64_t, v1::Measurement> by_mode;
     for (const v1::Measurement& m : measurements) by_mode[m.config().params().at("MODE")] = m;
     const std::map<int64_t, v1::VariantStatus> expected = {
-        {0, v1::OK},      {1, v1::OK},    {2, v1::WRONG_RESULT}, {3, v1::TIMEOUT},
-        {4, v1::FAULT},   {5, v1::FAULT}, {6, v1::UNSUPPORTED},  {7, v1::TIMEOUT}};
+        {0, v1::OK},    {1, v1::OK},    {2, v1::WRONG_RESULT}, {3, v1::TIMEOUT},
+        {4, v1::FAULT}, {5, v1::FAULT}, {6, v1::UNSUPPORTED},  {7, v1::TIMEOUT}};
     for (const auto& [mode, status] : expected) {
       SCOPED_TRACE(mode);
       ASSERT_TRUE(by_mode.contains(mode));

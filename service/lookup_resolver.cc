@@ -77,7 +77,8 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
       }
       const int64_t have = it->second;
       if (have == want) continue;
-      if (std::find(bucketed.begin(), bucketed.end(), name) == bucketed.end() || have <= 0 || want <= 0) {
+      if (std::find(bucketed.begin(), bucketed.end(), name) == bucketed.end() || have <= 0 ||
+          want <= 0) {
         agrees = false;
         break;
       }
@@ -158,8 +159,8 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
     const cache::EntryKey& key) const {
   const int64_t generation = store_->entry_generation();
   const std::string cache_key =
-      absl::StrCat(key.family, "/", key.family_hash, "/", FormatDims(key.problem.dims()),
-                   "/", key.problem.dtype(), "/", key.device);
+      absl::StrCat(key.family, "/", key.family_hash, "/", FormatDims(key.problem.dims()), "/",
+                   key.problem.dtype(), "/", key.device);
   {
     absl::ReaderMutexLock lock(&cache_mu_);
     if (cached_entry_generation_ == generation) {

@@ -7,9 +7,9 @@
 
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "proto/problem.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 #include "tests/sample_bundle.h"
 
 namespace autotune::service {
@@ -214,7 +214,8 @@ TEST_F(LookupResolverStoreTest, ProblemIsCheckedLikeAJobChecksIt) {
   ASSERT_EQ(answers.results_size(), 2);
   EXPECT_EQ(answers.results(0).error_code(), 0);
   EXPECT_EQ(answers.results(1).error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(answers.results(1).error_message(), "lookups[1].problem.dims['batch']: 0 is not positive");
+  EXPECT_EQ(answers.results(1).error_message(),
+            "lookups[1].problem.dims['batch']: 0 is not positive");
 }
 
 TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {

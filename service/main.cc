@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
                  "compile-only service (default: all)");
   app.add_option("--variant-timeout", options.variant_timeout_s,
                  absl::StrCat("seconds one kernel launch may run before its variant is TIMEOUT "
-                              "(default ", options.variant_timeout_s, "; a job may set its own)"))
+                              "(default ",
+                              options.variant_timeout_s, "; a job may set its own)"))
       ->check(CLI::PositiveNumber);
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,

@@ -13,7 +13,6 @@ namespace {
 namespace v1 = ::autotune::v1;
 namespace wv1 = ::autotune::worker::v1;
 
-
 wv1::VariantOutcome Lost(const wv1::ProfileTask& task, const wv1::KernelImage& variant,
                          v1::VariantStatus status, const std::string& why) {
   wv1::VariantOutcome outcome;
@@ -50,8 +49,7 @@ absl::Status ProfilePool::StartWorker(Gpu& gpu, int ordinal) {
   absl::StatusOr<wv1::Hello> hello = gpu.process.Start(
       options_.worker_path, {"profile", "--device", absl::StrCat(ordinal)}, options_.start_timeout);
   if (!hello.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("profile worker ", hello.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("profile worker ", hello.status().message()));
   }
   if (!hello->has_device()) {
     gpu.process.Kill();
@@ -90,11 +88,11 @@ absl::StatusOr<std::unique_ptr<ProfilePool>> ProfilePool::Start(const ProfilePoo
     if (gpu->info.name() != first_info.name() ||
         gpu->info.compute_capability() != first_info.compute_capability() ||
         gpu->info.sm_count() != first_info.sm_count()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "GPUs of different models: device ", first_info.ordinal(), " is ", first_info.name(),
-          " (", first_info.sm_count(), " SMs), device ", gpu->info.ordinal(), " is ",
-          gpu->info.name(), " (", gpu->info.sm_count(),
-          " SMs); choose GPUs of one model with --gpus"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPUs of different models: device ", first_info.ordinal(), " is ",
+                       first_info.name(), " (", first_info.sm_count(), " SMs), device ",
+                       gpu->info.ordinal(), " is ", gpu->info.name(), " (", gpu->info.sm_count(),
+                       " SMs); choose GPUs of one model with --gpus"));
     }
   }
   return pool;
@@ -236,9 +234,9 @@ class ProfilePool::TaskRun {
       v1::VariantStatus status = v1::FAULT;
       if (absl::IsDeadlineExceeded(read)) {
         status = v1::TIMEOUT;
-        why = absl::StrCat("the worker did not answer within ",
-                           absl::FormatDuration(absl::Now() - started),
-                           "; it was killed (SIGKILL)");
+        why =
+            absl::StrCat("the worker did not answer within ",
+                         absl::FormatDuration(absl::Now() - started), "; it was killed (SIGKILL)");
         gpu_.process.Kill();
       } else if (read.ok()) {
         why = "the worker sent an unexpected message";

@@ -32,8 +32,8 @@
 namespace autotune::service {
 
 struct ProfilePoolOptions {
-  std::string worker_path;    // the autotune-worker executable
-  std::vector<int> devices;   // ordinals; empty = every GPU the first worker sees
+  std::string worker_path;   // the autotune-worker executable
+  std::vector<int> devices;  // ordinals; empty = every GPU the first worker sees
   absl::Duration start_timeout = absl::Seconds(60);
   // Added to every variant's deadline: process start, module load, pool fill.
   absl::Duration grace = absl::Seconds(20);

@@ -81,12 +81,12 @@ TEST(ProfilePoolTest, MissingWorkerIsAFailedPrecondition) {
 
 TEST(ProfilePoolTest, GpusOfDifferentModelsAreRefused) {
   ScopedEnv mixed("FAKE_WORKER_MIXED", "1");
-  EXPECT_THAT(ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
-                                  .devices = {},
-                                  .start_timeout = absl::Seconds(10),
-                                  .grace = absl::Seconds(1)}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("device 1 is Fake GPU (114 SMs)")));
+  EXPECT_THAT(
+      ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
+                          .devices = {},
+                          .start_timeout = absl::Seconds(10),
+                          .grace = absl::Seconds(1)}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("device 1 is Fake GPU (114 SMs)")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ProfilePool> one,
                        ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
                                            .devices = {1},

@@ -117,7 +117,8 @@ class ProblemScreen {
         Record(m);
       }
       if (!store_error_.ok()) return Failed(store_error_);
-      return Failed(absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
+      return Failed(
+          absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
     }
     if (!store_error_.ok()) return Failed(store_error_);
     if (ok.empty()) {
@@ -132,8 +133,9 @@ class ProblemScreen {
 
  private:
   ScreenResult Failed(const absl::Status& why) const {
-    return ScreenResult{.entry = std::nullopt,
-                        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message()))};
+    return ScreenResult{
+        .entry = std::nullopt,
+        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message()))};
   }
 
   std::string Label(const v1::Config& config) const {
@@ -205,15 +207,15 @@ class ProblemScreen {
     m.set_cache_state(cache_state);
     std::string detail = outcome.detail();
     if (outcome.status() == v1::OK) {
-      absl::StrAppend(&detail, detail.empty() ? "" : "; ", "validated on ",
-                      outcome.seeds_checked(), " seeds (max |v - r| ", outcome.max_error(),
-                      " at seed ", outcome.worst_seed(), "; rtol ", outcome.rtol(), ", atol ",
-                      outcome.atol(), ")");
+      absl::StrAppend(&detail, detail.empty() ? "" : "; ", "validated on ", outcome.seeds_checked(),
+                      " seeds (max |v - r| ", outcome.max_error(), " at seed ",
+                      outcome.worst_seed(), "; rtol ", outcome.rtol(), ", atol ", outcome.atol(),
+                      ")");
       if (outcome.pool_sets() > 0) {
         absl::StrAppend(&detail, "; timed over ", outcome.pool_sets(), " input sets (",
                         outcome.pool_bytes() >> 20, " MiB touched per pass), ",
-                        outcome.timing().samples(), " samples of ",
-                        outcome.launches_per_sample(), " launches");
+                        outcome.timing().samples(), " samples of ", outcome.launches_per_sample(),
+                        " launches");
       }
     }
     m.set_detail(detail);
@@ -255,9 +257,9 @@ class ProblemScreen {
     } else {
       v1::Measurement m = (*ok)[0].measurement;
       m.set_status(second.outcomes.empty() ? second.done.status() : second.outcomes[0].status());
-      m.set_detail(absl::StrCat("measured again alone, it did not pass: ",
-                                second.outcomes.empty() ? second.done.detail()
-                                                        : second.outcomes[0].detail()));
+      m.set_detail(absl::StrCat(
+          "measured again alone, it did not pass: ",
+          second.outcomes.empty() ? second.done.detail() : second.outcomes[0].detail()));
       Record(m, /*count=*/false);
       ok->erase(ok->begin());
     }

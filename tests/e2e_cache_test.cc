@@ -145,7 +145,8 @@ TEST_F(CacheEndToEndTest, BadInputNamesTheFieldAndUnknownFamilyIsNotFound) {
                                "--dtype", "bf16", "--device", "NVIDIA H200"});
   EXPECT_EQ(bad_dim.exit_code, 1);
   EXPECT_THAT(bad_dim.err, HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(bad_dim.err, HasSubstr("request.problem.dims['heads']: not a dim of family 'vector_scale'"));
+  EXPECT_THAT(bad_dim.err,
+              HasSubstr("request.problem.dims['heads']: not a dim of family 'vector_scale'"));
 
   CommandResult usage = Cli({"lookup", "vector_scale", "--dims", "batch=x", "--dtype", "bf16"});
   EXPECT_EQ(usage.exit_code, 2);
@@ -286,7 +287,8 @@ TEST_F(CacheEndToEndTest, ExportThenImportIntoAFreshDaemonGivesTheSameAnswers) {
 
 TEST_F(CacheEndToEndTest, ShowWithoutADeviceTakesTheOnlyOneTheProblemWasTunedOn) {
   ImportSample();
-  CommandResult result = Cli({"show", "vector_scale", "--dims", "batch=8,n=4096", "--dtype", "bf16"});
+  CommandResult result =
+      Cli({"show", "vector_scale", "--dims", "batch=8,n=4096", "--dtype", "bf16"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("NVIDIA H200"));
   CommandResult missing =

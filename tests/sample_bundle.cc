@@ -52,7 +52,11 @@ uint64_t VariantSeed(const Variant& v) {
          static_cast<uint64_t>(v.elems_per_thread);
 }
 
-bool IsElf(std::string_view bytes) { return bytes.substr(0, 4) == "\x7f" "ELF"; }
+bool IsElf(std::string_view bytes) {
+  return bytes.substr(0, 4) ==
+         "\x7f"
+         "ELF";
+}
 
 absl::Status CheckEntry(const SampleEntry& e, size_t index) {
   auto bad = [index](const std::string& what) {
@@ -68,8 +72,8 @@ absl::Status CheckEntry(const SampleEntry& e, size_t index) {
     return bad(absl::StrCat("BLOCK=", e.variant.block, " is not one of 64, 128, 256, 512"));
   }
   if (!Contains(kElemsPerThread, e.variant.elems_per_thread)) {
-    return bad(absl::StrCat("ELEMS_PER_THREAD=", e.variant.elems_per_thread,
-                            " is not one of 1, 2, 4"));
+    return bad(
+        absl::StrCat("ELEMS_PER_THREAD=", e.variant.elems_per_thread, " is not one of 1, 2, 4"));
   }
   if (e.device.name().empty()) return bad("device name is empty");
   if (e.median_us < 0) return bad("median_us is negative");
@@ -188,8 +192,8 @@ v1::KernelFamily VectorScaleFamily() {
 
 absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& options) {
   if (options.cubin_kind == CubinKind::kSynthetic && options.synthetic_cubin_bytes < 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "synthetic_cubin_bytes must be at least 8, got ", options.synthetic_cubin_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("synthetic_cubin_bytes must be at least 8, got ",
+                                                   options.synthetic_cubin_bytes));
   }
   if (options.cubin_kind == CubinKind::kCompiled && options.synthetic_cubin_per_entry) {
     return absl::InvalidArgumentError("synthetic_cubin_per_entry needs CubinKind::kSynthetic");
@@ -206,7 +210,7 @@ absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& opti
   *record->mutable_family() = family;
   record->set_content_hash(family_hash);
 
-  std::map<Variant, std::string> variant_sha;  // binaries already in the bundle
+  std::map<Variant, std::string> variant_sha;                      // binaries already in the bundle
   std::set<std::tuple<std::string, v1::DType, std::string>> seen;  // dims, dtype, device
 
   for (size_t i = 0; i < options.entries.size(); ++i) {
@@ -243,8 +247,8 @@ absl::StatusOr<v1::CacheBundle> MakeSampleBundle(const SampleBundleOptions& opti
       } else {
         auto cubin = options.cubins.find(e.variant);
         if (cubin == options.cubins.end()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "entries[", i, "]: no compiled cubin for ", VariantName(e.variant)));
+          return absl::InvalidArgumentError(
+              absl::StrCat("entries[", i, "]: no compiled cubin for ", VariantName(e.variant)));
         }
         if (!IsElf(cubin->second)) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -306,7 +310,8 @@ absl::StatusOr<v1::CacheBundle> MakeSyntheticBundle(int64_t entries, int64_t cub
   }
   std::vector<Variant> variants;
   for (int64_t block : kBlocks) {
-    for (int64_t ept : kElemsPerThread) variants.push_back({.block = block, .elems_per_thread = ept});
+    for (int64_t ept : kElemsPerThread)
+      variants.push_back({.block = block, .elems_per_thread = ept});
   }
   constexpr int64_t kNs[] = {1024, 4096, 16384, 65536};
   constexpr int64_t kDTypeCount = std::size(kDTypes);
@@ -325,8 +330,8 @@ absl::StatusOr<v1::CacheBundle> MakeSyntheticBundle(int64_t entries, int64_t cub
     e.n = kNs[(i / kDTypeCount) % kNCount];
     e.batch = 1 + i / (kDTypeCount * kNCount);
     // Bandwidth-bound at roughly 3 TB/s plus a 2 us floor; illustrative.
-    e.median_us = 2.0 + 2.0 * static_cast<double>(e.batch * e.n * ElementBytes(e.variant.dtype)) /
-                            3e6;
+    e.median_us =
+        2.0 + 2.0 * static_cast<double>(e.batch * e.n * ElementBytes(e.variant.dtype)) / 3e6;
     options.entries.push_back(std::move(e));
   }
   return MakeSampleBundle(options);

@@ -71,8 +71,8 @@ enum class CubinKind {
 struct SampleBundleOptions {
   std::vector<SampleEntry> entries;
   CubinKind cubin_kind = CubinKind::kCompiled;
-  std::map<Variant, std::string> cubins;  // kCompiled only
-  int64_t synthetic_cubin_bytes = 0;      // kSynthetic only
+  std::map<Variant, std::string> cubins;   // kCompiled only
+  int64_t synthetic_cubin_bytes = 0;       // kSynthetic only
   bool synthetic_cubin_per_entry = false;  // kSynthetic only
   std::string nvrtc_version = "13.0";
   std::string arch = "sm_90";

@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "base/sha256.h"
-#include "proto/problem.h"
 #include "cache/store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 
 namespace autotune::testing {
 namespace {
@@ -94,8 +94,8 @@ void ExpectSelfConsistent(const v1::CacheBundle& bundle) {
     EXPECT_TRUE(binaries.contains(entry.binary_sha256()));
     used.insert(entry.binary_sha256());
     EXPECT_TRUE(keys.insert(absl::StrCat(FormatDims(entry.problem().dims()), " ",
-                                         std::string(DTypeName(entry.problem().dtype())),
-                                         " ", entry.device().name()))
+                                         std::string(DTypeName(entry.problem().dtype())), " ",
+                                         entry.device().name()))
                     .second);
     EXPECT_EQ(entry.phase(), v1::IMPORTED);
     EXPECT_EQ(entry.timing().samples(), 0) << "sample timings are not measurements";

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   wv1::WorkerResponse hello;
   hello.mutable_hello()->set_pid(getpid());
   if (std::getenv("FAKE_WORKER_NO_DEVICE") != nullptr) {
-    hello.mutable_hello()->set_error("no CUDA driver: libcuda.so.1: cannot open shared object file");
+    hello.mutable_hello()->set_error(
+        "no CUDA driver: libcuda.so.1: cannot open shared object file");
     Send(hello);
     return 1;
   }
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
         case 6:
           outcome->set_status(v1::UNSUPPORTED);
           outcome->set_phase("check");
-          outcome->set_detail(absl::StrCat(where, ": 1024 threads per block, the function allows 512"));
+          outcome->set_detail(
+              absl::StrCat(where, ": 1024 threads per block, the function allows 512"));
           break;
         case 7:
           outcome->set_status(v1::TIMEOUT);

@@ -48,8 +48,7 @@ wv1::CompileOutcome::Status ToProto(autotune::kernels::CompileStatus status) {
 // Reads the next request, which must be of kind `expected`. nullopt when
 // one was read; otherwise the worker's exit status: 0 when the daemon
 // closed our stdin, 1 for anything else (said on stderr).
-std::optional<int> NextRequest(wv1::WorkerRequest::KindCase expected,
-                               wv1::WorkerRequest* request) {
+std::optional<int> NextRequest(wv1::WorkerRequest::KindCase expected, wv1::WorkerRequest* request) {
   absl::Status read =
       autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), request);
   if (absl::IsAborted(read)) return 0;

@@ -15,12 +15,12 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
-#include "proto/problem.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "kernels/profile_task.h"
+#include "proto/problem.h"
 #include "service/profile_pool.h"
 #include "tests/faults/fault_cases.h"
 #include "tests/gpu/gpu_test_env.h"
@@ -33,11 +33,11 @@ using ::testing::HasSubstr;
 
 // Why no GPU can be used here, or empty.
 std::string NoGpuReason() {
-  absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool = service::ProfilePool::Start(
-      {.worker_path = WorkerPath(),
-       .devices = {0},
-       .start_timeout = absl::Seconds(60),
-       .grace = absl::Seconds(20)});
+  absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool =
+      service::ProfilePool::Start({.worker_path = WorkerPath(),
+                                   .devices = {0},
+                                   .start_timeout = absl::Seconds(60),
+                                   .grace = absl::Seconds(20)});
   return pool.ok() ? "" : std::string(pool.status().message());
 }
 

@@ -64,11 +64,11 @@
 #include "kernels/profile_task.h"
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
-#include "tests/gpu/gpu_test_env.h"
 #include "proto/worker.pb.h"
 #include "service/compile_pool.h"
 #include "service/profile_pool.h"
 #include "tests/faults/fault_cases.h"
+#include "tests/gpu/gpu_test_env.h"
 
 namespace autotune::testing {
 namespace {
@@ -658,8 +658,7 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
 // nullopt when nvidia-smi cannot say.
 std::optional<int64_t> DeviceProcessMemoryMiB() {
   FILE* pipe = popen(
-      "nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null",
-      "r");
+      "nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null", "r");
   if (pipe == nullptr) return std::nullopt;
   std::string text;
   char buffer[256];
@@ -692,8 +691,9 @@ TEST_F(GpuTest, AWorkerReleasesEachProblemsMemorySoALongJobDoesNotGrow) {
   kernels::ProfileSettings settings;
   settings.timing_budget_s = 0.02;
   settings.min_samples = 5;
-  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
-                       MakeTask(*prepared, {{variant, ""}, {variant, "again"}}, settings, "memory"));
+  ASSERT_OK_AND_ASSIGN(
+      wv1::ProfileTask task,
+      MakeTask(*prepared, {{variant, ""}, {variant, "again"}}, settings, "memory"));
   auto run = [&] {
     service::ProfileResult result = pool_->Profile(task);
     ASSERT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();

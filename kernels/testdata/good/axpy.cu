@@ -11,18 +11,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   for (int i = 0; i < ELEMS; ++i) {
     const long long j = base + static_cast<long long>(i) * BLOCK;
     if (j < n) {
-      y[j] = static_cast<AUTOTUNE_DTYPE>(alpha * static_cast<float>(x[j]) +
-                                         static_cast<float>(y[j]));
+      y[j] =
+          static_cast<AUTOTUNE_DTYPE>(alpha * static_cast<float>(x[j]) + static_cast<float>(y[j]));
     }
   }
 }
 #endif
 
-extern "C" __global__ void axpy_reference(const AUTOTUNE_DTYPE* x, AUTOTUNE_DTYPE* y,
-                                          float alpha, long long n) {
+extern "C" __global__ void axpy_reference(const AUTOTUNE_DTYPE* x, AUTOTUNE_DTYPE* y, float alpha,
+                                          long long n) {
   const long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j < n) {
-    y[j] = static_cast<AUTOTUNE_DTYPE>(alpha * static_cast<float>(x[j]) +
-                                       static_cast<float>(y[j]));
+    y[j] = static_cast<AUTOTUNE_DTYPE>(alpha * static_cast<float>(x[j]) + static_cast<float>(y[j]));
   }
 }

@@ -1,6 +1,6 @@
 // out[r][c] = in[r][c] * scale[r] with TILE_X x TILE_Y thread blocks.
 template <int TILE_X, int TILE_Y>
-__global__ void __launch_bounds__(TILE_X * TILE_Y)
+__global__ void __launch_bounds__(TILE_X* TILE_Y)
     row_scale(const AUTOTUNE_DTYPE* in, const AUTOTUNE_DTYPE* scale, AUTOTUNE_DTYPE* out,
               int num_rows, int num_cols) {
   const int c = blockIdx.x * TILE_X + threadIdx.x;
