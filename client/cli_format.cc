@@ -86,9 +86,16 @@ void PrintEntryFields(const v1::Entry& entry, std::ostream& out) {
   Field(out, "config", FormatDims(entry.config().params()));
   Field(out, "time", TimingText(entry.timing()));
   Field(out, "throughput", ThroughputText(entry.timing()));
-  Field(out, "margin",
-        entry.margin() > 0 ? absl::StrCat(FormatMargin(entry.margin()), " over the runner-up")
-                           : "none (no runner-up)");
+  if (entry.tie()) {
+    Field(out, "margin",
+          absl::StrCat("tie among ", entry.tied(),
+                       " configs within the noise, decided by the tie-break (next best ",
+                       FormatMargin(entry.margin()), ")"));
+  } else {
+    Field(out, "margin",
+          entry.margin() > 0 ? absl::StrCat(FormatMargin(entry.margin()), " over the runner-up")
+                             : "none (no runner-up)");
+  }
   Field(out, "device", FormatDevice(entry.device()));
   Field(out, "tuned", TunedText(entry));
   Field(out, "launch", LaunchText(entry.launch()));

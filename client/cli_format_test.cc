@@ -203,5 +203,20 @@ TEST(FormatDeviceTest, LeavesOutUnsetParts) {
   EXPECT_EQ(FormatDevice(device), "NVIDIA H200 (sm_90, 132 SMs)");
 }
 
+TEST(PrintLookupResponseTest, ADeclaredTieSaysSo) {
+  v1::LookupRequest request;
+  request.set_family("flash_attn");
+  v1::LookupResponse response;
+  response.set_match(v1::EXACT);
+  v1::Entry& entry = *response.mutable_entry();
+  entry.set_tie(true);
+  entry.set_tied(3);
+  entry.set_margin(-0.002);
+  std::ostringstream out;
+  PrintLookupResponse(request, response, out);
+  EXPECT_THAT(out.str(), HasSubstr("margin       tie among 3 configs within the noise"));
+  EXPECT_THAT(out.str(), HasSubstr("next best -0.2%"));
+}
+
 }  // namespace
 }  // namespace autotune::client

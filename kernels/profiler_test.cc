@@ -95,6 +95,7 @@ struct StatsCase {
   double min;
   double p90;
   double cv;
+  double q3;  // nearest rank: the ceil(0.75 n)-th smallest
 };
 
 class SummarizeTimesTest : public ::testing::TestWithParam<StatsCase> {};
@@ -105,6 +106,7 @@ TEST_P(SummarizeTimesTest, Summarizes) {
   EXPECT_DOUBLE_EQ(stats.median_us(), c.median);
   EXPECT_DOUBLE_EQ(stats.min_us(), c.min);
   EXPECT_DOUBLE_EQ(stats.p90_us(), c.p90);
+  EXPECT_DOUBLE_EQ(stats.q3_us(), c.q3);
   EXPECT_NEAR(stats.cv(), c.cv, 1e-12);
   EXPECT_EQ(stats.samples(), static_cast<int>(c.per_launch_us.size()));
   EXPECT_EQ(stats.achieved_gbps(), 0);
@@ -119,19 +121,19 @@ std::vector<double> OneTo(int n) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, SummarizeTimesTest,
-    ::testing::Values(StatsCase{"empty", {}, 0, 0, 0, 0}, StatsCase{"one", {5}, 5, 5, 5, 0},
+    ::testing::Values(StatsCase{"empty", {}, 0, 0, 0, 0, 0}, StatsCase{"one", {5}, 5, 5, 5, 0, 5},
                       // p90 by nearest rank: ceil(0.9 * 3) = 3rd.
-                      StatsCase{"odd", {3, 1, 2}, 2, 1, 3, std::sqrt(2.0 / 3) / 2},
+                      StatsCase{"odd", {3, 1, 2}, 2, 1, 3, std::sqrt(2.0 / 3) / 2, 3},
                       // Even count: the mean of the middle two.
-                      StatsCase{"even", {4, 1, 3, 2}, 2.5, 1, 4, std::sqrt(1.25) / 2.5},
+                      StatsCase{"even", {4, 1, 3, 2}, 2.5, 1, 4, std::sqrt(1.25) / 2.5, 3},
                       // 0.9 * 10 is 9.000000000000002 in floating point; the
                       // rank is 9, not 10.
-                      StatsCase{"ten", OneTo(10), 5.5, 1, 9, std::sqrt(8.25) / 5.5},
-                      StatsCase{"twenty", OneTo(20), 10.5, 1, 18, std::sqrt(33.25) / 10.5},
-                      StatsCase{"eleven", OneTo(11), 6, 1, 10, std::sqrt(10.0) / 6},
+                      StatsCase{"ten", OneTo(10), 5.5, 1, 9, std::sqrt(8.25) / 5.5, 8},
+                      StatsCase{"twenty", OneTo(20), 10.5, 1, 18, std::sqrt(33.25) / 10.5, 15},
+                      StatsCase{"eleven", OneTo(11), 6, 1, 10, std::sqrt(10.0) / 6, 9},
                       // Population standard deviation: {1, 3} has 1, mean 2.
-                      StatsCase{"population_stddev", {1, 3}, 2, 1, 3, 0.5},
-                      StatsCase{"constant", {7, 7, 7, 7}, 7, 7, 7, 0}),
+                      StatsCase{"population_stddev", {1, 3}, 2, 1, 3, 0.5, 3},
+                      StatsCase{"constant", {7, 7, 7, 7}, 7, 7, 7, 0, 7}),
     [](const ::testing::TestParamInfo<StatsCase>& info) { return info.param.name; });
 
 TEST(SummarizeTimes, AchievedRatesFromTheMedian) {

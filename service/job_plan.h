@@ -48,6 +48,9 @@ struct PlannedProblem {
   kernels::SearchSpace space;
   std::string reference_key;
   std::vector<std::string> variant_keys;  // parallel to space.variants
+  // The problem's entry before this job (a retune), which a tie keeps; set
+  // by the job runner, not by PlanJob.
+  std::optional<v1::Config> current_config;
 };
 
 struct JobPlan {

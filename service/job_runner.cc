@@ -162,6 +162,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
       work->done_entries.push_back(**stored);
       continue;
     }
+    if (stored->has_value()) work->plan.problems[i].current_config = (*stored)->config();
     to_screen.insert(i);
   }
   KeepProblems(to_screen, &work->plan);

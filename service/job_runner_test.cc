@@ -279,6 +279,35 @@ TEST_F(ScreenJobTest, AnArchTheGpuCannotRunIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot run on Fake GPU")));
 }
 
+// Two configs within the noise are a declared tie: the first in parameter
+// order wins, and a retune keeps whatever the entry holds among the tied.
+TEST_F(ScreenJobTest, ATieIsDeclaredAndDecidedTheSameWayEveryTime) {
+  setenv("FAKE_WORKER_TIE", "1", 1);
+  const v1::Job first = Run(Spec());
+  ASSERT_EQ(first.state(), v1::SUCCEEDED) << first.error();
+  ASSERT_THAT(first.results(), SizeIs(2));
+  v1::Entry entry = first.results(0);
+  EXPECT_EQ(entry.config().params().at("MODE"), 0);
+  EXPECT_TRUE(entry.tie());
+  EXPECT_EQ(entry.tied(), 2);
+
+  // The entry now holds MODE 1, tied with MODE 0: a retune keeps it.
+  (*entry.mutable_config()->mutable_params())["MODE"] = 1;
+  ASSERT_OK(store_->PutEntry(entry));
+  const v1::Job again = Run(Spec(/*retune=*/true));
+  unsetenv("FAKE_WORKER_TIE");
+  ASSERT_EQ(again.state(), v1::SUCCEEDED) << again.error();
+  bool seen = false;
+  for (const v1::Entry& result : again.results()) {
+    if (result.problem().dims().at("n") != entry.problem().dims().at("n")) continue;
+    seen = true;
+    EXPECT_EQ(result.config().params().at("MODE"), 1);
+    EXPECT_TRUE(result.tie());
+    EXPECT_LT(result.margin(), 0);  // kept although 0.1 % slower
+  }
+  EXPECT_TRUE(seen);
+}
+
 // A store that cannot give back a binary fails the problem and the job; it
 // is never taken for a missing compile or a miss.
 TEST_F(ScreenJobTest, AStoreErrorFailsTheProblemAndTheJob) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/problem.h"
+#include "service/choice.h"
 
 namespace autotune::service {
 namespace {
@@ -267,22 +268,31 @@ class ProblemScreen {
   }
 
   ScreenResult StoreBest(const std::vector<Screened>& ok) {
-    const v1::Measurement& best = ok.front().measurement;
+    std::vector<Candidate> candidates;
+    for (const Screened& screened : ok) {
+      candidates.push_back({.config = screened.measurement.config(),
+                            .index = screened.variant->index,
+                            .timing = screened.measurement.timing()});
+    }
+    const Choice choice =
+        ChooseConfig(candidates, problem_.current_config ? &*problem_.current_config : nullptr);
+    const Screened& chosen = ok[choice.winner];
+    const v1::Measurement& best = chosen.measurement;
     v1::Entry entry;
     entry.set_family(family_.name());
     entry.set_family_hash(problem_.record->content_hash);
     *entry.mutable_problem() = problem_.problem;
     *entry.mutable_device() = device_;
     *entry.mutable_config() = best.config();
-    *entry.mutable_launch() = ok.front().variant->launch;
+    *entry.mutable_launch() = chosen.variant->launch;
     entry.set_binary_sha256(best.binary_sha256());
     entry.set_nvrtc_version(job_.nvrtc_version);
     entry.set_driver_version(device_info_.driver_version());
     entry.set_arch(job_.arch);
     *entry.mutable_timing() = best.timing();
-    if (ok.size() > 1 && best.timing().median_us() > 0) {
-      entry.set_margin(ok[1].measurement.timing().median_us() / best.timing().median_us() - 1);
-    }
+    entry.set_margin(choice.margin);
+    entry.set_tie(choice.tie);
+    entry.set_tied(static_cast<int32_t>(choice.tied.size()));
     entry.set_phase(v1::SCREEN);
     entry.set_tuned_at(Now());
     entry.set_job_id(job_.job_id);

@@ -1,7 +1,10 @@
 // The screen phase of a job, one problem at a time: its compiled variants
 // go to a GPU worker (ProfilePool) as one ProfileTask, are validated against
-// the family's reference on three seeds, then timed; the fastest OK variant
-// becomes the problem's best entry, marked phase SCREEN (screened only).
+// the family's reference on three seeds, then timed; the OK variants are
+// chosen among by the tie rule (service/choice.h: the fastest median, unless
+// it is a declared tie, which keeps the current entry's config or the first
+// in parameter order), and the winner becomes the problem's best entry,
+// marked phase SCREEN (screened only).
 //
 //   ScreenResult result = ScreenProblem(planned, job);
 //   if (!result.error.ok()) ...the problem has no entry; the message says why...

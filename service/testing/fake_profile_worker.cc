@@ -101,10 +101,13 @@ int main(int argc, char** argv) {
         case 1: {
           double us = Mode(variant.label()) == 0 ? 10 : 20;
           if (us == 10 && std::getenv("FAKE_WORKER_FAST_MODE0") != nullptr) us = 4;
+          // MODE 1 within the noise of MODE 0: a tie.
+          if (us == 20 && std::getenv("FAKE_WORKER_TIE") != nullptr) us = 10.01;
           outcome->set_status(v1::OK);
           outcome->set_phase("time");
           outcome->mutable_timing()->set_median_us(us);
           outcome->mutable_timing()->set_min_us(us * 0.98);
+          outcome->mutable_timing()->set_q3_us(us * 1.01);
           outcome->mutable_timing()->set_p90_us(us * 1.02);
           outcome->mutable_timing()->set_samples(30);
           outcome->set_pool_sets(4);

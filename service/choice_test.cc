@@ -1,0 +1,108 @@
+#include "service/choice.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace autotune::service {
+namespace {
+
+using ::testing::ElementsAre;
+
+// A candidate whose per-launch times span [low, high] around `median`.
+Candidate Timed(int64_t index, double median, double low, double high) {
+  Candidate c;
+  c.index = index;
+  (*c.config.mutable_params())["BLOCK"] = 64 << index;
+  c.timing.set_median_us(median);
+  c.timing.set_min_us(low);
+  c.timing.set_q3_us(high);
+  return c;
+}
+
+struct ChoiceCase {
+  std::string name;
+  std::vector<Candidate> candidates;
+  int current = -1;  // index into candidates of the current entry's config
+  size_t winner;
+  bool tie;
+  std::vector<size_t> tied;
+};
+
+class ChooseConfigTest : public ::testing::TestWithParam<ChoiceCase> {};
+
+TEST_P(ChooseConfigTest, DecidesAsTheRuleSays) {
+  const ChoiceCase& c = GetParam();
+  const v1::Config* current = c.current >= 0 ? &c.candidates[c.current].config : nullptr;
+  const Choice choice = ChooseConfig(c.candidates, current);
+  EXPECT_EQ(choice.winner, c.winner);
+  EXPECT_EQ(choice.tie, c.tie);
+  EXPECT_EQ(choice.tied, c.tied);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ChooseConfigTest,
+    ::testing::Values(
+        ChoiceCase{"one_candidate", {Timed(0, 10, 9.9, 10.1)}, -1, 0, false, {0}},
+        // 3 % faster and the intervals apart: a clear winner, even against
+        // the current entry.
+        ChoiceCase{"clear_winner",
+                   {Timed(0, 10.3, 10.25, 10.35), Timed(1, 10, 9.95, 10.05)},
+                   0,
+                   1,
+                   false,
+                   {1}},
+        // 3 % faster but the intervals overlap: tied, the first in
+        // parameter order wins.
+        ChoiceCase{"overlap_is_a_tie",
+                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4)},
+                   -1,
+                   0,
+                   true,
+                   {0, 1}},
+        // Apart intervals but medians 0.2 % apart: inside the band, tied.
+        ChoiceCase{"inside_the_band_is_a_tie",
+                   {Timed(3, 10.02, 10.015, 10.025), Timed(1, 10, 9.99, 10.01)},
+                   -1,
+                   1,
+                   true,
+                   {0, 1}},
+        // A tie keeps the current entry's config.
+        ChoiceCase{"tie_keeps_the_current_entry",
+                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
+                   2,
+                   2,
+                   true,
+                   {0, 1, 2}},
+        // The current entry outside the tie is not kept.
+        ChoiceCase{"current_entry_outside_the_tie",
+                   {Timed(0, 12, 11.9, 12.1), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
+                   0,
+                   1,
+                   true,
+                   {1, 2}}),
+    [](const ::testing::TestParamInfo<ChoiceCase>& info) { return info.param.name; });
+
+TEST(ChooseConfigTest, MarginIsTheNextBestOverTheChosen) {
+  const Choice clear = ChooseConfig({Timed(0, 12, 11.9, 12.1), Timed(1, 10, 9.9, 10.1)}, nullptr);
+  EXPECT_DOUBLE_EQ(clear.margin, 0.2);
+  // A tie that chose the slower config has a negative margin.
+  const Choice tie = ChooseConfig({Timed(0, 10.02, 9.9, 10.2), Timed(1, 10, 9.9, 10.2)}, nullptr);
+  EXPECT_EQ(tie.winner, 0u);
+  EXPECT_LT(tie.margin, 0);
+}
+
+// Older summaries have no q3: the interval reaches the median.
+TEST(ChooseConfigTest, WithoutQ3TheIntervalReachesTheMedian) {
+  Candidate a = Timed(0, 10.3, 10.2, 0);
+  Candidate b = Timed(1, 10, 9.9, 0);
+  const Choice choice = ChooseConfig({a, b}, nullptr);
+  EXPECT_EQ(choice.winner, 1u);
+  EXPECT_FALSE(choice.tie);
+  EXPECT_THAT(choice.tied, ElementsAre(1u));
+}
+
+}  // namespace
+}  // namespace autotune::service
