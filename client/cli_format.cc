@@ -225,7 +225,8 @@ void PrintEntryTable(const google::protobuf::RepeatedPtrField<v1::Entry>& entrie
     table.AddRow({entry.family(), FormatDims(entry.problem().dims()),
                   (DTypeName(entry.problem().dtype())), entry.device().name(),
                   FormatDims(entry.config().params()), FormatMicros(entry.timing().median_us()),
-                  FormatMargin(entry.margin()), FormatPhase(entry.phase()), entry.tuned_at()});
+                  entry.tie() ? absl::StrCat("tie/", entry.tied()) : FormatMargin(entry.margin()),
+                  FormatPhase(entry.phase()), entry.tuned_at()});
   }
   table.Print(out);
 }
