@@ -30,7 +30,6 @@ absl::StatusCode PosixErrorCode(int error_number) {
 #endif
     case EINTR:
     case EBUSY:
-    case EIO:
       return absl::StatusCode::kUnavailable;
     case ENOTDIR:
     case EISDIR:

@@ -10,7 +10,8 @@
 //   EACCES EPERM EROFS                                PERMISSION_DENIED
 //   EEXIST                                            ALREADY_EXISTS
 //   ENOSPC EDQUOT ENOMEM EMFILE ENFILE                RESOURCE_EXHAUSTED
-//   EAGAIN EWOULDBLOCK EINTR EBUSY EIO                UNAVAILABLE (may pass if retried)
+//   EAGAIN EWOULDBLOCK EINTR EBUSY                    UNAVAILABLE (may pass if retried)
+//   EIO                                               INTERNAL (the device failed)
 //   ENOTDIR EISDIR ELOOP                              FAILED_PRECONDITION (the file system
 //                                                     is not as the path needs it)
 //   EINVAL ENAMETOOLONG                               INVALID_ARGUMENT (wrong whatever the

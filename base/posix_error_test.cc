@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ErrnoCase{EWOULDBLOCK, absl::StatusCode::kUnavailable},
                       ErrnoCase{EINTR, absl::StatusCode::kUnavailable},
                       ErrnoCase{EBUSY, absl::StatusCode::kUnavailable},
-                      ErrnoCase{EIO, absl::StatusCode::kUnavailable},
+                      ErrnoCase{EIO, absl::StatusCode::kInternal},
                       ErrnoCase{ENOTDIR, absl::StatusCode::kFailedPrecondition},
                       ErrnoCase{EISDIR, absl::StatusCode::kFailedPrecondition},
                       ErrnoCase{ELOOP, absl::StatusCode::kFailedPrecondition},

@@ -1,4 +1,4 @@
-// Internal to cache/: bridges std::string_view (the public headers) and
+// Internal to cache/: turns std::string_view (the public headers) into
 // absl::string_view (Abseil's string functions). Debian builds Abseil with
 // its own string_view type, so the two do not convert implicitly.
 #ifndef AUTOTUNE_CACHE_STRINGS_H_
@@ -12,9 +12,6 @@ namespace autotune::cache {
 
 inline absl::string_view ToAbsl(std::string_view text) {
   return absl::string_view(text.data(), text.size());
-}
-inline std::string_view ToStd(absl::string_view text) {
-  return std::string_view(text.data(), text.size());
 }
 
 }  // namespace autotune::cache

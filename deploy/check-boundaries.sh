@@ -13,6 +13,13 @@ if (($# != 4)); then
 fi
 autotuned=$1 worker=$2 client_lib=$3 cli=$4
 breaches=0
+# A file that is missing or has no symbols to read would pass every rule.
+for file in "$@"; do
+  if ! symbols=$(nm "$file" 2>/dev/null) || [[ -z "$symbols" ]]; then
+    echo "check-boundaries: cannot read the symbols of $file" >&2
+    exit 2
+  fi
+done
 
 # forbid FILE WHAT REGEX: FILE's demangled symbols must not match REGEX.
 forbid() {

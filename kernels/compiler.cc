@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 
@@ -158,7 +159,7 @@ bool IsCapability(absl::string_view text) {
 // Empty when `arch` names a real architecture, else why not.
 std::string ArchProblem(const std::string& arch) {
   absl::string_view view(arch);
-  if (absl::ConsumePrefix(&view, "sm_") && IsCapability(view)) return "";
+  if (IsGpuArch(arch)) return "";
   view = arch;
   if (absl::ConsumePrefix(&view, "compute_") && IsCapability(view)) {
     return absl::StrCat("arch '", arch,

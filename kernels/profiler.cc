@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "kernels/cuda_driver.h"
 #include "kernels/driver_failure.h"
+#include "kernels/profile_task.h"
 #include "kernels/scalar_encoding.h"
 #include "proto/problem.h"
 
@@ -105,8 +106,8 @@ using Emit = std::function<void(const wv1::VariantOutcome&)>;
 using Clock = std::chrono::steady_clock;
 
 // The daemon fills every setting of a task (kernels/profile_task.h holds the
-// defaults); a task without them is refused rather than guessed at.
-constexpr int kMinSeeds = 3;
+// defaults and kMinSeeds); a task without them is refused rather than
+// guessed at.
 // Samples (graph replays) per measurement at most, whatever the budget.
 constexpr int kMaxSamples = 2000;
 // One sample is long enough against the launch overhead of a replay
@@ -239,7 +240,7 @@ struct LaunchShape {
 };
 
 // What the device allows one launch.
-struct DeviceLimits {
+struct LaunchLimits {
   int64_t max_grid[3] = {0, 0, 0};
   int64_t max_block[3] = {0, 0, 0};
   int64_t max_threads_per_block = 0;
@@ -291,7 +292,7 @@ struct Gpu {
   CUfunction compare = nullptr;
   CUfunction compare_finish = nullptr;
   std::vector<Event> events;
-  DeviceLimits limits;
+  LaunchLimits limits;
   wv1::DeviceInfo info;
 
   const CudaDriver::Api& cu() const { return driver->api(); }
@@ -1380,7 +1381,7 @@ absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
   RETURN_IF_ERROR(driver->Check(cu.device_get_uuid(&uuid, gpu.device), "cuDeviceGetUuid"));
   info.set_uuid(FormatUuid(uuid));
 
-  DeviceLimits& limits = gpu.limits;
+  LaunchLimits& limits = gpu.limits;
   limits.sm_count = sms;
   limits.max_threads_per_block = threads;
   limits.max_shared_optin = shared;

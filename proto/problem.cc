@@ -130,8 +130,8 @@ bool IsFamilyName(absl::string_view name) {
 
 bool IsGpuArch(absl::string_view arch) {
   if (!absl::ConsumePrefix(&arch, "sm_")) return false;
-  if (!arch.empty() && absl::ascii_islower(arch.back())) arch.remove_suffix(1);
-  return !arch.empty() &&
+  if (!arch.empty() && (arch.back() == 'a' || arch.back() == 'f')) arch.remove_suffix(1);
+  return arch.size() >= 2 && arch.size() <= 3 &&
          std::all_of(arch.begin(), arch.end(), [](char c) { return absl::ascii_isdigit(c); });
 }
 

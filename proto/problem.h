@@ -73,8 +73,9 @@ bool IsIdentifier(absl::string_view name);
 // A family name: [a-z][a-z0-9_]*.
 bool IsFamilyName(absl::string_view name);
 
-// A real GPU architecture a cubin can be built for: "sm_90", "sm_90a",
-// "sm_100a" (not "compute_90", which only gives PTX).
+// A real GPU architecture a cubin can be built for: "sm_" and a compute
+// capability of 2 or 3 digits with an optional 'a' or 'f' feature suffix
+// ("sm_90", "sm_90a", "sm_100f"; not "compute_90", which only gives PTX).
 bool IsGpuArch(absl::string_view arch);
 
 // "13.0" -> 13000, "12.8" -> 12008. INVALID_ARGUMENT when not MAJOR.MINOR

@@ -141,7 +141,8 @@ TEST(NamesTest, FamilyNames) {
 
 TEST(NamesTest, GpuArchitectures) {
   for (const char* good : {"sm_90", "sm_90a", "sm_100a", "sm_75"}) EXPECT_TRUE(IsGpuArch(good));
-  for (const char* bad : {"", "sm_", "compute_90", "sm_a", "sm_90ab", "SM_90"}) {
+  for (const char* bad :
+       {"", "sm_", "compute_90", "sm_a", "sm_90ab", "SM_90", "sm_9", "sm_90z", "sm_1000"}) {
     EXPECT_FALSE(IsGpuArch(bad)) << bad;
   }
 }

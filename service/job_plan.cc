@@ -1,5 +1,6 @@
 #include "service/job_plan.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,11 +28,15 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
                                                    " is not in 0..shard_count-1 (shard_count ",
                                                    options.shard_count(), ")"));
   }
-  if (options.compile_timeout_s() < 0) {
-    return absl::InvalidArgumentError("options.compile_timeout_s is negative");
+  if (!(options.compile_timeout_s() >= 0) || std::isinf(options.compile_timeout_s())) {
+    return absl::InvalidArgumentError(absl::StrCat("options.compile_timeout_s is ",
+                                                   options.compile_timeout_s(),
+                                                   ", not a finite number >= 0"));
   }
-  if (options.variant_timeout_s() < 0) {
-    return absl::InvalidArgumentError("options.variant_timeout_s is negative");
+  if (!(options.variant_timeout_s() >= 0) || std::isinf(options.variant_timeout_s())) {
+    return absl::InvalidArgumentError(absl::StrCat("options.variant_timeout_s is ",
+                                                   options.variant_timeout_s(),
+                                                   ", not a finite number >= 0"));
   }
   // Not offered until the serial validation phase reads it.
   if (options.serial_candidates() != 0) {

@@ -120,9 +120,29 @@ TEST_F(JobPlanTest, KeepProblemsDropsTheCompilesNoKeptProblemNeeds) {
   EXPECT_TRUE(plan.units.empty());
 }
 
+TEST_F(JobPlanTest, KeepProblemsDropsTheUnitsOfTheProblemsItDrops) {
+  v1::JobSpec spec = Spec({4096});
+  spec.mutable_manifest()->mutable_items(0)->add_dtypes(v1::FLOAT16);
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(spec, families_, target_));
+  ASSERT_EQ(plan.problems.size(), 2u);
+  // The dtype is a compile option: each problem has its own 20 compiles.
+  EXPECT_EQ(plan.units.size(), 40u);
+  const std::string fp16_reference = plan.problems[1].reference_key;
+  ASSERT_EQ(plan.problems[1].problem.dtype(), v1::FLOAT16);
+  KeepProblems({1}, &plan);
+  ASSERT_EQ(plan.units.size(), 20u);
+  bool has_reference = false;
+  for (const CompileUnit& unit : plan.units) {
+    EXPECT_EQ(unit.problem.dtype(), v1::FLOAT16);
+    has_reference = has_reference || unit.key == fp16_reference;
+  }
+  EXPECT_TRUE(has_reference);
+}
+
 TEST_F(JobPlanTest, AProblemTheFamilyRejectsIsNamed) {
   EXPECT_THAT(PlanJob(Spec({0}), families_, target_),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "items[0].dims[0].values[0]: 0 is not positive"));
 }
 
 }  // namespace

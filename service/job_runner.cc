@@ -337,17 +337,17 @@ void JobRunner::Compile(Running* running) {
       work.plan.units, *store_, *pool_, options, running->cancel,
       [&](const CompileUnit& unit, const CompileEnd& end) {
         const bool failed = end.status != v1::OK;
+        const bool compile_failed = failed && end.store_error.ok();
         v1::Measurement last;
-        if (failed) {
+        if (compile_failed) {
           last.set_family(unit.family);
           last.set_family_hash(unit.family_hash);
           *last.mutable_problem() = unit.problem;
           *last.mutable_config() = unit.config;
-          last.set_status(end.store_error.ok() ? end.status : v1::COMPILE_ERROR);
+          last.set_status(end.status);
           last.set_phase(v1::COMPILE);
-          last.set_detail(absl::StrCat(
-              unit.config.params().empty() ? "reference kernel " : "", unit.task.name_expression(),
-              ": ", end.store_error.ok() ? LogExcerpt(end.log) : end.store_error.message()));
+          last.set_detail(absl::StrCat(unit.config.params().empty() ? "reference kernel " : "",
+                                       unit.task.name_expression(), ": ", LogExcerpt(end.log)));
           last.set_job_id(id);
           last.set_measured_at(Now());
         }
@@ -363,7 +363,7 @@ void JobRunner::Compile(Running* running) {
           } else if (!failed) {
             counts->set_compiled(counts->compiled() + 1);
           }
-          if (end.store_error.ok() && failed) {
+          if (compile_failed) {
             counts->set_compile_errors(counts->compile_errors() + 1);
             if (running->first_compile_error.empty()) running->first_compile_error = last.detail();
           }
@@ -371,7 +371,8 @@ void JobRunner::Compile(Running* running) {
             counts->set_compile_timeouts(counts->compile_timeouts() + 1);
           }
         }
-        Publish(running, failed ? &last : nullptr, "");
+        Publish(running, compile_failed ? &last : nullptr,
+                end.store_error.ok() ? "" : end.store_error.message());
       });
 }
 
@@ -467,7 +468,7 @@ void JobRunner::Screen(Running* running) {
       const PlannedProblem& problem = work.plan.problems[index];
       ScreenResult result = ScreenProblem(problem, job);
       if (!result.error.ok()) {
-        FailProblem(running, result.error, result.error.code() != absl::StatusCode::kAborted);
+        FailProblem(running, result.error, result.store_failed);
         continue;
       }
       {

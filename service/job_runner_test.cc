@@ -283,6 +283,9 @@ TEST_F(ScreenJobTest, AnArchTheGpuCannotRunIsRefused) {
 // order wins, and a retune keeps whatever the entry holds among the tied.
 TEST_F(ScreenJobTest, ATieIsDeclaredAndDecidedTheSameWayEveryTime) {
   setenv("FAKE_WORKER_TIE", "1", 1);
+  struct Unset {
+    ~Unset() { unsetenv("FAKE_WORKER_TIE"); }
+  } unset;  // on every path, an ASSERT's included
   const v1::Job first = Run(Spec());
   ASSERT_EQ(first.state(), v1::SUCCEEDED) << first.error();
   ASSERT_THAT(first.results(), SizeIs(2));
@@ -295,7 +298,6 @@ TEST_F(ScreenJobTest, ATieIsDeclaredAndDecidedTheSameWayEveryTime) {
   (*entry.mutable_config()->mutable_params())["MODE"] = 1;
   ASSERT_OK(store_->PutEntry(entry));
   const v1::Job again = Run(Spec(/*retune=*/true));
-  unsetenv("FAKE_WORKER_TIE");
   ASSERT_EQ(again.state(), v1::SUCCEEDED) << again.error();
   bool seen = false;
   for (const v1::Entry& result : again.results()) {

@@ -300,6 +300,23 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     absl::StrAppend(&reason, " (and none that differs only in ", absl::StrJoin(bucketed, ", "),
                     ")");
   }
+  // A named device with nothing tuned on it: was this problem tuned on
+  // another? Best effort, as the counts below.
+  if (kind == v1::MISS_NO_ENTRY && !device.empty()) {
+    absl::StatusOr<std::vector<v1::Entry>> anywhere =
+        store_->ListCandidates(request.family(), family->content_hash, problem.dtype(), "");
+    if (anywhere.ok()) {
+      const std::string wanted = FormatDims(problem.dims());
+      std::set<std::string> devices;
+      for (const v1::Entry& entry : *anywhere) {
+        if (FormatDims(entry.problem().dims()) == wanted) devices.insert(entry.device().name());
+      }
+      if (!devices.empty()) {
+        kind = v1::MISS_OTHER_DEVICE;
+        absl::StrAppend(&reason, "; tuned only on ", absl::StrJoin(devices, ", "));
+      }
+    }
+  }
   // Counts that say more; best effort: a MISS stays a MISS when they fail.
   v1::EntryFilter same_family;
   same_family.set_family(request.family());

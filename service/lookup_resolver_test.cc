@@ -139,7 +139,8 @@ TEST_F(LookupResolverStoreTest, DeviceRulesAreApplied) {
   v1::LookupRequest other = Request(8, 4096, "NVIDIA H100");
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(other));
   EXPECT_EQ(miss.match(), v1::MISS);
-  EXPECT_EQ(miss.miss_kind(), v1::MISS_NO_ENTRY);
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_OTHER_DEVICE);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("tuned only on NVIDIA H200"));
 
   v1::LookupRequest fewer_sms = Request(8);
   fewer_sms.mutable_device()->set_sm_count(114);

@@ -56,6 +56,7 @@ absl::Status ProfilePool::StartWorker(Gpu& gpu, int ordinal) {
     return absl::FailedPreconditionError(
         absl::StrCat("profile worker for device ", ordinal, " did not describe its device"));
   }
+  absl::MutexLock lock(&mu_);  // devices() reads it from other threads
   gpu.info = hello->device();
   return absl::OkStatus();
 }
@@ -72,15 +73,18 @@ absl::StatusOr<std::unique_ptr<ProfilePool>> ProfilePool::Start(const ProfilePoo
   if (ordinals.empty()) {
     for (int i = 0; i < gpu->info.device_count(); ++i) ordinals.push_back(i);
   }
-  absl::MutexLock lock(&pool->mu_);
-  pool->gpus_.push_back(std::move(gpu));
+  std::vector<std::unique_ptr<Gpu>> gpus;
+  gpus.push_back(std::move(gpu));
   for (size_t i = 1; i < ordinals.size(); ++i) {
     auto other = std::make_unique<Gpu>();
+    // Not under mu_: StartWorker takes it to publish the device.
     if (absl::Status started = pool->StartWorker(*other, ordinals[i]); !started.ok()) {
       return started;
     }
-    pool->gpus_.push_back(std::move(other));
+    gpus.push_back(std::move(other));
   }
+  absl::MutexLock lock(&pool->mu_);
+  for (auto& started : gpus) pool->gpus_.push_back(std::move(started));
   // Entries are keyed by GPU model: a job measures on whichever GPU is free,
   // so all of them must be the same model.
   const wv1::DeviceInfo& first_info = pool->gpus_.front()->info;

@@ -77,8 +77,8 @@ class ProfilePool {
  private:
   class TaskRun;
   struct Gpu {
-    worker::v1::DeviceInfo info;
-    WorkerProcess process;  // not running after a kill, until restarted
+    worker::v1::DeviceInfo info;  // written under mu_ (a restart renews it)
+    WorkerProcess process;        // not running after a kill, until restarted
     bool busy = false;
   };
   explicit ProfilePool(ProfilePoolOptions options);

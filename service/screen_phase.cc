@@ -51,7 +51,7 @@ class ProblemScreen {
     kernels::CompiledKernel reference;
     std::string reference_sha;
     const CompileEnd reference_end = Load(problem_.reference_key, &reference, &reference_sha);
-    if (!reference_end.store_error.ok()) return Failed(reference_end.store_error);
+    if (!reference_end.store_error.ok()) return StoreFailed(reference_end.store_error);
     if (reference_end.status != v1::OK) {
       const std::string why = absl::StrCat("the reference kernel '", problem_.space.reference_name,
                                            "' did not compile: ", LogExcerpt(reference_end.log));
@@ -63,9 +63,10 @@ class ProblemScreen {
         m.set_detail(absl::StrCat(Label(variant.config), ": not run: ", why));
         Record(m);
       }
+      if (!store_error_.ok()) return StoreFailed(store_error_);
       return Failed(absl::AbortedError(why));
     }
-    if (!store_error_.ok()) return Failed(store_error_);
+    if (!store_error_.ok()) return StoreFailed(store_error_);
 
     std::vector<kernels::CompiledVariant> compiled;
     for (size_t i = 0; i < problem_.space.variants.size(); ++i) {
@@ -75,7 +76,7 @@ class ProblemScreen {
       entry.id = absl::StrCat(variant.index);
       std::string sha;
       const CompileEnd end = Load(problem_.variant_keys[i], &entry.kernel, &sha);
-      if (!end.store_error.ok()) return Failed(end.store_error);
+      if (!end.store_error.ok()) return StoreFailed(end.store_error);
       if (end.status != v1::OK) {
         v1::Measurement m = Base(variant.config);
         m.set_status(end.status == v1::VARIANT_STATUS_UNSPECIFIED ? v1::COMPILE_ERROR : end.status);
@@ -88,7 +89,7 @@ class ProblemScreen {
       variant_by_id_[entry.id] = &variant;
       compiled.push_back(std::move(entry));
     }
-    if (!store_error_.ok()) return Failed(store_error_);
+    if (!store_error_.ok()) return StoreFailed(store_error_);
     if (compiled.empty()) return Failed(absl::AbortedError("no variant compiled"));
     absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
         family_, problem_.problem, problem_.space, reference, compiled, job_.settings);
@@ -117,27 +118,29 @@ class ProblemScreen {
         m.set_detail(absl::StrCat("not run: ", result.done.phase(), ": ", result.done.detail()));
         Record(m);
       }
-      if (!store_error_.ok()) return Failed(store_error_);
+      if (!store_error_.ok()) return StoreFailed(store_error_);
       return Failed(
           absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
     }
-    if (!store_error_.ok()) return Failed(store_error_);
+    if (!store_error_.ok()) return StoreFailed(store_error_);
     if (ok.empty()) {
       return Failed(absl::AbortedError(
           absl::StrCat("none of ", compiled.size(), " variants validated and timed OK")));
     }
     CheckSuspiciousLead(*task, &ok);
-    if (!store_error_.ok()) return Failed(store_error_);
+    if (!store_error_.ok()) return StoreFailed(store_error_);
     if (ok.empty()) return Failed(absl::AbortedError("no variant passed when measured again"));
     return StoreBest(ok);
   }
 
  private:
-  ScreenResult Failed(const absl::Status& why) const {
+  ScreenResult Failed(const absl::Status& why, bool store_failed = false) const {
     return ScreenResult{
         .entry = std::nullopt,
-        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message()))};
+        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message())),
+        .store_failed = store_failed};
   }
+  ScreenResult StoreFailed(const absl::Status& why) const { return Failed(why, true); }
 
   std::string Label(const v1::Config& config) const {
     return absl::StrCat(context_, " [", kernels::ConfigLabel(family_, config), "]");
@@ -298,8 +301,8 @@ class ProblemScreen {
     entry.set_job_id(job_.job_id);
     absl::Status stored = job_.store->PutEntry(entry);
     if (!stored.ok()) {
-      return Failed(absl::Status(stored.code(),
-                                 absl::StrCat("cannot store the best entry: ", stored.message())));
+      return StoreFailed(absl::Status(
+          stored.code(), absl::StrCat("cannot store the best entry: ", stored.message())));
     }
     return ScreenResult{.entry = std::move(entry), .error = absl::OkStatus()};
   }

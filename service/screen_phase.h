@@ -49,9 +49,10 @@ struct ScreenJob {
 
 struct ScreenResult {
   std::optional<v1::Entry> entry;  // stored
-  // Why there is no entry: the problem's context and the reason. A store
-  // error keeps its code (UNAVAILABLE, ...); other failures are ABORTED.
+  // Why there is no entry: the problem's context and the reason, with the
+  // store's code when the store failed.
   absl::Status error;
+  bool store_failed = false;  // the store failed (the job then fails too)
 };
 
 // Thread-safe for distinct problems (one thread per GPU).
