@@ -11,13 +11,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {
 
 // Doubles represent every integer up to 2^53 exactly; beyond that integer
 // results of expressions cannot be trusted.
-constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
 // Raised by the functions added below; muparser lets exceptions of the
 // callbacks pass through Eval() unchanged.

@@ -25,8 +25,6 @@ namespace {
 
 using google::protobuf::TextFormat;
 
-constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
-
 // Keeps the first syntax error of a text-format file.
 class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
  public:

@@ -17,8 +17,6 @@
 namespace autotune::kernels {
 namespace {
 
-constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
-
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 
 // CUDA's own launch limits, whatever the device.

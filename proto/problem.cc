@@ -32,10 +32,6 @@ constexpr std::array<DTypeInfo, 10> kDTypes = {{
     {v1::FLOAT8_E5M2, "fp8e5m2", "float8_e5m2", 1, "__nv_fp8_e5m2", false},
 }};
 
-// Dims are evaluated in double-precision expressions; beyond 2^53 an
-// integer is no longer exact.
-constexpr int64_t kMaxExactInteger = int64_t{1} << 53;
-
 }  // namespace
 
 const DTypeInfo* FindDType(v1::DType dtype) {
@@ -180,7 +176,7 @@ absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& 
       return absl::InvalidArgumentError(
           absl::StrCat(dim_field, ": ", value, " is above the max ", dim.max()));
     }
-    if (value > kMaxExactInteger) {
+    if (static_cast<double>(value) > kMaxExactInteger) {
       return absl::InvalidArgumentError(absl::StrCat(dim_field, ": ", value, " is out of range"));
     }
   }

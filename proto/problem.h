@@ -100,6 +100,11 @@ std::string ProblemContext(absl::string_view family, const v1::Problem& problem)
 absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& problem,
                              absl::string_view field = "problem");
 
+// The largest integer a double holds exactly (2^53). Dims and the values
+// of descriptor expressions, which muparser evaluates in doubles, stay
+// within it.
+inline constexpr double kMaxExactInteger = 9007199254740992.0;
+
 // Product of the params' value counts, saturating at INT64_MAX; 0 when a
 // param has no values.
 int64_t ConfigCount(const v1::KernelFamily& family);

@@ -147,19 +147,24 @@ absl::StatusOr<JobPlan> PlanJob(
 
 void KeepProblems(const std::set<size_t>& keep, JobPlan* plan) {
   std::vector<PlannedProblem> kept;
-  std::set<std::string> needed;
+  // Compile key -> the first kept problem that needs it, which reports name.
+  std::map<std::string, const v1::Problem*> needed;
   for (size_t i = 0; i < plan->problems.size(); ++i) {
     if (!keep.contains(i)) continue;
-    PlannedProblem& problem = plan->problems[i];
-    needed.insert(problem.reference_key);
-    needed.insert(problem.variant_keys.begin(), problem.variant_keys.end());
-    kept.push_back(std::move(problem));
+    kept.push_back(std::move(plan->problems[i]));
   }
-  plan->problems = std::move(kept);
+  for (const PlannedProblem& problem : kept) {
+    needed.emplace(problem.reference_key, &problem.problem);
+    for (const std::string& key : problem.variant_keys) needed.emplace(key, &problem.problem);
+  }
   std::vector<CompileUnit> units;
   for (CompileUnit& unit : plan->units) {
-    if (needed.contains(unit.key)) units.push_back(std::move(unit));
+    auto it = needed.find(unit.key);
+    if (it == needed.end()) continue;
+    unit.problem = *it->second;
+    units.push_back(std::move(unit));
   }
+  plan->problems = std::move(kept);
   plan->units = std::move(units);
 }
 

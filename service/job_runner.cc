@@ -11,6 +11,7 @@
 #include "proto/problem.h"
 #include "service/compile_phase.h"
 #include "service/job_plan.h"
+#include "service/job_text.h"
 #include "service/screen_phase.h"
 #include "spdlog/spdlog.h"
 
@@ -22,14 +23,6 @@ constexpr absl::Duration kPersistEvery = absl::Seconds(1);
 
 bool Finished(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
-std::string Now() { return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()); }
-
-// The first lines of a compiler log, enough to say what went wrong.
-std::string LogExcerpt(const std::string& log) {
-  constexpr size_t kMax = 2000;
-  return log.size() <= kMax ? log : absl::StrCat(log.substr(0, kMax), "\n[... log truncated]");
 }
 
 }  // namespace
@@ -232,7 +225,7 @@ void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::str
   bool persist = false;
   {
     absl::MutexLock lock(&running->mu);
-    running->job.set_updated_at(Now());
+    running->job.set_updated_at(NowText());
     running->latest.Clear();
     *running->latest.mutable_job() = running->job;
     if (last != nullptr) *running->latest.mutable_last() = *last;
@@ -349,7 +342,7 @@ void JobRunner::Compile(Running* running) {
           last.set_detail(absl::StrCat(unit.config.params().empty() ? "reference kernel " : "",
                                        unit.task.name_expression(), ": ", LogExcerpt(end.log)));
           last.set_job_id(id);
-          last.set_measured_at(Now());
+          last.set_measured_at(NowText());
         }
         {
           absl::MutexLock lock(&running->mu);
@@ -553,7 +546,7 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
     if (!work.ok()) {
       job.set_state(v1::FAILED);
       job.set_error(absl::StrCat("could not resume after a restart: ", work.status().message()));
-      job.set_updated_at(Now());
+      job.set_updated_at(NowText());
       RETURN_IF_ERROR(store_->UpdateJob(job));
       continue;
     }

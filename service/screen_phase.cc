@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "proto/problem.h"
 #include "service/choice.h"
+#include "service/job_text.h"
 
 namespace autotune::service {
 namespace {
@@ -19,14 +19,6 @@ namespace wv1 = ::autotune::worker::v1;
 // A screened winner faster than this fraction of the runner-up is measured
 // again before it is believed.
 constexpr double kSuspiciousLead = 0.5;
-
-std::string Now() { return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()); }
-
-// The first lines of a compiler log, enough to say what went wrong.
-std::string LogExcerpt(const std::string& log) {
-  constexpr size_t kMax = 2000;
-  return log.size() <= kMax ? log : absl::StrCat(log.substr(0, kMax), "\n[... log truncated]");
-}
 
 // A validated, timed variant and what it was.
 struct Screened {
@@ -155,7 +147,7 @@ class ProblemScreen {
     *m.mutable_config() = config;
     m.set_driver_version(device_info_.driver_version());
     m.set_job_id(job_.job_id);
-    m.set_measured_at(Now());
+    m.set_measured_at(NowText());
     return m;
   }
 
@@ -253,7 +245,7 @@ class ProblemScreen {
         second.outcomes[0].status() == v1::OK) {
       v1::Measurement& m = (*ok)[0].measurement;
       *m.mutable_timing() = second.outcomes[0].timing();
-      m.set_measured_at(Now());
+      m.set_measured_at(NowText());
       m.set_detail(absl::StrCat("measured again alone: its first median ", first_us,
                                 " us was under half the runner-up's ", runner_up_us, " us; ",
                                 second.outcomes[0].detail()));
@@ -297,7 +289,7 @@ class ProblemScreen {
     entry.set_tie(choice.tie);
     entry.set_tied(static_cast<int32_t>(choice.tied.size()));
     entry.set_phase(v1::SCREEN);
-    entry.set_tuned_at(Now());
+    entry.set_tuned_at(NowText());
     entry.set_job_id(job_.job_id);
     absl::Status stored = job_.store->PutEntry(entry);
     if (!stored.ok()) {
