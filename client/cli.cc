@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
+#include "client/warmup_report.h"
 #include "proto/problem.h"
 
 namespace autotune::client {
@@ -432,12 +435,13 @@ Command ImportCommand(CLI::App& root, Streams io) {
 }
 
 // Prints a job's progress as it streams: state changes, the server's
-// messages and failed variants (up to a limit, so a family that fails to
-// compile everywhere does not flood a CI log).
+// messages (each on its own line: one may say that the job waits for a quiet
+// GPU), failed variants (up to a limit, so a family that fails to compile
+// everywhere does not flood a CI log) and where the current phase stands.
 class WarmupProgressPrinter {
  public:
   // `tty`: redraw one progress bar line in place; otherwise (logs) print a
-  // progress line at every tenth of the work.
+  // progress line at each phase change and at every tenth of a phase.
   WarmupProgressPrinter(std::ostream& out, bool tty) : out_(out), tty_(tty) {}
 
   void Print(const v1::JobProgress& progress) {
@@ -452,10 +456,17 @@ class WarmupProgressPrinter {
       out_ << "job " << job_id_ << ": " << v1::JobState_Name(state_) << "  "
            << FormatJobCounts(job.counts()) << "\n";
     }
-    if (!progress.message().empty())
-      out_ << "job " << job_id_ << ": " << progress.message() << "\n";
+    // A server may repeat its message with each update; it is said once.
+    if (!progress.message().empty() && progress.message() != last_message_) {
+      last_message_ = progress.message();
+      out_ << "job " << job_id_ << ": " << last_message_ << "\n";
+    }
     if (progress.has_last()) PrintFailure(progress.last());
-    PrintBar(job.counts());
+    if (progress.has_timing()) {
+      PrintPhase(progress.timing());
+    } else {
+      PrintCompileBar(job.counts());  // a server that sends no timing
+    }
     out_.flush();
   }
 
@@ -467,6 +478,7 @@ class WarmupProgressPrinter {
 
  private:
   static constexpr int kMaxFailureLines = 50;
+  static constexpr int kBarWidth = 24;
 
   void PrintFailure(const v1::Measurement& m) {
     if (m.status() == v1::OK || m.status() == v1::VARIANT_STATUS_UNSPECIFIED) return;
@@ -481,27 +493,65 @@ class WarmupProgressPrinter {
     }
     out_ << "  " << v1::VariantStatus_Name(m.status()) << "  " << m.family() << "  "
          << FormatDims(m.problem().dims()) << "  " << DTypeName(m.problem().dtype()) << "  "
-         << FormatDims(m.config().params());
+         << FormatConfig(m.config());
     if (!m.detail().empty()) out_ << ": " << FirstLine(m.detail(), 100);
     out_ << "\n";
   }
 
-  void PrintBar(const v1::JobCounts& counts) {
+  // "screen 1,204/2,940 variants · 41 s · ETA 38 s".
+  static std::string PhaseText(const v1::JobTiming& timing) {
+    std::string text = timing.phase();
+    if (timing.total() > 0) {
+      absl::string_view unit = "done";
+      if (timing.phase() == "compile") unit = "compiles";
+      if (timing.phase() == "screen") unit = "variants";
+      if (timing.phase() == "serial") unit = "problems";
+      absl::StrAppend(&text, " ", FormatCount(timing.done()), "/", FormatCount(timing.total()), " ",
+                      unit);
+    }
+    absl::StrAppend(&text, " \u00b7 ", FormatSeconds(timing.elapsed_s()));
+    if (timing.eta_s() > 0) absl::StrAppend(&text, " \u00b7 ETA ", FormatSeconds(timing.eta_s()));
+    return text;
+  }
+
+  void PrintPhase(const v1::JobTiming& timing) {
+    // The job's end is the final report's to say.
+    if (timing.phase().empty() || timing.phase() == "done") return;
+    const int64_t total = timing.total();
+    const int64_t done = std::clamp<int64_t>(timing.done(), 0, std::max<int64_t>(total, 0));
+    if (tty_) {
+      out_ << "\r";
+      if (total > 0) {
+        const int filled = static_cast<int>(kBarWidth * done / total);
+        out_ << "[" << std::string(filled, '#') << std::string(kBarWidth - filled, '.') << "] ";
+      }
+      out_ << PhaseText(timing);
+      bar_shown_ = true;
+      return;
+    }
+    const int64_t tenth = total > 0 ? done * 10 / total : 0;
+    if (timing.phase() != phase_ || tenth > phase_tenth_) {
+      phase_ = timing.phase();
+      phase_tenth_ = tenth;
+      out_ << "  " << PhaseText(timing) << "\n";
+    }
+  }
+
+  void PrintCompileBar(const v1::JobCounts& counts) {
     const int64_t total = counts.compiles();
     if (total <= 0) return;
     const int64_t done = counts.compiled() + counts.compile_cache_hits() + counts.compile_errors();
     if (tty_) {
-      constexpr int kWidth = 30;
-      const int filled = static_cast<int>(kWidth * done / total);
-      out_ << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done
-           << "/" << total << " compiles";
+      const int filled = static_cast<int>(kBarWidth * std::min(done, total) / total);
+      out_ << "\r[" << std::string(filled, '#') << std::string(kBarWidth - filled, '.') << "] "
+           << done << "/" << total << " compiles";
       if (counts.compile_errors() > 0) out_ << ", " << counts.compile_errors() << " errors";
       bar_shown_ = true;
       return;
     }
     const int64_t tenth = done * 10 / total;
-    if (tenth > last_tenth_) {
-      last_tenth_ = tenth;
+    if (tenth > compile_tenth_) {
+      compile_tenth_ = tenth;
       out_ << "  " << done << "/" << total << " compiles (" << counts.compiled() << " compiled, "
            << counts.compile_cache_hits() << " cached, " << counts.compile_errors() << " errors)\n";
     }
@@ -509,16 +559,19 @@ class WarmupProgressPrinter {
 
   void ClearBar() {
     if (!bar_shown_) return;
-    out_ << "\r" << std::string(80, ' ') << "\r";
+    out_ << "\r\033[K";  // back to the line's start, erase to its end
     bar_shown_ = false;
   }
 
   std::ostream& out_;
   const bool tty_;
   bool bar_shown_ = false;
-  int64_t last_tenth_ = 0;
+  int64_t compile_tenth_ = 0;
+  std::string phase_;
+  int64_t phase_tenth_ = 0;
   std::string job_id_;
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
+  std::string last_message_;
   std::string last_failure_;
   int failures_ = 0;
 };
@@ -531,6 +584,12 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     bool retune = false;
     double variant_timeout_s = 0;
     double compile_timeout_s = 0;
+    bool force = false;
+    double quiet_wait_s = 0;
+    int32_t candidates = 0;
+    double serial_max_s = 0;
+    std::string report_md;
+    std::string report_csv;
     bool json = false;
     v1::SubmitJobRequest request;
   };
@@ -550,15 +609,43 @@ Command WarmupCommand(CLI::App& root, Streams io) {
       ->add_option("--compile-timeout", s->compile_timeout_s,
                    "Seconds one compile may take (0 = server default)")
       ->check(CLI::NonNegativeNumber);
+  command.app->add_flag("--force", s->force,
+                        "Measure on a GPU other processes use; the entries are marked CONTENDED");
+  command.app
+      ->add_option("--quiet-wait", s->quiet_wait_s,
+                   "Seconds to wait for a quiet GPU before a problem fails (0 = server default)")
+      ->check(CLI::NonNegativeNumber);
+  command.app
+      ->add_option("--candidates", s->candidates,
+                   "At most N candidates per problem in the serial validation (1..64)")
+      ->check(CLI::Range(1, 64));
+  command.app
+      ->add_option("--serial-max", s->serial_max_s,
+                   "GPU seconds of serial rounds per problem at most (0 = server default)")
+      ->check(CLI::NonNegativeNumber);
+  CLI::Option* report_md =
+      command.app->add_option("--report-md", s->report_md,
+                              "Also write the report as a Markdown file (e.g. a CI job summary)");
+  CLI::Option* report_csv = command.app->add_option(
+      "--report-csv", s->report_csv, "Also write the report as a CSV file, one row per problem");
   command.app->add_flag("--json", s->json,
                         "Print the finished job as protobuf JSON; progress goes to stderr");
-  command.prepare = [s]() -> absl::Status {
+  command.prepare = [s, report_md, report_csv]() -> absl::Status {
+    for (const CLI::Option* option : {report_md, report_csv}) {
+      if (option->count() > 0 && option->as<std::string>().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(option->get_name(), " needs a file name"));
+      }
+    }
     v1::JobOptions& options = *s->request.mutable_spec()->mutable_options();
     if (!s->shard.empty()) RETURN_IF_ERROR(ParseShardFlag(s->shard, options));
     options.set_compile_only(s->compile_only);
     options.set_retune(s->retune);
     options.set_variant_timeout_s(s->variant_timeout_s);
     options.set_compile_timeout_s(s->compile_timeout_s);
+    options.set_force(s->force);
+    options.set_quiet_wait_s(s->quiet_wait_s);
+    options.set_serial_candidates(s->candidates);
+    options.set_serial_max_s(s->serial_max_s);
     return absl::OkStatus();
   };
   command.run = [s, io](Client& client) -> absl::Status {
@@ -578,8 +665,17 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                  << FormatJobCounts(job.counts()) << "\n";
     if (s->json) {
       RETURN_IF_ERROR(PrintJson(job, io.out));
+    } else if (!job.reports().empty()) {
+      io.out << RenderReportText(job);
     } else if (!job.results().empty()) {
-      PrintEntryTable(job.results(), io.out);
+      PrintEntryTable(job.results(), io.out);  // a server that sends no reports
+    }
+    if (!s->report_md.empty()) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically(s->report_md, RenderReportMarkdown(job), "Markdown report"));
+    }
+    if (!s->report_csv.empty()) {
+      RETURN_IF_ERROR(WriteFileAtomically(s->report_csv, RenderReportCsv(job), "CSV report"));
     }
     switch (job.state()) {
       case v1::SUCCEEDED:

@@ -1,6 +1,8 @@
 #include "client/cli_format.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <tuple>
 
 #include "absl/strings/ascii.h"
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/problem.h"
 
@@ -42,14 +45,73 @@ std::string TimingText(const v1::TimingStats& timing) {
   return text;
 }
 
-std::string ThroughputText(const v1::TimingStats& timing) {
+// "812.3 GB/s (87% of the 934.0 GB/s measured copy rate), 1.23 TFLOP/s".
+std::string ThroughputText(const v1::TimingStats& timing, const v1::DeviceLimits& limits) {
   std::vector<std::string> parts;
-  if (timing.achieved_gbps() > 0)
-    parts.push_back(absl::StrFormat("%.1f GB/s", timing.achieved_gbps()));
+  if (timing.achieved_gbps() > 0) {
+    std::string gbps = absl::StrFormat("%.1f GB/s", timing.achieved_gbps());
+    if (limits.copy_gbps() > 0) {
+      absl::StrAppend(&gbps, absl::StrFormat(" (%.0f%% of the %.1f GB/s measured copy rate)",
+                                             100 * timing.achieved_gbps() / limits.copy_gbps(),
+                                             limits.copy_gbps()));
+    }
+    parts.push_back(std::move(gbps));
+  }
   if (timing.achieved_tflops() > 0) {
     parts.push_back(absl::StrFormat("%.2f TFLOP/s", timing.achieved_tflops()));
   }
   return absl::StrJoin(parts, ", ");
+}
+
+// "[40.90, 41.50] us (min, q3)": the interval the tie rule compares.
+std::string IntervalText(const v1::TimingStats& timing) {
+  if (timing.min_us() <= 0 || timing.q3_us() <= 0) return "";
+  return absl::StrCat("[", FormatMicros(timing.min_us()), ", ", FormatMicros(timing.q3_us()), "]");
+}
+
+std::string NoiseText(double noise) { return absl::StrFormat("%.2f%%", noise * 100); }
+
+// "8 candidates, 24 rounds, noise 0.31%, 2 rounds dropped for a throttled
+// clock; stop: noise below 0.5%".
+std::string SerialText(const v1::Entry& entry) {
+  std::vector<std::string> parts;
+  if (entry.candidates() > 0) parts.push_back(absl::StrCat(entry.candidates(), " candidates"));
+  if (entry.rounds() > 0) {
+    parts.push_back(absl::StrCat(entry.rounds(), " rounds"));
+    parts.push_back(absl::StrCat("noise ", NoiseText(entry.noise())));
+  }
+  if (entry.throttled_rounds() > 0) {
+    parts.push_back(
+        absl::StrCat(entry.throttled_rounds(), " rounds dropped for a throttled clock"));
+  }
+  std::string text = absl::StrJoin(parts, ", ");
+  if (!entry.stop().empty())
+    absl::StrAppend(&text, text.empty() ? "" : "; ", "stop: ", entry.stop());
+  return text;
+}
+
+// "copy 934.0 GB/s, peak 4800.0 GB/s; SM clock 1980 MHz default, 1755-1980
+// MHz over the rounds".
+std::string LimitsText(const v1::DeviceLimits& limits) {
+  std::vector<std::string> memory;
+  if (limits.copy_gbps() > 0)
+    memory.push_back(absl::StrFormat("copy %.1f GB/s", limits.copy_gbps()));
+  if (limits.peak_bandwidth_gbps() > 0) {
+    memory.push_back(absl::StrFormat("peak %.1f GB/s", limits.peak_bandwidth_gbps()));
+  }
+  std::vector<std::string> clock;
+  if (limits.default_sm_clock_mhz() > 0) {
+    clock.push_back(absl::StrCat(limits.default_sm_clock_mhz(), " MHz default"));
+  }
+  if (limits.min_sm_clock_mhz() > 0 && limits.max_sm_clock_mhz() > 0) {
+    clock.push_back(absl::StrCat(limits.min_sm_clock_mhz(), "-", limits.max_sm_clock_mhz(),
+                                 " MHz over the rounds"));
+  }
+  std::string text = absl::StrJoin(memory, ", ");
+  if (!clock.empty()) {
+    absl::StrAppend(&text, text.empty() ? "" : "; ", "SM clock ", absl::StrJoin(clock, ", "));
+  }
+  return text;
 }
 
 std::string LaunchText(const v1::LaunchDims& launch) {
@@ -82,10 +144,18 @@ std::string BinaryText(const v1::Entry& entry) {
   return absl::StrJoin(parts, ", ");
 }
 
-void PrintEntryFields(const v1::Entry& entry, std::ostream& out) {
-  Field(out, "config", FormatDims(entry.config().params()));
+// How much of an entry to print: a lookup's answer, or (show) the evidence
+// behind the choice as well.
+enum class EntryDetail { kAnswer, kEvidence };
+
+void PrintEntryFields(const v1::Entry& entry, EntryDetail detail, std::ostream& out) {
+  Field(out, "config", FormatConfig(entry.config()));
   Field(out, "time", TimingText(entry.timing()));
-  Field(out, "throughput", ThroughputText(entry.timing()));
+  if (detail == EntryDetail::kEvidence) {
+    const std::string interval = IntervalText(entry.timing());
+    if (!interval.empty()) Field(out, "interval", absl::StrCat(interval, " us (min, q3)"));
+  }
+  Field(out, "throughput", ThroughputText(entry.timing(), entry.limits()));
   if (entry.tie()) {
     Field(out, "margin",
           absl::StrCat("tie among ", entry.tied(),
@@ -96,11 +166,85 @@ void PrintEntryFields(const v1::Entry& entry, std::ostream& out) {
           entry.margin() > 0 ? absl::StrCat(FormatMargin(entry.margin()), " over the runner-up")
                              : "none (no runner-up)");
   }
+  if (detail == EntryDetail::kEvidence) Field(out, "serial", SerialText(entry));
+  // A contended time may be too slow, and the config chosen on it too: a
+  // lookup says so as well.
+  if (entry.contended()) {
+    Field(out, "contended",
+          absl::StrCat("CONTENDED: measured with another compute process on the GPU",
+                       entry.contention().empty() ? "" : ": ", entry.contention()));
+  }
+  if (detail == EntryDetail::kEvidence) Field(out, "limits", LimitsText(entry.limits()));
   Field(out, "device", FormatDevice(entry.device()));
   Field(out, "tuned", TunedText(entry));
   Field(out, "launch", LaunchText(entry.launch()));
   Field(out, "binary", BinaryText(entry));
   Field(out, "family hash", entry.family_hash());
+}
+
+// A measurement's detail without the context it opens with ("family dims
+// dtype [config]: "), which the columns beside it already show.
+absl::string_view DetailText(const v1::Measurement& m) {
+  absl::string_view detail = m.detail();
+  if (absl::StartsWith(detail, m.family() + " ")) {
+    const size_t end = detail.find("]: ");
+    if (end != absl::string_view::npos) detail.remove_prefix(end + 3);
+  }
+  return detail;
+}
+
+double MedianOrLast(const v1::Measurement* m) {
+  return m->timing().median_us() > 0 ? m->timing().median_us() : 1e300;
+}
+
+// Working variants first, then by median, then by config: the order in which
+// a reader checks why the winner won.
+void SortByMedian(std::vector<const v1::Measurement*>& measurements) {
+  std::sort(
+      measurements.begin(), measurements.end(),
+      [](const v1::Measurement* a, const v1::Measurement* b) {
+        return std::make_tuple(a->status() != v1::OK, MedianOrLast(a), FormatConfig(a->config())) <
+               std::make_tuple(b->status() != v1::OK, MedianOrLast(b), FormatConfig(b->config()));
+      });
+}
+
+void PrintSerialTable(const std::vector<const v1::Measurement*>& serial, const v1::Entry& entry,
+                      std::ostream& out) {
+  const std::string chosen = FormatConfig(entry.config());
+  double winner_median = 0;
+  for (const v1::Measurement* m : serial) {
+    if (m->status() == v1::OK && FormatConfig(m->config()) == chosen) {
+      winner_median = m->timing().median_us();
+    }
+  }
+  TextTable table(
+      {" ", "CONFIG", "MEDIAN_US", "VS_WINNER", "[MIN, Q3]", "ROUNDS", "NOISE", "STATUS", "NOTE"});
+  for (size_t column : {2, 3, 5, 6}) table.SetAlign(column, TextTable::Align::kRight);
+  for (const v1::Measurement* m : serial) {
+    const std::string config = FormatConfig(m->config());
+    const bool winner = m->status() == v1::OK && config == chosen;
+    const double median = m->timing().median_us();
+    std::string versus;
+    if (!winner && m->status() == v1::OK && median > 0 && winner_median > 0) {
+      versus = absl::StrFormat("%+.2f%%", (median / winner_median - 1) * 100);
+    }
+    std::vector<std::string> notes;
+    if (m->contended()) notes.push_back("CONTENDED");
+    if (m->status() != v1::OK) notes.push_back(FirstLine(DetailText(*m), 60));
+    table.AddRow({winner ? "*" : "", config, FormatMicros(median), versus,
+                  IntervalText(m->timing()), m->rounds() > 0 ? absl::StrCat(m->rounds()) : "",
+                  m->rounds() > 0 ? NoiseText(m->noise()) : "", v1::VariantStatus_Name(m->status()),
+                  absl::StrJoin(notes, " ")});
+  }
+  table.Print(out);
+}
+
+std::string StatusCountsText(const std::map<v1::VariantStatus, int64_t>& counts) {
+  std::vector<std::string> parts;
+  for (const auto& [status, count] : counts) {
+    parts.push_back(absl::StrCat(v1::VariantStatus_Name(status), " ", FormatCount(count)));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 std::string MatchName(v1::MatchKind match) {
@@ -165,6 +309,30 @@ void TextTable::Print(std::ostream& out) const {
   for (const auto& row : rows_) print_row(row);
 }
 
+std::string FormatConfig(const v1::Config& config) {
+  return absl::StrReplaceAll(FormatDims(config.params()), {{",", " "}});
+}
+
+std::string FormatCount(int64_t count) {
+  const std::string digits =
+      absl::StrCat(count < 0 ? -static_cast<uint64_t>(count) : static_cast<uint64_t>(count));
+  std::string text = count < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) text += ',';
+    text += digits[i];
+  }
+  return text;
+}
+
+std::string FormatSeconds(double seconds) {
+  if (!(seconds > 0)) seconds = 0;
+  if (seconds < 9.95) return absl::StrFormat("%.1f s", seconds);
+  const int64_t whole = static_cast<int64_t>(seconds + 0.5);
+  if (whole < 60) return absl::StrCat(whole, " s");
+  if (whole < 3600) return absl::StrFormat("%d min %02d s", whole / 60, whole % 60);
+  return absl::StrFormat("%d h %02d min", whole / 3600, whole % 3600 / 60);
+}
+
 std::string FormatMicros(double micros) {
   if (micros <= 0) return "-";
   return absl::StrFormat("%.2f", micros);
@@ -224,7 +392,7 @@ void PrintEntryTable(const google::protobuf::RepeatedPtrField<v1::Entry>& entrie
   for (const v1::Entry& entry : entries) {
     table.AddRow({entry.family(), FormatDims(entry.problem().dims()),
                   (DTypeName(entry.problem().dtype())), entry.device().name(),
-                  FormatDims(entry.config().params()), FormatMicros(entry.timing().median_us()),
+                  FormatConfig(entry.config()), FormatMicros(entry.timing().median_us()),
                   entry.tie() ? absl::StrCat("tie/", entry.tied()) : FormatMargin(entry.margin()),
                   FormatPhase(entry.phase()), entry.tuned_at()});
   }
@@ -264,50 +432,89 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
   if (response.match() == v1::NEAREST) {
     Field(out, "tuned for", FormatDims(response.entry().problem().dims()));
   }
-  PrintEntryFields(response.entry(), out);
+  PrintEntryFields(response.entry(), EntryDetail::kAnswer, out);
 }
 
 void PrintEntryDetail(const v1::GetEntryResponse& response, std::ostream& out) {
+  static constexpr size_t kScreenRows = 10;
+  static constexpr size_t kRejectedRows = 10;
   const v1::Entry& entry = response.entry();
   out << ProblemLine(entry.family(), entry.problem()) << "\n";
-  PrintEntryFields(entry, out);
-  out << "\n" << response.measurements_size() << " measurements\n";
-  if (response.measurements().empty()) return;
-
-  std::vector<const v1::Measurement*> sorted;
-  for (const v1::Measurement& measurement : response.measurements()) sorted.push_back(&measurement);
-  // Finalists first (the latest phase), working variants before failed ones,
-  // fastest first: the order in which a reader checks why the winner won.
-  std::stable_sort(
-      sorted.begin(), sorted.end(), [](const v1::Measurement* a, const v1::Measurement* b) {
-        auto key = [](const v1::Measurement* m) {
-          const double median = m->timing().median_us() > 0 ? m->timing().median_us() : 1e300;
-          return std::make_tuple(-static_cast<int>(m->phase()), m->status() != v1::OK, median);
-        };
-        return key(a) < key(b);
-      });
-  const std::string chosen = FormatDims(entry.config().params());
-  TextTable table({"", "STATUS", "PHASE", "CONFIG", "MEDIAN_US", "CV", "MAX_ERR", "DETAIL"});
-  table.SetAlign(4, TextTable::Align::kRight);
-  table.SetAlign(5, TextTable::Align::kRight);
-  table.SetAlign(6, TextTable::Align::kRight);
-  for (const v1::Measurement* m : sorted) {
-    const std::string config = FormatDims(m->config().params());
-    const bool winner = m->status() == v1::OK && config == chosen;
-    // A detail opens with the variant's context ("family dims dtype
-    // [config]: "), which the other columns already show.
-    absl::string_view detail = m->detail();
-    if (absl::StartsWith(detail, m->family() + " ")) {
-      const size_t end = detail.find("]: ");
-      if (end != absl::string_view::npos) detail.remove_prefix(end + 3);
-    }
-    table.AddRow({winner ? "*" : "", v1::VariantStatus_Name(m->status()), FormatPhase(m->phase()),
-                  config, FormatMicros(m->timing().median_us()),
-                  m->timing().cv() > 0 ? absl::StrFormat("%.2f%%", m->timing().cv() * 100) : "-",
-                  m->max_error() > 0 ? absl::StrFormat("%.3g", m->max_error()) : "-",
-                  FirstLine(detail, 60)});
+  PrintEntryFields(entry, EntryDetail::kEvidence, out);
+  if (response.measurements().empty()) {
+    out << "\nno measurements behind this entry\n";
+    return;
   }
-  table.Print(out);
+
+  std::vector<const v1::Measurement*> serial;
+  std::vector<const v1::Measurement*> screened;  // SCREEN, OK
+  std::vector<const v1::Measurement*> rejected;  // not OK, before the serial phase
+  std::map<v1::VariantStatus, int64_t> counts;   // before the serial phase
+  int64_t variants = 0;
+  for (const v1::Measurement& m : response.measurements()) {
+    if (m.phase() == v1::SERIAL_VALIDATION) {
+      serial.push_back(&m);
+      continue;
+    }
+    ++variants;
+    ++counts[m.status()];
+    if (m.status() != v1::OK) {
+      rejected.push_back(&m);
+    } else if (m.phase() == v1::SCREEN) {
+      screened.push_back(&m);
+    }
+  }
+
+  if (serial.empty()) {
+    out << "\nSerial validation: none (chosen on the screen's timing)\n";
+  } else {
+    out << "\nSerial validation: " << serial.size() << " candidates, timed together\n";
+    SortByMedian(serial);
+    PrintSerialTable(serial, entry, out);
+  }
+
+  if (!screened.empty()) {
+    SortByMedian(screened);
+    const size_t shown = std::min(screened.size(), kScreenRows);
+    out << "\nScreen: fastest " << shown << " of " << FormatCount(screened.size())
+        << " valid variants\n";
+    const std::string chosen = FormatConfig(entry.config());
+    TextTable table({" ", "CONFIG", "MEDIAN_US", "CV"});
+    table.SetAlign(2, TextTable::Align::kRight);
+    table.SetAlign(3, TextTable::Align::kRight);
+    for (size_t i = 0; i < shown; ++i) {
+      const v1::Measurement* m = screened[i];
+      const std::string config = FormatConfig(m->config());
+      table.AddRow(
+          {config == chosen ? "*" : "", config, FormatMicros(m->timing().median_us()),
+           m->timing().cv() > 0 ? absl::StrFormat("%.2f%%", m->timing().cv() * 100) : "-"});
+    }
+    table.Print(out);
+  }
+
+  if (variants > 0)
+    out << "\n" << FormatCount(variants) << " variants: " << StatusCountsText(counts) << "\n";
+
+  if (!rejected.empty()) {
+    std::stable_sort(rejected.begin(), rejected.end(),
+                     [](const v1::Measurement* a, const v1::Measurement* b) {
+                       return std::make_tuple(a->status(), FormatConfig(a->config())) <
+                              std::make_tuple(b->status(), FormatConfig(b->config()));
+                     });
+    const size_t shown = std::min(rejected.size(), kRejectedRows);
+    out << "\nRejected: " << (shown < rejected.size() ? absl::StrCat("first ", shown, " of ") : "")
+        << FormatCount(rejected.size()) << "\n";
+    TextTable table({"STATUS", "PHASE", "CONFIG", "MAX_ERR", "DETAIL"});
+    table.SetAlign(3, TextTable::Align::kRight);
+    for (size_t i = 0; i < shown; ++i) {
+      const v1::Measurement* m = rejected[i];
+      table.AddRow({v1::VariantStatus_Name(m->status()), FormatPhase(m->phase()),
+                    FormatConfig(m->config()),
+                    m->max_error() > 0 ? absl::StrFormat("%.3g", m->max_error()) : "-",
+                    FirstLine(DetailText(*m), 80)});
+    }
+    table.Print(out);
+  }
 }
 
 void PrintStats(const v1::StatsResponse& stats, std::ostream& out) {

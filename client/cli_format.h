@@ -46,7 +46,16 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// 12.3456 -> "12.35"; 1234.5 -> "1234.5"; 0 (unmeasured) -> "-".
+// "BLOCK_M=128 BLOCK_N=64": a config as the CLI names it, params sorted by
+// name and separated by spaces (the daemon's messages name configs the same
+// way, in the family's parameter order); "" for an empty config.
+std::string FormatConfig(const v1::Config& config);
+// 2940 -> "2,940"; -1234 -> "-1,234".
+std::string FormatCount(int64_t count);
+// Durations for people: 0.42 -> "0.4 s", 41.3 -> "41 s", 125 -> "2 min 05 s",
+// 3725 -> "1 h 02 min". Negative values print as 0.
+std::string FormatSeconds(double seconds);
+// 12.3456 -> "12.35"; 1234.5 -> "1234.50"; 0 (unmeasured) -> "-".
 std::string FormatMicros(double micros);
 // 0.032 -> "+3.2%"; 0 -> "-" (no runner-up).
 std::string FormatMargin(double margin);
@@ -69,7 +78,11 @@ void PrintEntryTable(const google::protobuf::RepeatedPtrField<v1::Entry>& entrie
 void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupResponse& response,
                          std::ostream& out);
 
-// An entry in detail, then a table of every measurement behind it.
+// An entry in detail with the evidence behind the choice: its interval,
+// margin or tie, the serial rounds, contention and the device's limits; then
+// the serial validation candidates sorted by median (the winner marked "*"),
+// the fastest screened variants, the variants' counts by status and the
+// rejected variants with their details (a few, the count says how many).
 void PrintEntryDetail(const v1::GetEntryResponse& response, std::ostream& out);
 
 void PrintStats(const v1::StatsResponse& stats, std::ostream& out);

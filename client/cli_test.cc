@@ -13,10 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "client/bundle.h"
 #include "client/fake_autotune_server.h"
+#include "client/warmup_report.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -427,6 +429,144 @@ TEST_F(WarmupTest, SubmitsTheManifestAndPrintsProgressAndResults) {
   EXPECT_EQ(sent.spec().options().shard_index(), 1);
   EXPECT_EQ(sent.spec().options().shard_count(), 4);
   EXPECT_TRUE(sent.spec().options().compile_only());
+}
+
+v1::ProblemReport SampleReport() {
+  v1::ProblemReport report;
+  report.set_family("flash_attn");
+  (*report.mutable_problem()->mutable_dims())["batch"] = 16;
+  report.mutable_problem()->set_dtype(v1::BFLOAT16);
+  *report.mutable_entry() = SampleEntry();
+  report.mutable_entry()->set_tie(true);
+  report.mutable_entry()->set_tied(2);
+  report.set_speedup(1.5);
+  (*report.mutable_status_counts())["OK"] = 1204;
+  return report;
+}
+
+TEST_F(WarmupTest, PrintsTheReportAndWritesItAsMarkdownAndCsv) {
+  AddProgress(v1::SUCCEEDED);
+  v1::Job& job = *server_.answers().progress.back().mutable_job();
+  *job.add_results() = SampleEntry();
+  *job.add_results() = SampleEntry();
+  *job.add_reports() = SampleReport();
+  job.mutable_timing()->set_elapsed_s(75);
+  const std::string markdown = File("report.md");
+  const std::string csv = File("report.csv");
+
+  const CliResult result = Run({"warmup", manifest_, "--report-md", markdown, "--report-csv", csv});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr(RenderReportText(job)));
+  EXPECT_THAT(result.out, HasSubstr("flash_attn  batch=16  bf16   BLOCK_M=128"));
+  EXPECT_THAT(result.out, HasSubstr("tie(2)"));
+  EXPECT_THAT(result.out, HasSubstr("variants: OK 1,204\n"));
+  EXPECT_THAT(result.out, Not(HasSubstr("DEVICE"))) << "the report replaces the entry table";
+  ASSERT_OK_AND_ASSIGN(const std::string written_markdown, ReadFile(markdown));
+  EXPECT_EQ(written_markdown, RenderReportMarkdown(job));
+  EXPECT_THAT(written_markdown, StartsWith("## Warmup job job-7: SUCCEEDED\n"));
+  ASSERT_OK_AND_ASSIGN(const std::string written_csv, ReadFile(csv));
+  EXPECT_EQ(written_csv, RenderReportCsv(job));
+  EXPECT_THAT(written_csv, HasSubstr("\nflash_attn,batch=16,bf16,BLOCK_M=128,41.5,"));
+}
+
+TEST_F(WarmupTest, WithoutReportsTheEntryTableIsPrinted) {
+  AddProgress(v1::SUCCEEDED);
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  const CliResult result = Run({"warmup", manifest_});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("FAMILY      DIMS      DTYPE  DEVICE"));
+}
+
+TEST_F(WarmupTest, AReportThatCannotBeWrittenNamesTheFile) {
+  AddProgress(v1::SUCCEEDED);
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_reports() = SampleReport();
+  const std::string csv = File("missing-dir/report.csv");
+  const CliResult result = Run({"warmup", manifest_, "--report-csv", csv});
+  EXPECT_EQ(result.exit_code, kExitError);
+  EXPECT_THAT(result.err, HasSubstr(absl::StrCat("cannot write CSV report ", csv,
+                                                 ": No such file or directory")));
+  EXPECT_THAT(result.out, HasSubstr("flash_attn  batch=16")) << "the report was printed first";
+}
+
+TEST_F(WarmupTest, SerialFlagsReachTheJobOptions) {
+  AddProgress(v1::SUCCEEDED);
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  const CliResult result = Run({"warmup", manifest_, "--force", "--quiet-wait", "30",
+                                "--candidates", "12", "--serial-max", "4.5"});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const v1::JobOptions& options = server_.calls().submit_job.spec().options();
+  EXPECT_TRUE(options.force());
+  EXPECT_EQ(options.quiet_wait_s(), 30);
+  EXPECT_EQ(options.serial_candidates(), 12);
+  EXPECT_EQ(options.serial_max_s(), 4.5);
+
+  ASSERT_EQ(Run({"warmup", manifest_}).exit_code, kExitOk);
+  const v1::JobOptions& defaults = server_.calls().submit_job.spec().options();
+  EXPECT_FALSE(defaults.force());
+  EXPECT_EQ(defaults.quiet_wait_s(), 0);
+  EXPECT_EQ(defaults.serial_candidates(), 0);
+  EXPECT_EQ(defaults.serial_max_s(), 0);
+}
+
+TEST_F(WarmupTest, SerialFlagsOutOfRangeAreUsageErrors) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"--candidates", "0"},
+           {"--candidates", "65"},
+           {"--quiet-wait", "-1"},
+           {"--serial-max", "-2"},
+           {"--report-md", ""},
+       }) {
+    std::vector<std::string> words = {"autotune", "--server", server_.address(), "warmup",
+                                      manifest_};
+    words.insert(words.end(), flags.begin(), flags.end());
+    const CliResult result = RunWords(words);
+    EXPECT_EQ(result.exit_code, kExitUsage) << absl::StrJoin(flags, " ") << ": " << result.err;
+    EXPECT_THAT(result.err, HasSubstr(flags[0])) << result.err;
+  }
+  EXPECT_THAT(server_.calls().methods, IsEmpty());
+}
+
+TEST_F(WarmupTest, ProgressSaysThePhaseHowFarAndHowLong) {
+  auto add = [this](const std::string& phase, int64_t done, int64_t total, double elapsed_s,
+                    double eta_s, const std::string& message = "") {
+    AddProgress(v1::SCREENING, message);
+    v1::JobTiming& timing = *server_.answers().progress.back().mutable_timing();
+    timing.set_phase(phase);
+    timing.set_done(done);
+    timing.set_total(total);
+    timing.set_elapsed_s(elapsed_s);
+    timing.set_eta_s(eta_s);
+  };
+  add("compile", 0, 40, 0.2, 0);
+  add("compile", 40, 40, 3, 0);
+  add("screen", 0, 2940, 3.5, 0);
+  add("screen", 100, 2940, 6, 90);  // same tenth: no line
+  add("screen", 1204, 2940, 41, 38);
+  add("serial", 0, 30, 80, 60, "waiting for a quiet GPU: pid 4121 (2.0 GiB)");
+  add("serial", 0, 30, 85, 60, "waiting for a quiet GPU: pid 4121 (2.0 GiB)");
+  add("serial", 30, 30, 140, 0);
+  add("done", 30, 30, 141, 0);
+  AddProgress(v1::SUCCEEDED);
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
+
+  const CliResult result = Run({"warmup", manifest_});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const std::string dot = "\u00b7";
+  const std::string expected =
+      absl::StrCat("  compile 0/40 compiles ", dot, " 0.2 s\n",                          //
+                   "  compile 40/40 compiles ", dot, " 3.0 s\n",                         //
+                   "  screen 0/2,940 variants ", dot, " 3.5 s\n",                        //
+                   "  screen 1,204/2,940 variants ", dot, " 41 s ", dot, " ETA 38 s\n",  //
+                   "job job-7: waiting for a quiet GPU: pid 4121 (2.0 GiB)\n",           //
+                   "  serial 0/30 problems ", dot, " 1 min 20 s ", dot, " ETA 1 min 00 s\n",
+                   "  serial 30/30 problems ", dot, " 2 min 20 s\n");
+  EXPECT_THAT(result.out, HasSubstr(expected)) << result.out;
+  EXPECT_THAT(result.out, Not(HasSubstr("100/2,940")));
 }
 
 TEST_F(WarmupTest, FailedJobExitsOne) {
