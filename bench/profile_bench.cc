@@ -70,6 +70,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/file.h"
+#include "base/gpu_lease.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -462,6 +463,8 @@ absl::StatusOr<Measurements> MeasureAll(const BenchOptions& options, const std::
     const Clock::time_point run_start = Clock::now();
     service::ProfilePoolOptions pool_options;
     pool_options.worker_path = worker_path;
+    // Honours the daemons' GPU leases: no tuning job measures beside it.
+    pool_options.lease_dir = kDefaultLeaseDir;
     absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool =
         service::ProfilePool::Start(pool_options);
     if (!pool.ok()) {

@@ -164,6 +164,33 @@ class FamilyChecker {
       return Error("params",
                    absl::StrCat(count, " configs, more than the limit of ", kMaxConfigsPerFamily));
     }
+    return CheckDefaultConfig();
+  }
+
+  // One value of each parameter's list, for every parameter.
+  absl::Status CheckDefaultConfig() const {
+    if (!family_.has_default_config()) return absl::OkStatus();
+    const auto& given = family_.default_config().params();
+    for (const auto& [name, value] : given) {
+      const v1::TunableParameter* param = nullptr;
+      for (const v1::TunableParameter& p : family_.params()) {
+        if (p.name() == name) param = &p;
+      }
+      if (param == nullptr) {
+        return Error(absl::StrCat("default_config.params[\"", name, "\"]"),
+                     "is not a parameter of the family");
+      }
+      if (std::find(param->values().begin(), param->values().end(), value) ==
+          param->values().end()) {
+        return Error(absl::StrCat("default_config.params[\"", name, "\"]"),
+                     absl::StrCat(value, " is not one of its values"));
+      }
+    }
+    for (const v1::TunableParameter& p : family_.params()) {
+      if (!given.contains(p.name())) {
+        return Error("default_config", absl::StrCat("gives no value for '", p.name(), "'"));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -127,6 +127,24 @@ INSTANTIATE_TEST_SUITE_P(
         MutationCase{"DuplicateParam",
                      [](v1::KernelFamily& f) { f.mutable_params(1)->set_name("BLOCK"); },
                      "params[1].name: 'BLOCK' is also the name of params[0]"},
+        MutationCase{"DefaultConfigUnknownParam",
+                     [](v1::KernelFamily& f) {
+                       (*f.mutable_default_config()->mutable_params())["WARPS"] = 1;
+                     },
+                     "default_config.params[\"WARPS\"]: is not a parameter of the family"},
+        MutationCase{"DefaultConfigValueNotListed",
+                     [](v1::KernelFamily& f) {
+                       auto& params = *f.mutable_default_config()->mutable_params();
+                       params[f.params(0).name()] = 3;
+                       params[f.params(1).name()] = f.params(1).values(0);
+                     },
+                     "default_config.params[\"BLOCK\"]: 3 is not one of its values"},
+        MutationCase{"DefaultConfigIncomplete",
+                     [](v1::KernelFamily& f) {
+                       (*f.mutable_default_config()->mutable_params())[f.params(0).name()] =
+                           f.params(0).values(0);
+                     },
+                     "default_config: gives no value for 'ELEMS'"},
         MutationCase{"DuplicateValue",
                      [](v1::KernelFamily& f) { f.mutable_params(1)->add_values(2); },
                      "params[1].values[4]: 2 is listed twice"},

@@ -74,6 +74,7 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
   task.set_validate_only(settings.validate_only);
   task.set_launch_timeout_s(settings.launch_timeout_s);
   task.set_timing_budget_s(settings.timing_budget_s);
+  if (settings.warmup_s > 0) task.set_warmup_s(settings.warmup_s);
   task.set_min_samples(settings.min_samples);
   task.set_max_memory_bytes(settings.max_memory_bytes);
 

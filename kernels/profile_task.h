@@ -50,6 +50,7 @@ struct ProfileSettings {
   double launch_timeout_s = kDefaultLaunchTimeoutS;  // per launch
   double timing_budget_s = kDefaultTimingBudgetS;    // GPU seconds of timing per variant
   int min_samples = kDefaultMinSamples;
+  double warmup_s = 0;           // GPU time of warm-up replays; 0 = the worker's default
   int64_t max_memory_bytes = 0;  // 0 = the worker decides
   // Unspecified = the family's cache_state (itself unspecified = COLD).
   v1::CacheState cache_state = v1::CACHE_STATE_UNSPECIFIED;

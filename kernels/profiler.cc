@@ -1,6 +1,7 @@
 #include "kernels/profiler.h"
 
 #include <cuda.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include "base/status_macros.h"
 #include "kernels/cuda_driver.h"
 #include "kernels/driver_failure.h"
+#include "kernels/nvml.h"
 #include "kernels/profile_task.h"
 #include "kernels/scalar_encoding.h"
 #include "proto/problem.h"
@@ -97,6 +99,83 @@ double BandwidthFloorUs(double bytes_per_call, double peak_bandwidth_gbps) {
   return bytes_per_call / (peak_bandwidth_gbps * 1e3);
 }
 
+SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options) {
+  SerialRule rule;
+  if (options.target_noise() > 0 && options.target_noise() < 1) {
+    rule.target_noise = options.target_noise();
+  }
+  if (options.min_rounds() > 0) rule.min_rounds = options.min_rounds();
+  if (options.max_seconds() > 0 && std::isfinite(options.max_seconds())) {
+    rule.max_seconds = options.max_seconds();
+  }
+  if (options.round_seconds() > 0 && std::isfinite(options.round_seconds())) {
+    rule.round_seconds = options.round_seconds();
+  }
+  if (options.throttle_fraction() > 0 && options.throttle_fraction() < 1) {
+    rule.throttle_fraction = options.throttle_fraction();
+  }
+  return rule;
+}
+
+std::vector<int> RoundOrder(int candidates, int round) {
+  std::vector<int> order;
+  if (candidates <= 0) return order;
+  const int shift = ((round % candidates) + candidates) % candidates;
+  for (int i = 0; i < candidates; ++i) order.push_back((i + shift) % candidates);
+  return order;
+}
+
+double MedianNoise(const std::vector<double>& samples) {
+  const size_t n = samples.size();
+  if (n < 2) return std::numeric_limits<double>::infinity();
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  if (!(median > 0)) return std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (double t : sorted) sum += t;
+  const double mean = sum / static_cast<double>(n);
+  double squares = 0;
+  for (double t : sorted) squares += (t - mean) * (t - mean);
+  const double stddev = std::sqrt(squares / static_cast<double>(n - 1));
+  return 1.2533 * stddev / std::sqrt(static_cast<double>(n)) / median;
+}
+
+namespace {
+std::string Percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f%%", fraction * 100);
+  return text;
+}
+}  // namespace
+
+std::optional<std::string> SerialStopReason(const std::vector<std::vector<double>>& samples,
+                                            int rounds, double gpu_seconds,
+                                            const SerialRule& rule) {
+  double worst = 0;
+  size_t worst_index = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const double noise = MedianNoise(samples[i]);
+    if (!(noise <= worst)) {
+      worst = noise;
+      worst_index = i;
+    }
+  }
+  const std::string after = absl::StrCat(" after ", rounds, rounds == 1 ? " round" : " rounds");
+  if (gpu_seconds >= rule.max_seconds) {
+    return absl::StrCat("time cap ", rule.max_seconds, " s", after, ", noise ", Percent(worst),
+                        worst <= rule.target_noise ? " <= " : " > ", Percent(rule.target_noise),
+                        " (candidate ", worst_index, ")");
+  }
+  if (rounds < rule.min_rounds || !(worst <= rule.target_noise)) return std::nullopt;
+  return absl::StrCat("noise ", Percent(worst), " <= ", Percent(rule.target_noise), after);
+}
+
+bool RoundThrottled(int min_clock_mhz, int default_clock_mhz, double fraction) {
+  if (min_clock_mhz <= 0 || default_clock_mhz <= 0) return false;
+  return min_clock_mhz < fraction * default_clock_mhz;
+}
+
 // ---- The GPU side -----------------------------------------------------------
 
 namespace {
@@ -119,10 +198,11 @@ constexpr double kMinSampleUs = 50;
 // memory grow with them). It also caps the pool: a launch that touches a
 // few kilobytes would otherwise need tens of thousands of sets to fill 2x L2.
 constexpr int kMaxLaunchesPerSample = 4096;
-constexpr int kWarmupReplays = 3;
-// ...and at least this much GPU time of warm-up replays, so the clocks have
-// left any idle state before the first sample: a GPU that idled between
-// tasks starts slow, and a serving GPU does not.
+constexpr int kMinWarmupReplays = 1;
+// ...and at least this much GPU time of warm-up replays (unless the task
+// asks for another), so the clocks have left any idle state before the
+// first sample: a GPU that idled between tasks starts slow, and a serving
+// GPU does not.
 constexpr double kWarmupUs = 20000;
 constexpr int kMaxWarmupReplays = 1000;
 // Replays enqueued before the host waits: about this much GPU time, so the
@@ -294,6 +374,8 @@ struct Gpu {
   std::vector<Event> events;
   LaunchLimits limits;
   wv1::DeviceInfo info;
+  // Null when NVML cannot be used (info.nvml_error says why).
+  std::unique_ptr<Nvml> nvml;
 
   const CudaDriver::Api& cu() const { return driver->api(); }
   CUevent event(int slot) const { return events[slot].get(); }
@@ -411,6 +493,50 @@ struct BufferVerdict {
   }
 };
 
+// The executable of process `pid`, "" when it cannot be read (another
+// user's, another pid namespace's, gone).
+std::string ExecutableOf(const std::string& proc_entry) {
+  char path[4096];
+  const ssize_t n = readlink(proc_entry.c_str(), path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  return std::string(path, static_cast<size_t>(n));
+}
+
+// What NVML sees, this process left out: only others contend with us. So
+// are the other profile workers of this executable (other daemons' idle
+// workers keep a context open): they touch the GPU only while they hold its
+// lease (base/gpu_lease.h), which excludes this worker's own task.
+wv1::DeviceState DeviceStateOf(const NvmlSnapshot& snapshot, int default_clock_mhz) {
+  wv1::DeviceState state;
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  static const std::string* const own_executable = new std::string(ExecutableOf("/proc/self/exe"));
+  for (const NvmlProcess& process : snapshot.processes) {
+    if (process.pid == self) continue;
+    if (!own_executable->empty() &&
+        ExecutableOf(absl::StrCat("/proc/", process.pid, "/exe")) == *own_executable) {
+      continue;
+    }
+    wv1::ForeignProcess* foreign = state.add_foreign();
+    foreign->set_pid(static_cast<int32_t>(process.pid));
+    foreign->set_used_memory_bytes(static_cast<int64_t>(process.used_memory_bytes));
+  }
+  state.set_utilization_percent(snapshot.utilization_percent);
+  state.set_memory_used_bytes(snapshot.memory_used_bytes);
+  state.set_sm_clock_mhz(snapshot.sm_clock_mhz);
+  state.set_default_sm_clock_mhz(default_clock_mhz);
+  return state;
+}
+
+// A variant's graph, captured over the timing pool and warmed up.
+struct TimedGraph {
+  GraphExec exec;
+  int launches = 0;  // per replay (one sample)
+  int sets = 0;
+  int64_t pool_bytes = 0;
+  double estimate_us = 0;  // one launch, from validation
+  std::vector<std::string> notes;
+};
+
 // One ProfileTask from start to end; owns every buffer of the task.
 class TaskRun {
  public:
@@ -434,8 +560,21 @@ class TaskRun {
                               double estimate_us, wv1::VariantOutcome* outcome,
                               std::string* summary);
   absl::StatusOr<Graph> Capture(const LoadedKernel& kernel, int sets, int launches);
+  // Replays `exec` until both `min_samples` samples and `budget_s` of GPU
+  // time are reached (at most kMaxSamples).
   std::optional<Failure> Measure(CUgraphExec exec, int launches, double estimate_us,
-                                 const std::string& phase, std::vector<double>* per_launch_us);
+                                 const std::string& phase, int min_samples, double budget_s,
+                                 std::vector<double>* per_launch_us);
+  // Plans the pool, captures the kernel's graph over it and warms it up.
+  std::optional<Failure> PrepareGraph(const LoadedKernel& kernel, const wv1::KernelImage& image,
+                                      double estimate_us, const std::string& phase,
+                                      TimedGraph* timed);
+  // Serial tasks: validates every variant, then times the valid ones in
+  // interleaved rounds (worker.proto, SerialOptions).
+  wv1::ProfileDone RunSerial(const std::function<wv1::ProfileDone(const std::optional<Failure>&,
+                                                                  const std::string&)>& finish);
+  // Reads NVML around a round; false when it cannot (watching is off).
+  bool Watch(wv1::DeviceState* state);
 
   // Fills the inputs of set `set` from `seed`; poisons its outputs too when
   // asked (validation), not for the timing pool.
@@ -504,6 +643,8 @@ class TaskRun {
 
   double task_gpu_s_ = 0;
   double variant_gpu_s_ = 0;
+  double warmup_us_ = kWarmupUs;
+  wv1::SerialReport serial_report_;
 };
 
 Failure TaskRun::Fail(const absl::Status& status, Origin origin, const std::string& phase) {
@@ -579,6 +720,9 @@ std::optional<Failure> TaskRun::Prepare() {
   launch_timeout_s_ = task_.launch_timeout_s();
   timing_budget_s_ = task_.timing_budget_s();
   min_samples_ = std::min(task_.min_samples(), kMaxSamples);
+  if (task_.warmup_s() > 0 && std::isfinite(task_.warmup_s())) {
+    warmup_us_ = std::min(task_.warmup_s(), 1.0) * 1e6;
+  }
   cache_state_ = task_.cache_state() == v1::HOT ? v1::HOT : v1::COLD;
   rtol_ = task_.rtol();
   atol_ = task_.atol();
@@ -1042,7 +1186,7 @@ absl::StatusOr<Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets, int
 }
 
 std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double estimate_us,
-                                        const std::string& phase,
+                                        const std::string& phase, int min_samples, double budget_s,
                                         std::vector<double>* per_launch_us) {
   per_launch_us->clear();
   const double replay_us = std::max(estimate_us, 1.0) * launches;
@@ -1050,7 +1194,7 @@ std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double e
       std::clamp(static_cast<int>(kBatchTargetUs / replay_us), 1, kMaxReplaysPerBatch);
   double timed_s = 0;
   while (static_cast<int>(per_launch_us->size()) < kMaxSamples &&
-         (static_cast<int>(per_launch_us->size()) < min_samples_ || timed_s < timing_budget_s_)) {
+         (static_cast<int>(per_launch_us->size()) < min_samples || timed_s < budget_s)) {
     const int batch = std::min(per_batch, kMaxSamples - static_cast<int>(per_launch_us->size()));
     for (int j = 0; j < batch; ++j) {
       absl::Status status = gpu_.Record(kTimingBase + 2 * j);
@@ -1076,27 +1220,24 @@ std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double e
   return std::nullopt;
 }
 
-std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::KernelImage& image,
-                                     double estimate_us, wv1::VariantOutcome* outcome,
-                                     std::string* summary) {
-  std::string phase = "time";
+std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
+                                             const wv1::KernelImage& image, double estimate_us,
+                                             const std::string& phase, TimedGraph* timed) {
   const int64_t set_bytes = static_cast<int64_t>(set_bytes_);
   const InputPoolPlan plan =
       PlanInputPool(image.bytes_per_call(), set_bytes, gpu_.info.l2_bytes(), cache_state_,
                     budget_bytes_ - problem_bytes_ + set_bytes);
   const int sets = std::max(1, std::min(plan.sets, static_cast<int>(sets_.size())));
-  std::vector<std::string> notes;
   if (sets < plan.sets) {
-    notes.push_back(absl::StrCat("rotating over ", sets, " input sets, fewer than the ", plan.sets,
-                                 " whose touched bytes exceed 2x L2 (at most ",
-                                 kMaxLaunchesPerSample,
-                                 " launches per sample): the timing is partly warm"));
+    timed->notes.push_back(absl::StrCat("rotating over ", sets, " input sets, fewer than the ",
+                                        plan.sets, " whose touched bytes exceed 2x L2 (at most ",
+                                        kMaxLaunchesPerSample,
+                                        " launches per sample): the timing is partly warm"));
   }
-  const int64_t pool_bytes = sets * plan.touched_bytes_per_launch;
-  outcome->set_pool_sets(sets);
-  outcome->set_pool_bytes(pool_bytes);
+  timed->sets = sets;
+  timed->pool_bytes = sets * plan.touched_bytes_per_launch;
   max_pool_sets_ = std::max(max_pool_sets_, sets);
-  max_pool_bytes_ = std::max(max_pool_bytes_, pool_bytes);
+  max_pool_bytes_ = std::max(max_pool_bytes_, timed->pool_bytes);
 
   // A sample is a whole number of cycles over the sets, so every set is
   // visited equally; enough launches and kernel time that the replay's own
@@ -1106,8 +1247,9 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
       std::max<int64_t>({1, (kMinLaunchesPerSample + sets - 1) / sets,
                          static_cast<int64_t>(std::ceil(kMinSampleUs / (launch_us * sets)))});
   cycles = std::min<int64_t>(cycles, std::max(1, kMaxLaunchesPerSample / sets));
-  const int launches = static_cast<int>(cycles * sets);
-  outcome->set_launches_per_sample(launches);
+  timed->launches = static_cast<int>(cycles * sets);
+  timed->estimate_us = estimate_us;
+  const int launches = timed->launches;
 
   // INOUT buffers are updated in place by every launch of the pool, so
   // later launches see data earlier ones wrote: accepted, since the timing
@@ -1121,8 +1263,8 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   absl::Status status = gpu_.Record(kWarmBegin);
   if (!status.ok()) return Fail(status, Origin::kSetup, phase);
   const int warmup_replays =
-      std::clamp(static_cast<int>(std::ceil(kWarmupUs / (std::max(estimate_us, 0.5) * launches))),
-                 kWarmupReplays, kMaxWarmupReplays);
+      std::clamp(static_cast<int>(std::ceil(warmup_us_ / (std::max(estimate_us, 0.5) * launches))),
+                 kMinWarmupReplays, kMaxWarmupReplays);
   for (int w = 0; w < warmup_replays; ++w) {
     status = gpu_.driver->Check(gpu_.cu().graph_launch(exec->get(), gpu_.stream.get()),
                                 "cuGraphLaunch (warm-up)");
@@ -1135,10 +1277,29 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   absl::StatusOr<double> warm = gpu_.ElapsedSeconds(kWarmBegin, kWarmEnd);
   if (!warm.ok()) return Fail(warm.status(), Origin::kWait, phase);
   AddGpuTime(*warm);
+  timed->exec = *std::move(exec);
+  return std::nullopt;
+}
+
+std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::KernelImage& image,
+                                     double estimate_us, wv1::VariantOutcome* outcome,
+                                     std::string* summary) {
+  std::string phase = "time";
+  TimedGraph timed;
+  if (std::optional<Failure> failure = PrepareGraph(kernel, image, estimate_us, phase, &timed)) {
+    return failure;
+  }
+  const int sets = timed.sets;
+  const int launches = timed.launches;
+  const int64_t pool_bytes = timed.pool_bytes;
+  std::vector<std::string>& notes = timed.notes;
+  outcome->set_pool_sets(sets);
+  outcome->set_pool_bytes(pool_bytes);
+  outcome->set_launches_per_sample(launches);
 
   std::vector<double> per_launch_us;
-  if (std::optional<Failure> failure =
-          Measure(exec->get(), launches, estimate_us, phase, &per_launch_us)) {
+  if (std::optional<Failure> failure = Measure(timed.exec.get(), launches, estimate_us, phase,
+                                               min_samples_, timing_budget_s_, &per_launch_us)) {
     return failure;
   }
   v1::TimingStats stats =
@@ -1149,8 +1310,8 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
     // before it is believed (clocks, a disturbance); the second stands.
     phase = "remeasure";
     outcome->set_remeasured(1);
-    if (std::optional<Failure> failure =
-            Measure(exec->get(), launches, estimate_us, phase, &per_launch_us)) {
+    if (std::optional<Failure> failure = Measure(timed.exec.get(), launches, estimate_us, phase,
+                                                 min_samples_, timing_budget_s_, &per_launch_us)) {
       return failure;
     }
     stats = SummarizeTimes(per_launch_us, image.bytes_per_call(), image.flops_per_call());
@@ -1240,6 +1401,7 @@ wv1::ProfileDone TaskRun::Execute() {
     done.set_peak_memory_bytes(peak_bytes_);
     done.set_pool_sets(max_pool_sets_);
     done.set_pool_bytes(max_pool_bytes_);
+    if (!failure && task_.has_serial()) *done.mutable_serial() = serial_report_;
     return done;
   };
 
@@ -1257,6 +1419,8 @@ wv1::ProfileDone TaskRun::Execute() {
   if (!task_.validate_only()) {
     if (std::optional<Failure> failure = AllocatePool()) return finish(failure, "");
   }
+
+  if (task_.has_serial() && !task_.validate_only()) return RunSerial(finish);
 
   std::map<std::string, int> counts;
   const int variants = task_.variants_size();
@@ -1286,6 +1450,204 @@ wv1::ProfileDone TaskRun::Execute() {
                                            absl::StrJoin(tally, ", ")));
 }
 
+bool TaskRun::Watch(wv1::DeviceState* state) {
+  if (gpu_.nvml == nullptr) return false;
+  absl::StatusOr<NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
+  if (!snapshot.ok()) {
+    state->set_nvml_error(std::string(snapshot.status().message()));
+    return false;
+  }
+  *state = DeviceStateOf(*snapshot, gpu_.nvml->default_sm_clock_mhz());
+  return true;
+}
+
+wv1::ProfileDone TaskRun::RunSerial(
+    const std::function<wv1::ProfileDone(const std::optional<Failure>&, const std::string&)>&
+        finish) {
+  const SerialRule rule = ResolveSerialRule(task_.serial());
+  struct Candidate {
+    const wv1::KernelImage* image = nullptr;
+    LoadedKernel kernel;
+    TimedGraph graph;
+    int samples_per_round = 1;
+    std::vector<double> samples;
+  };
+  std::vector<std::unique_ptr<Candidate>> candidates;
+  const int variants = task_.variants_size();
+  for (int i = 0; i < variants; ++i) {
+    const wv1::KernelImage& image = task_.variants(i);
+    const Clock::time_point start = Clock::now();
+    variant_gpu_s_ = 0;
+    wv1::VariantOutcome outcome;
+    outcome.set_task_id(task_.task_id());
+    outcome.set_variant_id(image.id());
+    outcome.set_rtol(rtol_);
+    outcome.set_atol(atol_);
+    const std::string label = image.label().empty() ? image.id() : image.label();
+    auto candidate = std::make_unique<Candidate>();
+    candidate->image = &image;
+    std::optional<Failure> failure = LoadKernel(image, "load", "check", &candidate->kernel);
+    outcome.set_registers(candidate->kernel.registers);
+    outcome.set_static_shared_bytes(candidate->kernel.static_shared);
+    double estimate_us = 0;
+    if (!failure) failure = Validate(candidate->kernel, &outcome, &estimate_us);
+    if (!failure) {
+      failure =
+          PrepareGraph(candidate->kernel, image, estimate_us, "serial warm-up", &candidate->graph);
+    }
+    if (failure) {
+      outcome.set_status(failure->status);
+      outcome.set_phase(failure->phase);
+      outcome.set_detail(Detail(label, failure->phase, failure->message));
+    } else {
+      outcome.set_status(v1::OK);
+      outcome.set_phase("validate");
+      outcome.set_pool_sets(candidate->graph.sets);
+      outcome.set_pool_bytes(candidate->graph.pool_bytes);
+      outcome.set_launches_per_sample(candidate->graph.launches);
+      outcome.set_detail(
+          Detail(label, "validate",
+                 absl::StrCat("valid over ", seeds_, " seeds (max |v - r| ",
+                              Num(outcome.max_error()), "); timed in the serial rounds")));
+    }
+    outcome.set_gpu_seconds(variant_gpu_s_);
+    outcome.set_wall_seconds(SecondsSince(start));
+    emit_(outcome);
+    if (!*usable_) {
+      return finish(Failure{outcome.status(), absl::StrCat("variant ", image.id()),
+                            absl::StrCat("variant '", image.id(), "' ended in ",
+                                         v1::VariantStatus_Name(outcome.status()), " at ",
+                                         outcome.phase(), " and left the GPU context unusable; ",
+                                         variants - i - 1, " variants not run")},
+                    "");
+    }
+    if (failure) continue;
+    const double replay_us = std::max(estimate_us, 0.5) * candidate->graph.launches;
+    candidate->samples_per_round = std::clamp(
+        static_cast<int>(std::ceil(rule.round_seconds * 1e6 / replay_us)), 1, kMaxReplaysPerBatch);
+    candidates.push_back(std::move(candidate));
+  }
+
+  wv1::SerialReport& report = serial_report_;
+  const int n = static_cast<int>(candidates.size());
+  std::map<uint32_t, int64_t> foreign;  // pid -> most memory seen
+  int min_clock = 0;
+  int max_clock = 0;
+  int default_clock = 0;
+  bool watching = gpu_.nvml != nullptr;
+  if (!watching) report.set_nvml_error(gpu_.info.nvml_error());
+  double rounds_gpu_s = 0;
+  int rounds = 0;
+  int attempts = 0;
+  std::optional<std::string> stop;
+  while (n > 0 && !stop) {
+    const std::vector<int> order = RoundOrder(n, attempts++);
+    wv1::DeviceState before;
+    wv1::DeviceState after;
+    if (watching && !Watch(&before)) {
+      watching = false;
+      report.set_nvml_error(before.nvml_error());
+    }
+    std::vector<std::vector<double>> round(static_cast<size_t>(n));
+    const double gpu_before = task_gpu_s_;
+    for (int index : order) {
+      Candidate& c = *candidates[static_cast<size_t>(index)];
+      const std::string phase = absl::StrCat("serial round ", attempts);
+      if (std::optional<Failure> failure =
+              Measure(c.graph.exec.get(), c.graph.launches, c.graph.estimate_us, phase,
+                      c.samples_per_round, 0, &round[static_cast<size_t>(index)])) {
+        failure->phase = absl::StrCat("serial variant ", c.image->id());
+        failure->message =
+            absl::StrCat("variant '", c.image->id(), "' [", c.image->label(), "] failed in ", phase,
+                         ": ", failure->message, *usable_ ? "" : "; the GPU context is unusable");
+        return finish(failure, "");
+      }
+    }
+    rounds_gpu_s += task_gpu_s_ - gpu_before;
+    if (watching && !Watch(&after)) {
+      watching = false;
+      report.set_nvml_error(after.nvml_error());
+    }
+    bool contended = false;
+    int round_min_clock = 0;
+    int round_max_clock = 0;
+    if (watching) {
+      for (const wv1::DeviceState* state : {&before, &after}) {
+        for (const wv1::ForeignProcess& process : state->foreign()) {
+          contended = true;
+          int64_t& memory = foreign[static_cast<uint32_t>(process.pid())];
+          memory = std::max(memory, process.used_memory_bytes());
+        }
+        if (state->sm_clock_mhz() > 0) {
+          round_min_clock = round_min_clock == 0 ? state->sm_clock_mhz()
+                                                 : std::min(round_min_clock, state->sm_clock_mhz());
+          round_max_clock = std::max(round_max_clock, state->sm_clock_mhz());
+        }
+        default_clock = std::max(default_clock, state->default_sm_clock_mhz());
+      }
+    }
+    const bool throttled = RoundThrottled(round_min_clock, default_clock, rule.throttle_fraction);
+    if (throttled && report.throttled_rounds() < rule.min_rounds &&
+        rounds_gpu_s < rule.max_seconds) {
+      // Dropped and run again: a slow clock would slow whichever
+      // candidates this round held.
+      report.set_throttled_rounds(report.throttled_rounds() + 1);
+      continue;
+    }
+    if (contended) report.set_contended_rounds(report.contended_rounds() + 1);
+    if (round_min_clock > 0) {
+      min_clock = min_clock == 0 ? round_min_clock : std::min(min_clock, round_min_clock);
+      max_clock = std::max(max_clock, round_max_clock);
+    }
+    for (int i = 0; i < n; ++i) {
+      std::vector<double>& kept = candidates[static_cast<size_t>(i)]->samples;
+      kept.insert(kept.end(), round[static_cast<size_t>(i)].begin(),
+                  round[static_cast<size_t>(i)].end());
+    }
+    ++rounds;
+    std::vector<std::vector<double>> all;
+    for (const auto& c : candidates) all.push_back(c->samples);
+    stop = SerialStopReason(all, rounds, rounds_gpu_s, rule);
+  }
+
+  for (const auto& c : candidates) {
+    wv1::SerialTiming* timing = report.add_timings();
+    timing->set_variant_id(c->image->id());
+    *timing->mutable_timing() =
+        SummarizeTimes(c->samples, c->image->bytes_per_call(), c->image->flops_per_call());
+    timing->set_noise(MedianNoise(c->samples));
+    timing->set_launches_per_sample(c->graph.launches);
+    timing->set_pool_sets(c->graph.sets);
+    timing->set_pool_bytes(c->graph.pool_bytes);
+  }
+  for (const auto& [pid, memory] : foreign) {
+    wv1::ForeignProcess* process = report.add_foreign();
+    process->set_pid(static_cast<int32_t>(pid));
+    process->set_used_memory_bytes(memory);
+  }
+  report.set_rounds(rounds);
+  report.set_min_sm_clock_mhz(min_clock);
+  report.set_max_sm_clock_mhz(max_clock);
+  report.set_default_sm_clock_mhz(default_clock);
+  report.set_stop(n == 0 ? "no candidate validated" : stop.value_or(""));
+  report.set_gpu_seconds(rounds_gpu_s);
+
+  absl::Status status = gpu_.Record(kSpanBegin);
+  if (status.ok()) status = gpu_.Wait(kSpanBegin, kUtilityTimeoutS, "the end of the task");
+  if (!status.ok()) return finish(Fail(status, Origin::kSetup, "task end"), "");
+  return finish(std::nullopt,
+                absl::StrCat(n, " of ", variants, " candidates timed in ", rounds,
+                             " interleaved rounds (", report.stop(), ")",
+                             report.throttled_rounds() > 0
+                                 ? absl::StrCat("; ", report.throttled_rounds(),
+                                                " rounds dropped for a throttled SM clock")
+                                 : "",
+                             report.contended_rounds() > 0
+                                 ? absl::StrCat("; ", report.contended_rounds(),
+                                                " rounds with another compute process")
+                                 : ""));
+}
+
 class ProfilerImpl final : public Profiler {
  public:
   explicit ProfilerImpl(Gpu gpu) : gpu_(std::move(gpu)) {}
@@ -1299,10 +1661,62 @@ class ProfilerImpl final : public Profiler {
 
   bool usable() const override { return usable_; }
 
+  wv1::DeviceState Probe() const override {
+    wv1::DeviceState state;
+    if (gpu_.nvml == nullptr) {
+      state.set_nvml_error(gpu_.info.nvml_error());
+      return state;
+    }
+    absl::StatusOr<NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
+    if (!snapshot.ok()) {
+      state.set_nvml_error(std::string(snapshot.status().message()));
+      return state;
+    }
+    return DeviceStateOf(*snapshot, gpu_.nvml->default_sm_clock_mhz());
+  }
+
  private:
   Gpu gpu_;
   bool usable_ = true;
 };
+
+// Device-to-device copies between two buffers much larger than L2 (at
+// most 1 GiB, at most an eighth of free memory), timed by events: read +
+// write bytes over the median copy time.
+absl::StatusOr<double> MeasureCopyBandwidth(Gpu& gpu) {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  RETURN_IF_ERROR(
+      gpu.driver->Check(gpu.cu().mem_get_info(&free_bytes, &total_bytes), "cuMemGetInfo"));
+  const size_t bytes = std::min<size_t>(size_t{1} << 30, free_bytes / 8) / kAlignment * kAlignment;
+  if (bytes < static_cast<size_t>(8 * gpu.info.l2_bytes())) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("only ", Bytes(static_cast<int64_t>(free_bytes)), " free"));
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer source, DeviceBuffer::Allocate(*gpu.driver, bytes));
+  ASSIGN_OR_RETURN(DeviceBuffer target, DeviceBuffer::Allocate(*gpu.driver, bytes));
+  RETURN_IF_ERROR(gpu.driver->Check(
+      gpu.cu().memset_d8_async(source.get(), 0x3c, bytes, gpu.stream.get()), "cuMemsetD8Async"));
+  constexpr int kCopies = 12;  // the first two warm up
+  static_assert(kTimingBase + 2 * kCopies <= kEventCount);
+  for (int i = 0; i < kCopies; ++i) {
+    RETURN_IF_ERROR(gpu.Record(kTimingBase + 2 * i));
+    RETURN_IF_ERROR(gpu.driver->Check(
+        gpu.cu().memcpy_dtod_async(target.get(), source.get(), bytes, gpu.stream.get()),
+        "cuMemcpyDtoDAsync"));
+    RETURN_IF_ERROR(gpu.Record(kTimingBase + 2 * i + 1));
+  }
+  RETURN_IF_ERROR(gpu.Wait(kTimingBase + 2 * kCopies - 1, kUtilityTimeoutS, "the copies"));
+  std::vector<double> seconds;
+  for (int i = 2; i < kCopies; ++i) {
+    ASSIGN_OR_RETURN(double s, gpu.ElapsedSeconds(kTimingBase + 2 * i, kTimingBase + 2 * i + 1));
+    seconds.push_back(s);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = (seconds[seconds.size() / 2 - 1] + seconds[seconds.size() / 2]) / 2;
+  if (!(median > 0)) return absl::InternalError("the copies took no time");
+  return 2.0 * static_cast<double>(bytes) / median / 1e9;
+}
 
 std::string FormatUuid(const CUuuid& uuid) {
   std::string text = "GPU-";
@@ -1413,6 +1827,37 @@ absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
   ASSIGN_OR_RETURN(gpu.fill, gpu.utility.Function("autotune_fill"));
   ASSIGN_OR_RETURN(gpu.compare, gpu.utility.Function("autotune_compare"));
   ASSIGN_OR_RETURN(gpu.compare_finish, gpu.utility.Function("autotune_compare_finish"));
+
+  // NVML, for the processes and clocks around serial rounds. This process
+  // holds a context now, so NVML must list it: otherwise its pids are of
+  // another namespace and no process could be told apart from ours.
+  absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::Open(info.uuid());
+  if (!nvml.ok()) {
+    info.set_nvml_error(std::string(nvml.status().message()));
+  } else {
+    absl::StatusOr<NvmlSnapshot> snapshot = (*nvml)->Snapshot();
+    const uint32_t self = static_cast<uint32_t>(getpid());
+    if (!snapshot.ok()) {
+      info.set_nvml_error(std::string(snapshot.status().message()));
+    } else if (std::none_of(snapshot->processes.begin(), snapshot->processes.end(),
+                            [self](const NvmlProcess& p) { return p.pid == self; })) {
+      info.set_nvml_error(absl::StrCat(
+          "NVML does not list this worker (pid ", self, ") among the ", snapshot->processes.size(),
+          " compute processes of the GPU (another pid namespace?): foreign processes cannot be "
+          "told apart from it"));
+    } else {
+      info.set_sm_clock_mhz(snapshot->sm_clock_mhz);
+      info.set_default_sm_clock_mhz((*nvml)->default_sm_clock_mhz());
+      gpu.nvml = *std::move(nvml);
+    }
+  }
+  absl::StatusOr<double> copy_gbps = MeasureCopyBandwidth(gpu);
+  if (copy_gbps.ok()) {
+    info.set_copy_gbps(*copy_gbps);
+  } else {
+    std::fprintf(stderr, "autotune-worker: device %d: copy bandwidth not measured: %s\n", ordinal,
+                 std::string(copy_gbps.status().message()).c_str());
+  }
   return std::make_unique<ProfilerImpl>(std::move(gpu));
 }
 

@@ -75,6 +75,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -109,6 +111,38 @@ v1::TimingStats SummarizeTimes(std::vector<double> per_launch_us, double bytes_p
 // peak_bandwidth_gbps); 0 when either is unknown.
 double BandwidthFloorUs(double bytes_per_call, double peak_bandwidth_gbps);
 
+// Serial rounds (worker.proto, SerialOptions), with the defaults resolved.
+struct SerialRule {
+  double target_noise = 0.005;
+  int min_rounds = 5;
+  double max_seconds = 2;
+  double round_seconds = 0.001;
+  double throttle_fraction = 0.75;
+};
+// The options' values, 0 (or out of range) replaced by the defaults above.
+SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options);
+
+// The order candidates are replayed in round `round` (0-based): 0..n-1
+// rotated left by `round`, so each candidate takes each position in turn.
+std::vector<int> RoundOrder(int candidates, int round);
+
+// The relative noise of the median of `samples`: its standard error
+// (1.2533 * stddev / sqrt(n), for a normal spread) over the median. Infinite
+// with fewer than two samples or a median that is not positive.
+double MedianNoise(const std::vector<double>& samples);
+
+// Whether the rounds stop after `rounds` kept rounds with `gpu_seconds` of
+// GPU time spent: the text says why ("noise 0.31% <= 0.50% after 7 rounds",
+// "time cap 2 s after 41 rounds, noise 0.84% > 0.50% (candidate 3)"), and
+// nullopt means go on. Never before min_rounds unless the time cap is
+// reached. `samples` holds each candidate's per-launch times so far.
+std::optional<std::string> SerialStopReason(const std::vector<std::vector<double>>& samples,
+                                            int rounds, double gpu_seconds, const SerialRule& rule);
+
+// A round ran throttled when the lowest SM clock read around it is below
+// `fraction` of the default clock; never when either clock is unknown (0).
+bool RoundThrottled(int min_clock_mhz, int default_clock_mhz, double fraction);
+
 // ---- The GPU side -----------------------------------------------------------
 
 class Profiler {
@@ -128,6 +162,9 @@ class Profiler {
       const std::function<void(const worker::v1::VariantOutcome&)>& emit) = 0;
   // False once a variant faulted or timed out: the process must exit.
   virtual bool usable() const = 0;
+  // What NVML sees on the device now, this process left out (nvml_error
+  // set when it cannot see).
+  virtual worker::v1::DeviceState Probe() const = 0;
 };
 
 }  // namespace autotune::kernels

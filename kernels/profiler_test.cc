@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,84 @@ INSTANTIATE_TEST_SUITE_P(
         FloorCase{"unknown_bandwidth", 1e9, 0, 0},
         FloorCase{"nan_bandwidth", 1e9, std::numeric_limits<double>::quiet_NaN(), 0}),
     [](const ::testing::TestParamInfo<FloorCase>& info) { return info.param.name; });
+
+// Serial rounds: each candidate takes each position in turn.
+TEST(RoundOrderTest, RotatesByOneEachRound) {
+  EXPECT_THAT(RoundOrder(3, 0), ::testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(RoundOrder(3, 1), ::testing::ElementsAre(1, 2, 0));
+  EXPECT_THAT(RoundOrder(3, 2), ::testing::ElementsAre(2, 0, 1));
+  EXPECT_THAT(RoundOrder(3, 3), ::testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(RoundOrder(1, 7), ::testing::ElementsAre(0));
+  EXPECT_THAT(RoundOrder(0, 1), ::testing::IsEmpty());
+  // Over n rounds every candidate is first exactly once.
+  std::vector<int> first(5, 0);
+  for (int round = 0; round < 5; ++round) ++first[static_cast<size_t>(RoundOrder(5, round)[0])];
+  EXPECT_THAT(first, ::testing::Each(1));
+}
+
+TEST(MedianNoiseTest, StandardErrorOverMedian) {
+  // Mean 10, sample stddev sqrt(2.5) = 1.5811; 1.2533 * 1.5811 / sqrt(5) / 10.
+  EXPECT_NEAR(MedianNoise({8, 9, 10, 11, 12}), 1.2533 * std::sqrt(2.5) / std::sqrt(5.0) / 10,
+              1e-12);
+  // Four times the samples of the same spread: half the noise.
+  std::vector<double> more;
+  for (int i = 0; i < 4; ++i) more.insert(more.end(), {8, 9, 10, 11, 12});
+  EXPECT_LT(MedianNoise(more), 0.6 * MedianNoise({8, 9, 10, 11, 12}));
+  EXPECT_EQ(MedianNoise({5, 5, 5}), 0);
+  EXPECT_TRUE(std::isinf(MedianNoise({5})));
+  EXPECT_TRUE(std::isinf(MedianNoise({})));
+  EXPECT_TRUE(std::isinf(MedianNoise({0, 0})));
+}
+
+TEST(SerialStopReasonTest, StopsOnNoiseAfterMinRoundsOrOnTheCap) {
+  SerialRule rule;
+  rule.target_noise = 0.005;
+  rule.min_rounds = 3;
+  rule.max_seconds = 1;
+  const std::vector<double> quiet(10, 50.0);               // noise 0
+  const std::vector<double> noisy = {40, 60, 45, 55, 50};  // noise far above 0.5%
+  // Quiet, but too few rounds.
+  EXPECT_EQ(SerialStopReason({quiet, quiet}, 2, 0.1, rule), std::nullopt);
+  const std::optional<std::string> done = SerialStopReason({quiet, quiet}, 3, 0.1, rule);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_THAT(*done, ::testing::HasSubstr("noise 0.00% <= 0.50% after 3 rounds"));
+  // One noisy candidate keeps all going...
+  EXPECT_EQ(SerialStopReason({quiet, noisy}, 9, 0.5, rule), std::nullopt);
+  // ...until the time cap, which names it.
+  const std::optional<std::string> capped = SerialStopReason({quiet, noisy}, 9, 1.0, rule);
+  ASSERT_TRUE(capped.has_value());
+  EXPECT_THAT(*capped, ::testing::HasSubstr("time cap 1 s after 9 rounds"));
+  EXPECT_THAT(*capped, ::testing::HasSubstr("(candidate 1)"));
+  // The cap holds even before min_rounds.
+  EXPECT_TRUE(SerialStopReason({quiet}, 1, 2.0, rule).has_value());
+}
+
+TEST(ResolveSerialRuleTest, DefaultsForUnsetAndOutOfRange) {
+  worker::v1::SerialOptions options;
+  SerialRule rule = ResolveSerialRule(options);
+  EXPECT_DOUBLE_EQ(rule.target_noise, 0.005);
+  EXPECT_EQ(rule.min_rounds, 5);
+  EXPECT_DOUBLE_EQ(rule.max_seconds, 2);
+  EXPECT_DOUBLE_EQ(rule.round_seconds, 0.001);
+  EXPECT_DOUBLE_EQ(rule.throttle_fraction, 0.75);
+  options.set_target_noise(0.01);
+  options.set_min_rounds(8);
+  options.set_max_seconds(0.5);
+  options.set_throttle_fraction(1.5);  // out of range: the default stays
+  rule = ResolveSerialRule(options);
+  EXPECT_DOUBLE_EQ(rule.target_noise, 0.01);
+  EXPECT_EQ(rule.min_rounds, 8);
+  EXPECT_DOUBLE_EQ(rule.max_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(rule.throttle_fraction, 0.75);
+}
+
+TEST(RoundThrottledTest, BelowTheFractionOfTheDefaultClock) {
+  EXPECT_FALSE(RoundThrottled(1980, 1980, 0.75));
+  EXPECT_FALSE(RoundThrottled(1485, 1980, 0.75));  // exactly 75%
+  EXPECT_TRUE(RoundThrottled(1484, 1980, 0.75));
+  EXPECT_FALSE(RoundThrottled(0, 1980, 0.75));  // unknown clock
+  EXPECT_FALSE(RoundThrottled(900, 0, 0.75));   // unknown default
+}
 
 }  // namespace
 }  // namespace autotune::kernels

@@ -11,8 +11,12 @@
 // two intervals do not overlap. Otherwise the fastest is tied with every
 // candidate that it does not beat that way, and the tie-break picks among
 // them: the current entry's config when it is one of them (a rerun does not
-// churn the cache), else the one first in the family's parameter order (the
-// lowest variant index). The same timings always give the same choice.
+// churn the cache), else the family's default config when it is one of
+// them, else the one first in the family's parameter order (the lowest
+// variant index). The same timings always give the same choice.
+//
+// Before that, SelectCandidates picks from a screen the variants worth the
+// serial phase: the screen's short timings only rank.
 #ifndef AUTOTUNE_SERVICE_CHOICE_H_
 #define AUTOTUNE_SERVICE_CHOICE_H_
 
@@ -45,9 +49,31 @@ struct Choice {
 };
 
 // `candidates` must not be empty. `current` is the problem's current entry
-// config, or null.
+// config, `family_default` the family's default config; either may be null.
 Choice ChooseConfig(const std::vector<Candidate>& candidates, const v1::Config* current,
-                    double tie_band = kTieBand);
+                    const v1::Config* family_default = nullptr, double tie_band = kTieBand);
+
+// Which screened variants go on to the serial phase.
+struct CandidateRule {
+  double band = 0.10;  // within 1.10x of the best screened median...
+  int min_count = 3;   // ...but at least the fastest few...
+  int max_count = 8;   // ...and at most this many (Helion re-benchmarks its top 8)
+};
+
+// Indices into `screened`, fastest first: every variant whose median, less
+// twice its noise, is within (1 + band) of the best median plus twice the
+// best's noise (noise: cv / sqrt(samples), the screen's own spread), at
+// least min_count and at most max_count of them by median; then the
+// current entry's config and the family's default config when screened and
+// not already in (they may exceed the cap: the first keeps a rerun from
+// churning, the second gives the speedup its baseline). Empty for empty
+// input.
+std::vector<size_t> SelectCandidates(const std::vector<Candidate>& screened,
+                                     const v1::Config* current, const v1::Config* family_default,
+                                     const CandidateRule& rule = {});
+
+// Same parameters with the same values.
+bool SameConfig(const v1::Config& a, const v1::Config& b);
 
 }  // namespace autotune::service
 

@@ -38,10 +38,23 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
                                                    options.variant_timeout_s(),
                                                    ", not a finite number >= 0"));
   }
-  // Not offered until the serial validation phase reads it.
-  if (options.serial_candidates() != 0) {
-    return absl::InvalidArgumentError(
-        "options.serial_candidates: serial validation is not available yet; leave it 0");
+  if (options.serial_candidates() < 0 || options.serial_candidates() > kMaxSerialCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat("options.serial_candidates is ",
+                                                   options.serial_candidates(), ", not in 0..",
+                                                   kMaxSerialCandidates, " (0 = 8)"));
+  }
+  const struct {
+    const char* name;
+    double value;
+    double max;
+  } seconds[] = {{"quiet_wait_s", options.quiet_wait_s(), 7 * 24 * 3600.0},
+                 {"serial_max_s", options.serial_max_s(), 3600},
+                 {"candidate_band", options.candidate_band(), 10}};
+  for (const auto& [name, value, max] : seconds) {
+    if (!(value >= 0) || !(value <= max)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.", name, " is ", value, ", not a number in 0..", max));
+    }
   }
   return absl::OkStatus();
 }

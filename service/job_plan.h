@@ -51,7 +51,14 @@ struct PlannedProblem {
   // The problem's entry before this job (a retune), which a tie keeps; set
   // by the job runner, not by PlanJob.
   std::optional<v1::Config> current_config;
+  // The best entry the cache held for the problem on this GPU model before
+  // the job, of any family version (reports compare against it); set by
+  // the job runner.
+  std::optional<v1::Entry> previous;
 };
+
+// Most serial-phase candidates a job may ask for.
+inline constexpr int kMaxSerialCandidates = 64;
 
 struct JobPlan {
   std::string arch;

@@ -1,5 +1,6 @@
 #include "service/job_plan.h"
 
+#include <limits>
 #include <memory>
 
 #include "base/status_matchers.h"
@@ -54,11 +55,20 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   shard.mutable_options()->set_shard_index(2);
   EXPECT_THAT(CheckJobSpec(shard), StatusIs(absl::StatusCode::kInvalidArgument,
                                             HasSubstr("options.shard_index 2 is not in")));
-  // Offered only once something reads it.
   v1::JobSpec serial = Spec({1024});
   serial.mutable_options()->set_serial_candidates(8);
-  EXPECT_THAT(CheckJobSpec(serial),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("options.serial_candidates")));
+  EXPECT_OK(CheckJobSpec(serial));
+  serial.mutable_options()->set_serial_candidates(65);
+  EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("options.serial_candidates is 65")));
+  v1::JobSpec wait = Spec({1024});
+  wait.mutable_options()->set_quiet_wait_s(-1);
+  EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("options.quiet_wait_s is -1")));
+  v1::JobSpec cap = Spec({1024});
+  cap.mutable_options()->set_serial_max_s(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_THAT(CheckJobSpec(cap), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("options.serial_max_s is nan")));
 }
 
 TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {

@@ -13,6 +13,7 @@
 #include "service/job_plan.h"
 #include "service/job_text.h"
 #include "service/screen_phase.h"
+#include "service/serial_phase.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -20,6 +21,12 @@ namespace {
 
 // How often a running job is written to the store at most.
 constexpr absl::Duration kPersistEvery = absl::Seconds(1);
+
+// The screen's timing: enough replays for a usable median, a few
+// milliseconds of GPU time per variant (the serial phase measures at length).
+constexpr double kScreenBudgetS = 0.003;
+constexpr int kScreenMinSamples = 5;
+constexpr double kScreenWarmupS = 0.002;
 
 bool Finished(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
@@ -33,12 +40,19 @@ struct JobRunner::Work {
   JobPlan plan;  // the problems still to screen and the compiles they need
   int64_t problems = 0;
   int64_t cached_problems = 0;
-  std::vector<v1::Entry> done_entries;  // reported with the job's results
+  std::vector<v1::Entry> done_entries;          // reported with the job's results
+  std::vector<v1::ProblemReport> done_reports;  // and their reports
   bool profile = false;
+  bool resumed = false;  // a job started again after a restart
   std::string nvrtc_version;
   kernels::ProfileSettings settings;
   absl::Duration compile_timeout;
   CompileResults compiled;
+  // The serial phase's settings, from the job's options.
+  CandidateRule candidates;
+  worker::v1::SerialOptions rounds;
+  bool force = false;
+  absl::Duration quiet_wait;
 };
 
 struct JobRunner::Running {
@@ -53,7 +67,24 @@ struct JobRunner::Running {
   // The first store error: the job ends FAILED with it.
   std::string store_error ABSL_GUARDED_BY(mu);
   std::string first_compile_error ABSL_GUARDED_BY(mu);
+  // One per problem measured, as each ends (the cached ones are in Work).
+  std::vector<v1::ProblemReport> reports ABSL_GUARDED_BY(mu);
+  // Progress of the phase running now (JobTiming).
+  absl::Time started ABSL_GUARDED_BY(mu) = absl::Now();
+  absl::Time phase_started ABSL_GUARDED_BY(mu) = absl::Now();
+  std::string phase ABSL_GUARDED_BY(mu) = "compile";
+  int64_t phase_done ABSL_GUARDED_BY(mu) = 0;
+  int64_t phase_total ABSL_GUARDED_BY(mu) = 0;
+  double compile_s ABSL_GUARDED_BY(mu) = 0;
+  double screen_s ABSL_GUARDED_BY(mu) = 0;
+  double serial_s ABSL_GUARDED_BY(mu) = 0;
+  double waited_s ABSL_GUARDED_BY(mu) = 0;
   std::atomic<bool> cancel{false};
+
+  // The job's JobTiming from the phase running now.
+  void UpdateTiming() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Ends the phase running now (its time is added up) and starts `next`.
+  void EnterPhase(const std::string& next, int64_t total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Run() as its last step: the thread can be joined at once.
   std::atomic<bool> ended{false};
   std::shared_ptr<Work> work;  // released when the job ends
@@ -132,6 +163,17 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   work->compile_timeout = options.compile_timeout_s() > 0
                               ? absl::Seconds(options.compile_timeout_s())
                               : options_.compile_timeout;
+  work->resumed = !job_id.empty();
+  // The screen only ranks: a few milliseconds of GPU time per variant.
+  work->settings.timing_budget_s = kScreenBudgetS;
+  work->settings.min_samples = kScreenMinSamples;
+  work->settings.warmup_s = kScreenWarmupS;
+  if (options.serial_candidates() > 0) work->candidates.max_count = options.serial_candidates();
+  if (options.candidate_band() > 0) work->candidates.band = options.candidate_band();
+  if (options.serial_max_s() > 0) work->rounds.set_max_seconds(options.serial_max_s());
+  work->force = options.force();
+  work->quiet_wait =
+      options.quiet_wait_s() > 0 ? absl::Seconds(options.quiet_wait_s()) : options_.quiet_wait;
   if (!work->profile) return work;
 
   // Problems already tuned on this GPU model are not measured again: those
@@ -153,9 +195,33 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     if (stored->has_value() && (!options.retune() || ours)) {
       if (!options.retune()) ++work->cached_problems;
       work->done_entries.push_back(**stored);
+      v1::ProblemReport report;
+      report.set_family(key.family);
+      *report.mutable_problem() = key.problem;
+      *report.mutable_entry() = **stored;
+      report.set_cached(!ours);
+      work->done_reports.push_back(std::move(report));
       continue;
     }
     if (stored->has_value()) work->plan.problems[i].current_config = (*stored)->config();
+    // What the cache held before, of any family version: the report's
+    // comparison.
+    v1::EntryFilter filter;
+    filter.set_family(key.family);
+    filter.set_device(key.device);
+    *filter.mutable_problem() = key.problem;
+    absl::StatusOr<std::vector<v1::Entry>> earlier = store_->ListEntries(filter, -1, 0);
+    if (!earlier.ok()) {
+      return absl::Status(
+          earlier.status().code(),
+          absl::StrCat(ProblemContext(key.family, key.problem),
+                       ": cannot read its earlier entries: ", earlier.status().message()));
+    }
+    const v1::Entry* previous = stored->has_value() ? &**stored : nullptr;
+    for (const v1::Entry& entry : *earlier) {
+      if (previous == nullptr || entry.tuned_at() > previous->tuned_at()) previous = &entry;
+    }
+    if (previous != nullptr) work->plan.problems[i].previous = *previous;
     to_screen.insert(i);
   }
   KeepProblems(to_screen, &work->plan);
@@ -220,16 +286,54 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
   raw->thread = std::thread([this, raw] { Run(raw); });
 }
 
+void JobRunner::Running::UpdateTiming() {
+  const absl::Time now = absl::Now();
+  v1::JobTiming& timing = *job.mutable_timing();
+  const v1::JobCounts& counts = job.counts();
+  if (phase == "compile") {
+    phase_done = counts.compiled() + counts.compile_cache_hits() + counts.compile_errors();
+    phase_total = counts.compiles();
+  }
+  const double in_phase = absl::ToDoubleSeconds(now - phase_started);
+  timing.set_phase(phase);
+  timing.set_done(phase_done);
+  timing.set_total(phase_total);
+  timing.set_elapsed_s(absl::ToDoubleSeconds(now - started));
+  // The phase's rate so far, over what is left of it.
+  timing.set_eta_s(phase_done > 0 && phase_total > phase_done
+                       ? in_phase / static_cast<double>(phase_done) *
+                             static_cast<double>(phase_total - phase_done)
+                       : 0);
+  timing.set_compile_s(compile_s + (phase == "compile" ? in_phase : 0));
+  timing.set_screen_s(screen_s + (phase == "screen" ? in_phase : 0));
+  timing.set_serial_s(serial_s + (phase == "serial" ? in_phase : 0));
+  timing.set_waited_s(waited_s);
+}
+
+void JobRunner::Running::EnterPhase(const std::string& next, int64_t total) {
+  const absl::Time now = absl::Now();
+  const double in_phase = absl::ToDoubleSeconds(now - phase_started);
+  if (phase == "compile") compile_s += in_phase;
+  if (phase == "screen") screen_s += in_phase;
+  if (phase == "serial") serial_s += in_phase;
+  phase = next;
+  phase_started = now;
+  phase_done = 0;
+  phase_total = total;
+}
+
 void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::string_view message) {
   v1::Job snapshot;
   bool persist = false;
   {
     absl::MutexLock lock(&running->mu);
     running->job.set_updated_at(NowText());
+    running->UpdateTiming();
     running->latest.Clear();
     *running->latest.mutable_job() = running->job;
     if (last != nullptr) *running->latest.mutable_last() = *last;
     running->latest.set_message(std::string(message));
+    *running->latest.mutable_timing() = running->job.timing();
     const absl::Time now = absl::Now();
     if (Finished(running->job.state())) {
       // Stored before any watcher sees the end, so whoever asks for the job
@@ -269,11 +373,16 @@ void JobRunner::Run(Running* running) {
           absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
   const absl::Time started = absl::Now();
   Compile(running);
-  if (work.profile && !running->cancel) Screen(running);
+  if (work.profile && !running->cancel) Measure(running);
 
   std::string message;
   {
     absl::MutexLock lock(&running->mu);
+    running->EnterPhase("done", 0);
+    // The reports in plan order: the cached problems first, as planned.
+    running->job.clear_reports();
+    for (const v1::ProblemReport& report : work.done_reports) *running->job.add_reports() = report;
+    for (const v1::ProblemReport& report : running->reports) *running->job.add_reports() = report;
     const v1::JobCounts& counts = running->job.counts();
     if (running->cancel) {
       running->job.set_state(v1::CANCELLED);
@@ -409,6 +518,7 @@ absl::Status JobRunner::Record(Running* running, const v1::Measurement& measurem
         break;
     }
     if (measurement.phase() != v1::COMPILE) counts->set_measured(counts->measured() + 1);
+    if (running->phase == "screen") ++running->phase_done;
   }
   Publish(running, &measurement, "");
   return stored;
@@ -427,7 +537,75 @@ void JobRunner::FailProblem(Running* running, const absl::Status& why, bool stor
   spdlog::warn("job {}: {}", job_id, std::string(why.message()));
 }
 
-void JobRunner::Screen(Running* running) {
+namespace {
+
+// "NVRTC 12.8 -> 13.0", "family version 1a2b3c4d -> 5e6f7a8b", "earlier run".
+std::string WhatDiffers(const v1::Entry& before, const v1::Entry& now) {
+  std::vector<std::string> parts;
+  if (before.family_hash() != now.family_hash()) {
+    parts.push_back(absl::StrCat("family version ", before.family_hash().substr(0, 8), " -> ",
+                                 now.family_hash().substr(0, 8)));
+  }
+  if (before.nvrtc_version() != now.nvrtc_version()) {
+    parts.push_back(absl::StrCat("NVRTC ", before.nvrtc_version(), " -> ", now.nvrtc_version()));
+  }
+  if (before.driver_version() != now.driver_version()) {
+    parts.push_back(absl::StrCat("driver ", before.driver_version(), " -> ", now.driver_version()));
+  }
+  if (parts.empty()) parts.push_back("earlier run");
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+v1::ProblemReport JobRunner::Report(const PlannedProblem& problem, const ScreenResult& screen,
+                                    const SerialResult* serial) {
+  v1::ProblemReport report;
+  const v1::KernelFamily& family = problem.record->family;
+  report.set_family(family.name());
+  *report.mutable_problem() = problem.problem;
+  if (family.has_default_config()) *report.mutable_default_config() = family.default_config();
+  std::map<std::string, int64_t> counts = screen.status_counts;
+  report.set_screened(static_cast<int32_t>(screen.ok.size()));
+  if (serial == nullptr) {
+    report.set_error(std::string(screen.error.message()));
+  } else {
+    for (const auto& [status, n] : serial->status_counts) {
+      // A candidate that failed the serial phase counts there, not as OK.
+      counts[status] += n;
+      counts["OK"] -= n;
+    }
+    report.set_default_median_us(serial->default_median_us);
+    if (serial->entry) {
+      const v1::Entry& entry = *serial->entry;
+      *report.mutable_entry() = entry;
+      const double median = entry.timing().median_us();
+      if (serial->default_median_us > 0 && median > 0) {
+        report.set_speedup(serial->default_median_us / median);
+      }
+      if (problem.previous) {
+        *report.mutable_previous() = *problem.previous;
+        report.set_previous_differs(WhatDiffers(*problem.previous, entry));
+        const double before = problem.previous->timing().median_us();
+        if (before > 0 && median > 0) {
+          report.set_previous_ratio(before / median);
+          // Slower than before beyond the noise of either and the tie band.
+          const double noise =
+              std::max({kTieBand, 2 * entry.noise(), 2 * problem.previous->noise()});
+          report.set_regression(median > before * (1 + noise));
+        }
+      }
+    } else {
+      report.set_error(std::string(serial->error.message()));
+    }
+  }
+  for (const auto& [status, n] : counts) {
+    if (n > 0) (*report.mutable_status_counts())[status] = n;
+  }
+  return report;
+}
+
+void JobRunner::Measure(Running* running) {
   Work& work = *running->work;
   absl::StatusOr<ProfilePool*> gpus = Gpus();
   ScreenJob job;
@@ -435,49 +613,111 @@ void JobRunner::Screen(Running* running) {
     absl::MutexLock lock(&running->mu);
     running->job.set_state(v1::SCREENING);
     job.job_id = running->job.id();
+    running->EnterPhase("screen", work.plan.variants);
   }
   if (!gpus.ok()) {
     FailProblem(running, gpus.status(), /*store_error=*/false);
     return;
   }
+  const size_t gpu_count = (*gpus)->devices().size();
   Publish(running, nullptr,
           absl::StrCat("validating and timing the variants of ", work.plan.problems.size(),
-                       " problems on ", (*gpus)->devices().size(), " GPU(s)"));
+                       " problems on ", gpu_count, " GPU(s)"));
   job.arch = work.plan.arch;
   job.nvrtc_version = work.nvrtc_version;
   job.settings = work.settings;
   job.compiled = &work.compiled;
   job.store = store_;
   job.gpus = *gpus;
+  job.reuse_stored = work.resumed;
+  job.progress = [this, running](const std::string& message) {
+    Publish(running, nullptr, message);
+  };
   job.record = [this, running](const v1::Measurement& m, bool count) {
     return Record(running, m, count);
   };
-  // One thread per GPU, each taking the next problem.
-  std::atomic<size_t> next{0};
-  auto loop = [&] {
-    while (!running->cancel) {
-      const size_t index = next.fetch_add(1);
-      if (index >= work.plan.problems.size()) return;
-      const PlannedProblem& problem = work.plan.problems[index];
-      ScreenResult result = ScreenProblem(problem, job);
-      if (!result.error.ok()) {
-        FailProblem(running, result.error, result.store_failed);
-        continue;
+  // One thread per GPU, each taking the next problem: first every screen
+  // (GPUs in parallel), then the serial phase of each problem.
+  auto on_gpus = [&](const std::function<void(size_t)>& each) {
+    std::atomic<size_t> next{0};
+    auto loop = [&] {
+      while (!running->cancel) {
+        const size_t index = next.fetch_add(1);
+        if (index >= work.plan.problems.size()) return;
+        each(index);
       }
-      {
-        absl::MutexLock lock(&running->mu);
-        *running->job.add_results() = *result.entry;
-      }
-      Publish(
-          running, nullptr,
-          absl::StrCat(ProblemContext(problem.record->family.name(), problem.problem), ": best ",
-                       kernels::ConfigLabel(problem.record->family, result.entry->config()), " at ",
-                       result.entry->timing().median_us(), " us (screened)"));
-    }
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < gpu_count; ++i) threads.emplace_back(loop);
+    for (std::thread& thread : threads) thread.join();
   };
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < (*gpus)->devices().size(); ++i) threads.emplace_back(loop);
-  for (std::thread& thread : threads) thread.join();
+  std::vector<ScreenResult> screens(work.plan.problems.size());
+  on_gpus([&](size_t index) {
+    screens[index] = ScreenProblem(work.plan.problems[index], job);
+    if (screens[index].reused) {
+      Publish(running, nullptr,
+              absl::StrCat(ProblemContext(work.plan.problems[index].record->family.name(),
+                                          work.plan.problems[index].problem),
+                           ": screened before the restart; not measured again"));
+    }
+  });
+  if (running->cancel) return;
+
+  int64_t to_validate = 0;
+  for (const ScreenResult& screen : screens) to_validate += screen.error.ok() ? 1 : 0;
+  {
+    absl::MutexLock lock(&running->mu);
+    running->job.set_state(v1::VALIDATING);
+    running->EnterPhase("serial", to_validate);
+  }
+  Publish(running, nullptr,
+          absl::StrCat("serial validation of ", to_validate, " problems, one GPU each"));
+  SerialJob serial;
+  serial.job_id = job.job_id;
+  serial.arch = job.arch;
+  serial.nvrtc_version = job.nvrtc_version;
+  serial.store = store_;
+  serial.gpus = *gpus;
+  serial.candidates = work.candidates;
+  serial.rounds = work.rounds;
+  serial.force = work.force;
+  serial.quiet_wait = work.quiet_wait;
+  serial.record = job.record;
+  serial.progress = [this, running](const std::string& message) {
+    Publish(running, nullptr, message);
+  };
+  serial.cancel = &running->cancel;
+  on_gpus([&](size_t index) {
+    const PlannedProblem& problem = work.plan.problems[index];
+    ScreenResult& screen = screens[index];
+    if (!screen.error.ok()) {
+      FailProblem(running, screen.error, screen.store_failed);
+      absl::MutexLock lock(&running->mu);
+      running->reports.push_back(Report(problem, screen, nullptr));
+      return;
+    }
+    SerialResult result = RunSerialPhase(problem, screen, serial);
+    const v1::ProblemReport report = Report(problem, screen, &result);
+    screen = ScreenResult();  // its images are no longer needed
+    {
+      absl::MutexLock lock(&running->mu);
+      running->reports.push_back(report);
+      running->waited_s += result.waited_s;
+      ++running->phase_done;
+      if (result.entry) *running->job.add_results() = *result.entry;
+    }
+    if (!result.error.ok()) {
+      FailProblem(running, result.error, result.store_failed);
+      return;
+    }
+    Publish(running, nullptr,
+            absl::StrCat(ProblemContext(problem.record->family.name(), problem.problem), ": best ",
+                         kernels::ConfigLabel(problem.record->family, result.entry->config()),
+                         " at ", result.entry->timing().median_us(), " us (",
+                         result.entry->candidates(), " candidates, ", result.entry->rounds(),
+                         " serial rounds", result.entry->tie() ? ", a tie" : "",
+                         result.entry->contended() ? ", CONTENDED" : "", ")"));
+  });
 }
 
 absl::Status JobRunner::Watch(absl::string_view id,
@@ -539,7 +779,8 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
   int resumed = 0;
   for (v1::Job& job : jobs) {
-    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING && job.state() != v1::SCREENING) {
+    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING && job.state() != v1::SCREENING &&
+        job.state() != v1::VALIDATING) {
       continue;
     }
     absl::StatusOr<std::shared_ptr<Work>> work = Prepare(job.spec(), job.id());

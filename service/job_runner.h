@@ -49,6 +49,8 @@
 #include "proto/autotune.pb.h"
 #include "service/compile_pool.h"
 #include "service/profile_pool.h"
+#include "service/screen_phase.h"
+#include "service/serial_phase.h"
 
 namespace autotune::service {
 
@@ -62,6 +64,8 @@ struct JobRunnerOptions {
   std::string profile_off_reason = "profiling is turned off";
   // Per launch, when the job gives none.
   double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
+  // How long a serial phase waits for a quiet GPU, when the job gives none.
+  absl::Duration quiet_wait = absl::Minutes(10);
 };
 
 class JobRunner {
@@ -108,7 +112,11 @@ class JobRunner {
   void Start(v1::Job job, std::shared_ptr<Work> work);
   void Run(Running* running);
   void Compile(Running* running);
-  void Screen(Running* running);
+  // Screens every problem (GPUs in parallel), then runs the serial phase of
+  // each (one GPU each) and reports it.
+  void Measure(Running* running);
+  static v1::ProblemReport Report(const PlannedProblem& problem, const ScreenResult& screen,
+                                  const SerialResult* serial);
   // Stores a measurement and announces it; `count` adds it to the job's
   // counts (false for a variant measured a second time).
   absl::Status Record(Running* running, const v1::Measurement& measurement, bool count);

@@ -50,6 +50,15 @@ int main(int argc, char** argv) {
                               "(default ",
                               options.variant_timeout_s, "; a job may set its own)"))
       ->check(CLI::PositiveNumber);
+  app.add_option("--lease-dir", options.lease_dir,
+                 "directory of the host-wide GPU leases every autotune daemon and benchmark "
+                 "honours; 'none' to take none")
+      ->capture_default_str();
+  app.add_option("--quiet-wait", options.quiet_wait_s,
+                 "seconds the serial phase waits for a GPU without other compute processes "
+                 "before the problem fails (a job may set its own; --force measures anyway)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,
                  "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")

@@ -1,10 +1,12 @@
 #include "service/profile_pool.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/gpu_lease.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -118,7 +120,15 @@ absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::
   // only catches a worker that stopped answering altogether. Validation
   // waits once per seed, timing at most a few times (calibration, warm-up,
   // samples, one re-measurement), each bounded by the worker.
-  return absl::Seconds(launch * (seeds + 4) + budget * 4) + grace;
+  absl::Duration deadline = absl::Seconds(launch * (seeds + 4) + budget * 4) + grace;
+  if (task.has_serial()) {
+    // After the last validation the rounds run before the next answer:
+    // their GPU time cap (worker.proto's default when unset), twice over for
+    // redone rounds and the host's share, plus one launch's time per round.
+    const double cap = task.serial().max_seconds() > 0 ? task.serial().max_seconds() : 2;
+    deadline += absl::Seconds(2 * cap + launch * 4);
+  }
+  return deadline;
 }
 
 // One task on one GPU. First the reference alone (a task with no variants):
@@ -163,10 +173,15 @@ class ProfilePool::TaskRun {
       if (ReadAnswers() == WorkerAfter::kLost) {
         Lose();
         if (stage_ == Stage::kVariants && next_ >= task_.variants_size()) {
-          // The worker went after the last variant: every variant answered.
-          result_.done.set_task_id(task_.task_id());
-          result_.done.set_status(v1::OK);
-          stage_ = Stage::kEnded;
+          if (task_.has_serial()) {
+            // Lost in the rounds, after every validation: no timing came.
+            End(Failed(task_, lost_status_, "serial rounds", lost_why_));
+          } else {
+            // The worker went after the last variant: every variant answered.
+            result_.done.set_task_id(task_.task_id());
+            result_.done.set_status(v1::OK);
+            stage_ = Stage::kEnded;
+          }
         }
       }
     }
@@ -185,6 +200,8 @@ class ProfilePool::TaskRun {
     sub->clear_variants();
     if (stage_ == Stage::kVariants) {
       for (int i = next_; i < task_.variants_size(); ++i) *sub->add_variants() = task_.variants(i);
+    } else {
+      sub->clear_serial();  // the reference alone: nothing to time
     }
     return request;
   }
@@ -248,6 +265,8 @@ class ProfilePool::TaskRun {
         why = absl::StrCat("the worker ", gpu_.process.ExitReason(), " (", read.message(), ")");
       }
       spdlog::warn("profile {}: {}", task_.context(), why);
+      lost_status_ = status;
+      lost_why_ = why;
       if (stage_ == Stage::kReference) {
         Lose();
         End(Failed(task_, status, "reference", why));
@@ -292,32 +311,93 @@ class ProfilePool::TaskRun {
   const OnVariant& on_variant_;
   const absl::Duration variant_deadline_;
   Stage stage_ = Stage::kReference;
-  int next_ = 0;  // the first variant not yet answered (kVariants)
+  int next_ = 0;                               // the first variant not yet answered (kVariants)
+  v1::VariantStatus lost_status_ = v1::FAULT;  // why the last worker was lost
+  std::string lost_why_;
   ProfileResult result_;
 };
 
-ProfileResult ProfilePool::Profile(const wv1::ProfileTask& task, const OnVariant& on_variant) {
-  Gpu* gpu = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return std::any_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return !g->busy; });
-    };
-    mu_.Await(absl::Condition(&has_free));
-    for (auto& candidate : gpus_) {
-      if (!candidate->busy) {
-        gpu = candidate.get();
-        break;
-      }
+ProfileResult ProfilePool::RunOn(Gpu& gpu, const wv1::ProfileTask& task,
+                                 const OnVariant& on_variant, const OnLeaseWait& on_lease_wait) {
+  std::optional<GpuLease> lease;
+  if (!options_.lease_dir.empty()) {
+    absl::StatusOr<GpuLease> taken = GpuLease::Acquire(
+        options_.lease_dir, gpu.info.uuid(), absl::StrCat("autotuned task ", task.task_id()),
+        options_.lease_wait, [&](const std::string& holder) {
+          if (on_lease_wait) on_lease_wait(holder);
+          return true;
+        });
+    if (!taken.ok()) {
+      ProfileResult result;
+      result.device = gpu.info;
+      result.done = Failed(task, v1::FAULT, "lease",
+                           absl::StrCat("GPU ", gpu.info.ordinal(), " (", gpu.info.uuid(),
+                                        "): no lease: ", taken.status().message()));
+      return result;
     }
-    gpu->busy = true;
+    lease.emplace(*std::move(taken));
   }
-  ProfileResult result = TaskRun(*this, *gpu, task, on_variant).Run();
-  {
-    absl::MutexLock lock(&mu_);
-    gpu->busy = false;
+  return TaskRun(*this, gpu, task, on_variant).Run();
+}
+
+ProfilePool::Reservation::~Reservation() {
+  absl::MutexLock lock(&pool_.mu_);
+  gpu_.busy = false;
+}
+
+wv1::DeviceInfo ProfilePool::Reservation::device() const {
+  absl::MutexLock lock(&pool_.mu_);
+  return gpu_.info;
+}
+
+absl::StatusOr<wv1::DeviceState> ProfilePool::Reservation::Probe() {
+  if (!gpu_.process.running()) {
+    if (absl::Status started = pool_.StartWorker(gpu_, gpu_.info.ordinal()); !started.ok()) {
+      return absl::UnavailableError(started.message());
+    }
   }
-  return result;
+  wv1::WorkerRequest request;
+  request.mutable_probe();
+  if (absl::Status sent = gpu_.process.Send(request); !sent.ok()) {
+    gpu_.process.Kill();
+    return absl::UnavailableError(absl::StrCat("probe: ", sent.message()));
+  }
+  wv1::WorkerResponse response;
+  absl::Status read = gpu_.process.Receive(absl::Now() + absl::Seconds(30), &response);
+  if (!read.ok() || !response.has_device_state()) {
+    gpu_.process.Kill();
+    return absl::UnavailableError(
+        absl::StrCat("probe: the worker did not answer with its device state",
+                     read.ok() ? "" : absl::StrCat(" (", read.message(), ")")));
+  }
+  return std::move(*response.mutable_device_state());
+}
+
+ProfileResult ProfilePool::Reservation::Profile(const wv1::ProfileTask& task,
+                                                const OnVariant& on_variant,
+                                                const OnLeaseWait& on_lease_wait) {
+  return pool_.RunOn(gpu_, task, on_variant, on_lease_wait);
+}
+
+std::unique_ptr<ProfilePool::Reservation> ProfilePool::Reserve() {
+  absl::MutexLock lock(&mu_);
+  auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return !g->busy; });
+  };
+  mu_.Await(absl::Condition(&has_free));
+  for (auto& candidate : gpus_) {
+    if (!candidate->busy) {
+      candidate->busy = true;
+      return std::unique_ptr<Reservation>(new Reservation(*this, *candidate));
+    }
+  }
+  return nullptr;  // unreachable: the condition holds under mu_
+}
+
+ProfileResult ProfilePool::Profile(const wv1::ProfileTask& task, const OnVariant& on_variant,
+                                   const OnLeaseWait& on_lease_wait) {
+  std::unique_ptr<Reservation> reservation = Reserve();
+  return reservation->Profile(task, on_variant, on_lease_wait);
 }
 
 }  // namespace autotune::service

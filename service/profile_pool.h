@@ -13,7 +13,14 @@
 // each case a new worker is started (exec, never a bare fork) and runs the
 // variants that remain. The daemon itself never loads the CUDA driver.
 //
-// Thread-safe: Profile() takes a free GPU, waiting for one.
+// Exclusivity: a GPU runs one task at a time. A Reservation holds one GPU
+// for several calls (a probe, then a serial task on the same GPU). With
+// `lease_dir` set, every task also holds the host-wide lease of its GPU
+// (base/gpu_lease.h, by UUID) while it runs, so two daemons, or a daemon and
+// a benchmark, never measure on one GPU at once; a task waits for the lease
+// and says so.
+//
+// Thread-safe: Profile() and Reserve() take a free GPU, waiting for one.
 #ifndef AUTOTUNE_SERVICE_PROFILE_POOL_H_
 #define AUTOTUNE_SERVICE_PROFILE_POOL_H_
 
@@ -37,6 +44,11 @@ struct ProfilePoolOptions {
   absl::Duration start_timeout = absl::Seconds(60);
   // Added to every variant's deadline: process start, module load, pool fill.
   absl::Duration grace = absl::Seconds(20);
+  // Host-wide GPU leases (base/gpu_lease.h); empty = none taken.
+  std::string lease_dir;
+  // How long a task waits for its GPU's lease before it fails (FAULT for
+  // the problem, naming the holder).
+  absl::Duration lease_wait = absl::Minutes(10);
 };
 
 struct ProfileResult {
@@ -49,6 +61,9 @@ struct ProfileResult {
 };
 
 class ProfilePool {
+ private:
+  struct Gpu;
+
  public:
   // Starts the worker of the first device and, from what it reports, the
   // others. FAILED_PRECONDITION with the worker's reason when no GPU can be
@@ -69,13 +84,43 @@ class ProfilePool {
   // Runs `task` on a free GPU. `on_variant` is called for each outcome as it
   // arrives (from the calling thread).
   using OnVariant = std::function<void(const worker::v1::VariantOutcome&)>;
-  ProfileResult Profile(const worker::v1::ProfileTask& task, const OnVariant& on_variant = nullptr);
+  // Called about once a second while a task waits for its GPU's lease, with
+  // what the holder wrote ("4121 autotuned ...").
+  using OnLeaseWait = std::function<void(const std::string& holder)>;
+  ProfileResult Profile(const worker::v1::ProfileTask& task, const OnVariant& on_variant = nullptr,
+                        const OnLeaseWait& on_lease_wait = nullptr);
+
+  // One GPU held until destroyed.
+  class Reservation {
+   public:
+    ~Reservation();
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    worker::v1::DeviceInfo device() const;
+    // What the GPU's worker sees through NVML besides itself (nvml_error
+    // set when it cannot see). UNAVAILABLE when no worker can be started or
+    // it does not answer.
+    absl::StatusOr<worker::v1::DeviceState> Probe();
+    ProfileResult Profile(const worker::v1::ProfileTask& task,
+                          const OnVariant& on_variant = nullptr,
+                          const OnLeaseWait& on_lease_wait = nullptr);
+
+   private:
+    friend class ProfilePool;
+    Reservation(ProfilePool& pool, Gpu& gpu) : pool_(pool), gpu_(gpu) {}
+    ProfilePool& pool_;
+    Gpu& gpu_;
+  };
+  // Waits for a free GPU and holds it.
+  std::unique_ptr<Reservation> Reserve();
 
   // The deadline for one variant of `task` (exposed for tests).
   static absl::Duration VariantDeadline(const worker::v1::ProfileTask& task, absl::Duration grace);
 
  private:
   class TaskRun;
+  ProfileResult RunOn(Gpu& gpu, const worker::v1::ProfileTask& task, const OnVariant& on_variant,
+                      const OnLeaseWait& on_lease_wait);
   struct Gpu {
     worker::v1::DeviceInfo info;  // written under mu_ (a restart renews it)
     WorkerProcess process;        // not running after a kill, until restarted

@@ -52,46 +52,43 @@ wv1::ProfileTask TaskWithModes(const std::vector<int>& modes) {
   return task;
 }
 
+// Short deadlines; no host-wide lease unless a test asks for one.
+ProfilePoolOptions Options(const std::string& worker_path, std::vector<int> devices,
+                           const std::string& lease_dir = "") {
+  ProfilePoolOptions options;
+  options.worker_path = worker_path;
+  options.devices = std::move(devices);
+  options.start_timeout = absl::Seconds(10);
+  options.grace = absl::Seconds(1);
+  options.lease_dir = lease_dir;
+  return options;
+}
+
 std::unique_ptr<ProfilePool> StartPool() {
   absl::StatusOr<std::unique_ptr<ProfilePool>> pool =
-      ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
-                          .devices = {},
-                          .start_timeout = absl::Seconds(10),
-                          .grace = absl::Seconds(1)});
+      ProfilePool::Start(Options(FAKE_PROFILE_WORKER_PATH, {}));
   EXPECT_TRUE(pool.ok()) << pool.status();
   return pool.ok() ? *std::move(pool) : nullptr;
 }
 
 TEST(ProfilePoolTest, StartFailsWithTheWorkersOwnReason) {
   ScopedEnv no_device("FAKE_WORKER_NO_DEVICE", "1");
-  EXPECT_THAT(ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
-                                  .devices = {},
-                                  .start_timeout = absl::Seconds(10),
-                                  .grace = absl::Seconds(1)}),
+  EXPECT_THAT(ProfilePool::Start(Options(FAKE_PROFILE_WORKER_PATH, {})),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA driver")));
 }
 
 TEST(ProfilePoolTest, MissingWorkerIsAFailedPrecondition) {
-  EXPECT_THAT(ProfilePool::Start({.worker_path = "/nonexistent/autotune-worker",
-                                  .devices = {},
-                                  .start_timeout = absl::Seconds(10),
-                                  .grace = absl::Seconds(1)}),
+  EXPECT_THAT(ProfilePool::Start(Options("/nonexistent/autotune-worker", {})),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("/nonexistent")));
 }
 
 TEST(ProfilePoolTest, GpusOfDifferentModelsAreRefused) {
   ScopedEnv mixed("FAKE_WORKER_MIXED", "1");
   EXPECT_THAT(
-      ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
-                          .devices = {},
-                          .start_timeout = absl::Seconds(10),
-                          .grace = absl::Seconds(1)}),
+      ProfilePool::Start(Options(FAKE_PROFILE_WORKER_PATH, {})),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("device 1 is Fake GPU (114 SMs)")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ProfilePool> one,
-                       ProfilePool::Start({.worker_path = FAKE_PROFILE_WORKER_PATH,
-                                           .devices = {1},
-                                           .start_timeout = absl::Seconds(10),
-                                           .grace = absl::Seconds(1)}));
+                       ProfilePool::Start(Options(FAKE_PROFILE_WORKER_PATH, {1})));
   ASSERT_EQ(one->devices().size(), 1u);
   EXPECT_EQ(one->devices()[0].sm_count(), 114);
 }

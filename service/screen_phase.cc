@@ -16,16 +16,6 @@ namespace {
 
 namespace wv1 = ::autotune::worker::v1;
 
-// A screened winner faster than this fraction of the runner-up is measured
-// again before it is believed.
-constexpr double kSuspiciousLead = 0.5;
-
-// A validated, timed variant and what it was.
-struct Screened {
-  v1::Measurement measurement;
-  const kernels::Variant* variant;
-};
-
 class ProblemScreen {
  public:
   ProblemScreen(const PlannedProblem& problem, const ScreenJob& job)
@@ -87,14 +77,30 @@ class ProblemScreen {
         family_, problem_.problem, problem_.space, reference, compiled, job_.settings);
     if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
     task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
+    result_.task = *task;
+    result_.device = device_info_;
+    if (job_.reuse_stored) {
+      absl::StatusOr<bool> reused = Reuse(compiled);
+      if (!reused.ok()) return StoreFailed(reused.status());
+      if (*reused) return Finish();
+    }
 
-    std::vector<Screened> ok;
-    ProfileResult result = job_.gpus->Profile(*task, [&](const wv1::VariantOutcome& outcome) {
-      v1::Measurement m = FromOutcome(outcome, task->cache_state());
-      Record(m);
-      const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
-      if (outcome.status() == v1::OK && variant != nullptr) ok.push_back({m, variant});
-    });
+    std::vector<ScreenedVariant>& ok = result_.ok;
+    ProfileResult result = job_.gpus->Profile(
+        *task,
+        [&](const wv1::VariantOutcome& outcome) {
+          v1::Measurement m = FromOutcome(outcome, task->cache_state());
+          Record(m);
+          const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
+          if (outcome.status() == v1::OK && variant != nullptr) ok.push_back({m, variant});
+        },
+        [&](const std::string& holder) {
+          if (job_.progress) {
+            job_.progress(
+                absl::StrCat(context_, ": waiting for the lease of the GPU, held by ", holder));
+          }
+        });
+    result_.device = result.device;
     if (result.done.status() != v1::OK) {
       // The variants that never ran share the problem's fate.
       std::set<std::string> reported;
@@ -115,24 +121,59 @@ class ProblemScreen {
           absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
     }
     if (!store_error_.ok()) return StoreFailed(store_error_);
-    if (ok.empty()) {
-      return Failed(absl::AbortedError(
-          absl::StrCat("none of ", compiled.size(), " variants validated and timed OK")));
-    }
-    CheckSuspiciousLead(*task, &ok);
-    if (!store_error_.ok()) return StoreFailed(store_error_);
-    if (ok.empty()) return Failed(absl::AbortedError("no variant passed when measured again"));
-    return StoreBest(ok);
+    return Finish();
   }
 
  private:
-  ScreenResult Failed(const absl::Status& why, bool store_failed = false) const {
-    return ScreenResult{
-        .entry = std::nullopt,
-        .error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message())),
-        .store_failed = store_failed};
+  ScreenResult Finish() {
+    if (result_.ok.empty()) {
+      return Failed(absl::AbortedError(absl::StrCat("none of ", result_.task.variants_size(),
+                                                    " variants validated and timed OK")));
+    }
+    std::stable_sort(result_.ok.begin(), result_.ok.end(),
+                     [](const ScreenedVariant& a, const ScreenedVariant& b) {
+                       return a.measurement.timing().median_us() <
+                              b.measurement.timing().median_us();
+                     });
+    return std::move(result_);
   }
-  ScreenResult StoreFailed(const absl::Status& why) const { return Failed(why, true); }
+
+  // A resumed job: this job's SCREEN measurements of the problem, when there
+  // is one for every compiled variant, stand for the screen. False when the
+  // screen had not finished (it is measured again, whole).
+  absl::StatusOr<bool> Reuse(const std::vector<kernels::CompiledVariant>& compiled) {
+    const cache::EntryKey key{.family = family_.name(),
+                              .family_hash = problem_.record->content_hash,
+                              .problem = problem_.problem,
+                              .device = device_info_.name()};
+    absl::StatusOr<std::vector<v1::Measurement>> stored = job_.store->ListMeasurements(key);
+    if (!stored.ok()) {
+      return absl::Status(stored.status().code(), absl::StrCat("cannot read the measurements: ",
+                                                               stored.status().message()));
+    }
+    std::vector<const v1::Measurement*> found(compiled.size(), nullptr);
+    for (const v1::Measurement& m : *stored) {
+      if (m.job_id() != job_.job_id || m.phase() != v1::SCREEN) continue;
+      for (size_t i = 0; i < compiled.size(); ++i) {
+        if (SameConfig(m.config(), compiled[i].variant->config)) found[i] = &m;
+      }
+    }
+    if (std::find(found.begin(), found.end(), nullptr) != found.end()) return false;
+    for (size_t i = 0; i < compiled.size(); ++i) {
+      ++result_.status_counts[v1::VariantStatus_Name(found[i]->status())];
+      if (found[i]->status() == v1::OK) result_.ok.push_back({*found[i], compiled[i].variant});
+    }
+    result_.reused = true;
+    return true;
+  }
+
+  ScreenResult Failed(const absl::Status& why, bool store_failed = false) {
+    result_.ok.clear();
+    result_.error = absl::Status(why.code(), absl::StrCat(context_, ": ", why.message()));
+    result_.store_failed = store_failed;
+    return std::move(result_);
+  }
+  ScreenResult StoreFailed(const absl::Status& why) { return Failed(why, true); }
 
   std::string Label(const v1::Config& config) const {
     return absl::StrCat(context_, " [", kernels::ConfigLabel(family_, config), "]");
@@ -155,6 +196,7 @@ class ProblemScreen {
   // next check (the measurements still to come are recorded too, so each
   // variant is reported).
   void Record(const v1::Measurement& m, bool count = true) {
+    ++result_.status_counts[v1::VariantStatus_Name(m.status())];
     absl::Status stored = job_.record(m, count);
     if (!stored.ok() && store_error_.ok()) {
       store_error_ = absl::Status(stored.code(),
@@ -218,87 +260,6 @@ class ProblemScreen {
     return m;
   }
 
-  static void SortByMedian(std::vector<Screened>* ok) {
-    std::sort(ok->begin(), ok->end(), [](const Screened& a, const Screened& b) {
-      return a.measurement.timing().median_us() < b.measurement.timing().median_us();
-    });
-  }
-
-  // A winner far ahead of the rest is measured again, alone, before it is
-  // believed: a disturbed or mis-sized measurement must not win. The new
-  // measurement replaces the first; a winner that fails then is dropped.
-  void CheckSuspiciousLead(const wv1::ProfileTask& task, std::vector<Screened>* ok) {
-    SortByMedian(ok);
-    if (ok->size() < 2) return;
-    const double first_us = (*ok)[0].measurement.timing().median_us();
-    const double runner_up_us = (*ok)[1].measurement.timing().median_us();
-    if (!(first_us < kSuspiciousLead * runner_up_us)) return;
-    const std::string id = absl::StrCat((*ok)[0].variant->index);
-    wv1::ProfileTask again = task;
-    again.clear_variants();
-    for (const wv1::KernelImage& image : task.variants()) {
-      if (image.id() == id) *again.add_variants() = image;
-    }
-    again.set_task_id(absl::StrCat(task.task_id(), "/again"));
-    ProfileResult second = job_.gpus->Profile(again);
-    if (second.done.status() == v1::OK && second.outcomes.size() == 1 &&
-        second.outcomes[0].status() == v1::OK) {
-      v1::Measurement& m = (*ok)[0].measurement;
-      *m.mutable_timing() = second.outcomes[0].timing();
-      m.set_measured_at(NowText());
-      m.set_detail(absl::StrCat("measured again alone: its first median ", first_us,
-                                " us was under half the runner-up's ", runner_up_us, " us; ",
-                                second.outcomes[0].detail()));
-      Record(m, /*count=*/false);
-    } else {
-      v1::Measurement m = (*ok)[0].measurement;
-      m.set_status(second.outcomes.empty() ? second.done.status() : second.outcomes[0].status());
-      m.set_detail(absl::StrCat(
-          "measured again alone, it did not pass: ",
-          second.outcomes.empty() ? second.done.detail() : second.outcomes[0].detail()));
-      Record(m, /*count=*/false);
-      ok->erase(ok->begin());
-    }
-    SortByMedian(ok);
-  }
-
-  ScreenResult StoreBest(const std::vector<Screened>& ok) {
-    std::vector<Candidate> candidates;
-    for (const Screened& screened : ok) {
-      candidates.push_back({.config = screened.measurement.config(),
-                            .index = screened.variant->index,
-                            .timing = screened.measurement.timing()});
-    }
-    const Choice choice =
-        ChooseConfig(candidates, problem_.current_config ? &*problem_.current_config : nullptr);
-    const Screened& chosen = ok[choice.winner];
-    const v1::Measurement& best = chosen.measurement;
-    v1::Entry entry;
-    entry.set_family(family_.name());
-    entry.set_family_hash(problem_.record->content_hash);
-    *entry.mutable_problem() = problem_.problem;
-    *entry.mutable_device() = device_;
-    *entry.mutable_config() = best.config();
-    *entry.mutable_launch() = chosen.variant->launch;
-    entry.set_binary_sha256(best.binary_sha256());
-    entry.set_nvrtc_version(job_.nvrtc_version);
-    entry.set_driver_version(device_info_.driver_version());
-    entry.set_arch(job_.arch);
-    *entry.mutable_timing() = best.timing();
-    entry.set_margin(choice.margin);
-    entry.set_tie(choice.tie);
-    entry.set_tied(static_cast<int32_t>(choice.tied.size()));
-    entry.set_phase(v1::SCREEN);
-    entry.set_tuned_at(NowText());
-    entry.set_job_id(job_.job_id);
-    absl::Status stored = job_.store->PutEntry(entry);
-    if (!stored.ok()) {
-      return StoreFailed(absl::Status(
-          stored.code(), absl::StrCat("cannot store the best entry: ", stored.message())));
-    }
-    return ScreenResult{.entry = std::move(entry), .error = absl::OkStatus()};
-  }
-
   const PlannedProblem& problem_;
   const ScreenJob& job_;
   const v1::KernelFamily& family_;
@@ -308,6 +269,7 @@ class ProblemScreen {
   std::map<std::string, std::string> sha_by_id_;
   std::map<std::string, const kernels::Variant*> variant_by_id_;
   absl::Status store_error_;
+  ScreenResult result_;
 };
 
 }  // namespace

@@ -1,26 +1,31 @@
 // The screen phase of a job, one problem at a time: its compiled variants
 // go to a GPU worker (ProfilePool) as one ProfileTask, are validated against
-// the family's reference on three seeds, then timed; the OK variants are
-// chosen among by the tie rule (service/choice.h: the fastest median, unless
-// it is a declared tie, which keeps the current entry's config or the first
-// in parameter order), and the winner becomes the problem's best entry,
-// marked phase SCREEN (screened only).
+// the family's reference on three seeds, then timed briefly (a few
+// milliseconds of GPU time each: enough to rank, not to choose). The OK
+// variants, fastest first, go on to the serial phase (serial_phase.h),
+// which chooses.
 //
-//   ScreenResult result = ScreenProblem(planned, job);
-//   if (!result.error.ok()) ...the problem has no entry; the message says why...
+//   ScreenResult screen = ScreenProblem(planned, job);
+//   if (!screen.error.ok()) ...the problem has no entry; the message says why...
 //
 // Every variant ends with one stored Measurement in its status: phase
-// COMPILE for those that did not compile, SCREEN for the rest. A screened
-// winner faster than half the runner-up is measured again alone before it
-// is believed. A store error (reading a cubin, storing a measurement or the
-// entry) fails the problem with that error; no entry is chosen from a
-// problem whose measurements were not all kept.
+// COMPILE for those that did not compile, SCREEN for the rest. A store error
+// (reading a cubin, storing a measurement) fails the problem with that
+// error; nothing is chosen from a problem whose measurements were not all
+// kept.
+//
+// A resumed job (ScreenJob.reuse_stored) whose screen of the problem had
+// finished before the daemon stopped reuses the stored SCREEN measurements
+// of the job instead of measuring again.
 #ifndef AUTOTUNE_SERVICE_SCREEN_PHASE_H_
 #define AUTOTUNE_SERVICE_SCREEN_PHASE_H_
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "cache/store.h"
@@ -45,12 +50,28 @@ struct ScreenJob {
   // false (a variant measured a second time) and announces it. Returns the
   // store's status.
   std::function<absl::Status(const v1::Measurement& measurement, bool count)> record;
+  // Look for this job's finished screen of the problem in the store first.
+  bool reuse_stored = false;
+  // Says what the screen waits for (the GPU's lease, held by another).
+  std::function<void(const std::string& message)> progress;
+};
+
+// A variant that validated and was timed.
+struct ScreenedVariant {
+  v1::Measurement measurement;  // as stored: phase SCREEN, status OK
+  const kernels::Variant* variant = nullptr;
 };
 
 struct ScreenResult {
-  std::optional<v1::Entry> entry;  // stored
-  // Why there is no entry: the problem's context and the reason, with the
-  // store's code when the store failed.
+  std::vector<ScreenedVariant> ok;  // fastest first
+  // The screen's task (buffers, reference, every compiled variant's image,
+  // id = the variant's index); the serial phase times candidates from it.
+  worker::v1::ProfileTask task;
+  worker::v1::DeviceInfo device;                 // where it ran
+  std::map<std::string, int64_t> status_counts;  // VariantStatus name -> variants
+  bool reused = false;                           // from the store (a resumed job), not measured now
+  // Why there is nothing to choose from: the problem's context and the
+  // reason, with the store's code when the store failed.
   absl::Status error;
   bool store_failed = false;  // the store failed (the job then fails too)
 };

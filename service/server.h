@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/gpu_lease.h"
 #include "kernels/profile_task.h"
 
 namespace autotune::service {
@@ -50,6 +51,10 @@ struct ServerOptions {
   // measures.
   std::string gpus;
   double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;  // per launch, when a job gives none
+  // Host-wide GPU leases (base/gpu_lease.h) every GPU task holds; "none" =
+  // take none (only when no other autotune process shares the GPUs).
+  std::string lease_dir = kDefaultLeaseDir;
+  double quiet_wait_s = 600;  // serial phase: wait for a quiet GPU, when a job gives none
 };
 
 class Server {

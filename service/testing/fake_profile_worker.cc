@@ -6,11 +6,21 @@
 //   MODE=2  WRONG_RESULT            MODE=3  hangs (never answers)
 //   MODE=4  the process dies        MODE=5  FAULT, then the process exits
 //   MODE=6  UNSUPPORTED             MODE=7  TIMEOUT reported, then exits
+//   MODE=8  OK in the screen, WRONG_RESULT in a serial task (a racy kernel)
+//   MODE=9  OK, but faults in the serial rounds (then the process exits)
+// Serial tasks (ProfileTask.serial) validate as above, then report every
+// OK candidate's serial timing (the screen's median, MODE=1 at 20 us even
+// under FAKE_WORKER_SCREEN_LIES) over 6 rounds.
 // Environment: FAKE_WORKER_NO_DEVICE=1 says hello with an error;
 // FAKE_WORKER_REFERENCE_FAULT=1 ends every task with a reference FAULT;
 // FAKE_WORKER_LOG=<file> appends one line per task received;
 // FAKE_WORKER_FAST_MODE0=1 makes MODE=0 take 4 us instead of 10;
-// FAKE_WORKER_MIXED=1 reports two GPUs, the second with fewer SMs.
+// FAKE_WORKER_MIXED=1 reports two GPUs, the second with fewer SMs;
+// FAKE_WORKER_SCREEN_LIES=1 makes MODE=1 screen at 5 us (serially 20 us);
+// FAKE_WORKER_FOREIGN=<pid>:<bytes> puts another compute process on the GPU
+// for the first FAKE_WORKER_FOREIGN_PROBES probes (default: all), and into
+// the rounds of the first FAKE_WORKER_FOREIGN_SERIALS serial tasks
+// (default: none); FAKE_WORKER_NO_NVML=1 answers probes with an NVML error.
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,6 +50,39 @@ bool Send(const wv1::WorkerResponse& response) {
   return WriteDelimited(STDOUT_FILENO, response).ok();
 }
 
+int EnvInt(const char* name, int otherwise) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? otherwise : std::atoi(value);
+}
+
+// FAKE_WORKER_FOREIGN as a process, or false.
+bool Foreign(wv1::ForeignProcess* process) {
+  const char* value = std::getenv("FAKE_WORKER_FOREIGN");
+  if (value == nullptr) return false;
+  const char* colon = std::strchr(value, ':');
+  process->set_pid(std::atoi(value));
+  process->set_used_memory_bytes(colon == nullptr ? 0 : std::atoll(colon + 1));
+  return true;
+}
+
+wv1::DeviceState Probe(int probes) {
+  wv1::DeviceState state;
+  if (std::getenv("FAKE_WORKER_NO_NVML") != nullptr) {
+    state.set_nvml_error("NVML unavailable: libnvidia-ml.so.1: cannot open shared object file");
+    return state;
+  }
+  wv1::ForeignProcess process;
+  if (Foreign(&process) && probes < EnvInt("FAKE_WORKER_FOREIGN_PROBES", 1 << 30)) {
+    *state.add_foreign() = process;
+    state.set_utilization_percent(97);
+  } else {
+    state.set_utilization_percent(0);
+  }
+  state.set_sm_clock_mhz(1980);
+  state.set_default_sm_clock_mhz(1980);
+  return state;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,22 +103,35 @@ int main(int argc, char** argv) {
   device->set_l2_bytes(60 << 20);
   device->set_driver_version("13.0");
   device->set_device_count(1);
+  device->set_uuid(absl::StrCat("GPU-fake-", device->ordinal()));
+  device->set_copy_gbps(4000);
+  device->set_default_sm_clock_mhz(1980);
   if (std::getenv("FAKE_WORKER_MIXED") != nullptr) {
     device->set_device_count(2);
     if (device->ordinal() == 1) device->set_sm_count(114);
   }
   if (!Send(hello)) return 1;
   const char* log_path = std::getenv("FAKE_WORKER_LOG");
+  int probes = 0;
+  int serials = 0;
   while (true) {
     wv1::WorkerRequest request;
     if (!ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request).ok()) return 0;
+    if (request.has_probe()) {
+      wv1::WorkerResponse response;
+      *response.mutable_device_state() = Probe(probes++);
+      if (!Send(response)) return 1;
+      continue;
+    }
     const wv1::ProfileTask& task = request.profile();
+    const bool serial = task.has_serial();
     if (log_path != nullptr) {
       FILE* log = std::fopen(log_path, "a");
-      std::fprintf(log, "%d %s variants=%d\n", getpid(), task.context().c_str(),
-                   task.variants_size());
+      std::fprintf(log, "%d %s variants=%d%s\n", getpid(), task.context().c_str(),
+                   task.variants_size(), serial ? " serial" : "");
       std::fclose(log);
     }
+    wv1::SerialReport report;
     wv1::WorkerResponse done;
     done.mutable_profile_done()->set_task_id(task.task_id());
     if (std::getenv("FAKE_WORKER_REFERENCE_FAULT") != nullptr) {
@@ -96,13 +152,33 @@ int main(int argc, char** argv) {
       outcome->set_seeds_checked(3);
       const std::string where = absl::StrCat(task.context(), " [", variant.label(), "]");
       bool exit_after = false;
-      switch (Mode(variant.label())) {
+      int mode = Mode(variant.label());
+      if (mode == 8 && serial) {
+        mode = 2;
+      } else if (mode == 8 || mode == 9) {
+        mode = 0;
+      }
+      switch (mode) {
         case 0:
         case 1: {
-          double us = Mode(variant.label()) == 0 ? 10 : 20;
+          double us = mode == 0 ? 10 : 20;
           if (us == 10 && std::getenv("FAKE_WORKER_FAST_MODE0") != nullptr) us = 4;
           // MODE 1 within the noise of MODE 0: a tie.
           if (us == 20 && std::getenv("FAKE_WORKER_TIE") != nullptr) us = 10.01;
+          if (serial) {
+            wv1::SerialTiming* timing = report.add_timings();
+            timing->set_variant_id(variant.id());
+            timing->mutable_timing()->set_median_us(us);
+            timing->mutable_timing()->set_min_us(us * 0.995);
+            timing->mutable_timing()->set_q3_us(us * 1.002);
+            timing->mutable_timing()->set_samples(60);
+            timing->set_noise(0.001);
+            timing->set_launches_per_sample(40);
+            outcome->set_status(v1::OK);
+            outcome->set_phase("validate");
+            break;
+          }
+          if (us == 20 && std::getenv("FAKE_WORKER_SCREEN_LIES") != nullptr) us = 5;
           outcome->set_status(v1::OK);
           outcome->set_phase("time");
           outcome->mutable_timing()->set_median_us(us);
@@ -146,6 +222,32 @@ int main(int argc, char** argv) {
       }
       if (!Send(response)) return 1;
       if (exit_after) return 3;
+    }
+    if (serial) {
+      for (const wv1::KernelImage& variant : task.variants()) {
+        if (Mode(variant.label()) != 9) continue;
+        done.mutable_profile_done()->set_status(v1::FAULT);
+        done.mutable_profile_done()->set_phase(absl::StrCat("serial variant ", variant.id()));
+        done.mutable_profile_done()->set_detail(
+            absl::StrCat(task.context(), ": serial round 2: CUDA_ERROR_ILLEGAL_ADDRESS"));
+        Send(done);
+        return 3;
+      }
+      report.set_rounds(6);
+      report.set_stop("noise 0.10% <= 0.50% after 6 rounds");
+      report.set_min_sm_clock_mhz(1980);
+      report.set_max_sm_clock_mhz(1980);
+      report.set_default_sm_clock_mhz(1980);
+      wv1::ForeignProcess process;
+      if (serials++ < EnvInt("FAKE_WORKER_FOREIGN_SERIALS", 0) && Foreign(&process)) {
+        report.set_contended_rounds(2);
+        *report.add_foreign() = process;
+      }
+      if (std::getenv("FAKE_WORKER_NO_NVML") != nullptr) {
+        report.set_nvml_error(
+            "NVML unavailable: libnvidia-ml.so.1: cannot open shared object file");
+      }
+      *done.mutable_profile_done()->mutable_serial() = report;
     }
     done.mutable_profile_done()->set_status(v1::OK);
     if (!Send(done)) return 1;

@@ -8,7 +8,8 @@
 // on GPU N (kernels/profiler.h): it writes a Hello with the device (or with
 // the reason it cannot serve, then exits 1), then answers each ProfileTask
 // with one VariantOutcome per variant, each written as soon as it is known,
-// and a ProfileDone. After a variant hung or faulted the GPU context is
+// and a ProfileDone, and each DeviceProbe with a DeviceState (what NVML sees
+// on the GPU besides this worker). After a variant hung or faulted the GPU context is
 // unusable: the worker writes the ProfileDone and exits with status 3
 // without running destructors, which could wait on the hung kernel.
 //
@@ -45,10 +46,12 @@ wv1::CompileOutcome::Status ToProto(autotune::kernels::CompileStatus status) {
   return wv1::CompileOutcome::COMPILE_ERROR;
 }
 
-// Reads the next request, which must be of kind `expected`. nullopt when
+// Reads the next request, which must be of kind `expected` (or `also`). nullopt when
 // one was read; otherwise the worker's exit status: 0 when the daemon
 // closed our stdin, 1 for anything else (said on stderr).
-std::optional<int> NextRequest(wv1::WorkerRequest::KindCase expected, wv1::WorkerRequest* request) {
+std::optional<int> NextRequest(
+    wv1::WorkerRequest::KindCase expected, wv1::WorkerRequest* request,
+    wv1::WorkerRequest::KindCase also = wv1::WorkerRequest::KIND_NOT_SET) {
   absl::Status read =
       autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), request);
   if (absl::IsAborted(read)) return 0;
@@ -56,7 +59,8 @@ std::optional<int> NextRequest(wv1::WorkerRequest::KindCase expected, wv1::Worke
     std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
     return 1;
   }
-  if (request->kind_case() != expected) {
+  if (request->kind_case() != expected &&
+      (also == wv1::WorkerRequest::KIND_NOT_SET || request->kind_case() != also)) {
     std::fprintf(stderr, "autotune-worker: a request of another kind (%d) than this worker's\n",
                  static_cast<int>(request->kind_case()));
     return 1;
@@ -122,8 +126,15 @@ int ServeProfile(int ordinal) {
 
   while (true) {
     wv1::WorkerRequest request;
-    if (std::optional<int> exit_code = NextRequest(wv1::WorkerRequest::kProfile, &request)) {
+    if (std::optional<int> exit_code =
+            NextRequest(wv1::WorkerRequest::kProfile, &request, wv1::WorkerRequest::kProbe)) {
       return *exit_code;
+    }
+    if (request.has_probe()) {
+      wv1::WorkerResponse response;
+      *response.mutable_device_state() = (*profiler)->Probe();
+      if (!autotune::service::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
+      continue;
     }
     const wv1::ProfileDone done =
         (*profiler)->Run(request.profile(), [](const wv1::VariantOutcome& outcome) {

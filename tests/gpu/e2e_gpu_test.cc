@@ -33,11 +33,10 @@ using ::testing::HasSubstr;
 
 // Why no GPU can be used here, or empty.
 std::string NoGpuReason() {
-  absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool =
-      service::ProfilePool::Start({.worker_path = WorkerPath(),
-                                   .devices = {0},
-                                   .start_timeout = absl::Seconds(60),
-                                   .grace = absl::Seconds(20)});
+  service::ProfilePoolOptions options;
+  options.worker_path = WorkerPath();
+  options.devices = {0};
+  absl::StatusOr<std::unique_ptr<service::ProfilePool>> pool = service::ProfilePool::Start(options);
   return pool.ok() ? "" : std::string(pool.status().message());
 }
 
