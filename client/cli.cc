@@ -588,6 +588,8 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     double quiet_wait_s = 0;
     int32_t candidates = 0;
     double serial_max_s = 0;
+    double serial_noise = 0;
+    double candidate_band = 0;
     std::string report_md;
     std::string report_csv;
     bool json = false;
@@ -617,8 +619,19 @@ Command WarmupCommand(CLI::App& root, Streams io) {
       ->check(CLI::NonNegativeNumber);
   command.app
       ->add_option("--candidates", s->candidates,
-                   "At most N candidates per problem in the serial validation (1..64)")
-      ->check(CLI::Range(1, 64));
+                   "At most N candidates per problem in the serial validation (1..256; "
+                   "default 8)")
+      ->check(CLI::Range(1, 256));
+  command.app
+      ->add_option("--candidate-band", s->candidate_band,
+                   "Candidates are the variants within (1 + B) of the best screened median, "
+                   "widened by the screen's noise (0 = 0.10)")
+      ->check(CLI::Range(0.0, 10.0));
+  command.app
+      ->add_option("--serial-noise", s->serial_noise,
+                   "Serial rounds go on until each candidate's median has at most this relative "
+                   "noise (0 = 0.005), or --serial-max")
+      ->check(CLI::Range(0.0, 0.5));
   command.app
       ->add_option("--serial-max", s->serial_max_s,
                    "GPU seconds of serial rounds per problem at most (0 = server default)")
@@ -646,6 +659,8 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     options.set_quiet_wait_s(s->quiet_wait_s);
     options.set_serial_candidates(s->candidates);
     options.set_serial_max_s(s->serial_max_s);
+    options.set_serial_noise(s->serial_noise);
+    options.set_candidate_band(s->candidate_band);
     return absl::OkStatus();
   };
   command.run = [s, io](Client& client) -> absl::Status {

@@ -515,7 +515,7 @@ TEST_F(WarmupTest, SerialFlagsReachTheJobOptions) {
 TEST_F(WarmupTest, SerialFlagsOutOfRangeAreUsageErrors) {
   for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
            {"--candidates", "0"},
-           {"--candidates", "65"},
+           {"--candidates", "257"},
            {"--quiet-wait", "-1"},
            {"--serial-max", "-2"},
            {"--report-md", ""},

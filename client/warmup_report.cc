@@ -67,6 +67,8 @@ Table SummaryTable(const v1::Job& job) {
     row.push_back(Known("%.2fx", report.speedup()));
     if (report.cached()) flags.push_back("cached");
     if (report.regression()) flags.push_back("REGRESSION");
+    // The screen ran beside another process: it only ranks, but it is said.
+    if (!report.screen_contention().empty()) flags.push_back("screen-contended");
     if (!report.has_entry()) {
       if (!report.error().empty()) {
         flags.push_back(absl::StrCat("error: ", FirstLine(report.error(), 200)));

@@ -67,6 +67,7 @@ v1::Job SampleJob() {
   winner.set_previous_ratio(0.964);
   winner.set_previous_differs("NVRTC 12.8 -> 13.0");
   winner.set_regression(true);
+  winner.set_screen_contention("pid 4121 (2.0 GiB); utilization 97%");
   (*winner.mutable_status_counts())["OK"] = 96;
   (*winner.mutable_status_counts())["WRONG_RESULT"] = 2;
   winner.set_screened(98);
@@ -159,7 +160,7 @@ TEST(WarmupReportTest, PercentOfLimitNeedsBothRates) {
 
 TEST(WarmupReportTest, FlagsSayTieContentionCacheAndRegression) {
   const std::string text = RenderReportText(SampleJob());
-  EXPECT_THAT(text, HasSubstr("1.34x  REGRESSION\n"));
+  EXPECT_THAT(text, HasSubstr("1.34x  REGRESSION screen-contended\n"));
   EXPECT_THAT(text, HasSubstr("tie(3) CONTENDED\n"));
   EXPECT_THAT(text, HasSubstr("1.05x  cached\n"));
   EXPECT_THAT(text, HasSubstr("error: all 16 variants rejected: 12 WRONG_RESULT, 4 TIMEOUT"));

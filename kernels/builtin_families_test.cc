@@ -312,6 +312,27 @@ TEST_P(BuiltinFamilyTest, EveryDefaultProblemHasEnoughValidConfigs) {
   std::printf("%s: %zu to %zu valid configs per default problem\n", builtin.name, fewest, most);
 }
 
+// The family's default config is the baseline of every report's speedup:
+// it must be a valid config of every default problem.
+TEST_P(BuiltinFamilyTest, TheDefaultConfigIsValidForEveryDefaultProblem) {
+  const BuiltinFamily& builtin = GetParam();
+  ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
+  ASSERT_TRUE(loaded.family.has_default_config()) << builtin.name;
+  for (const ManifestProblem& problem : loaded.problems) {
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(loaded.family, problem.problem));
+    bool found = false;
+    for (const Variant& variant : space.variants) {
+      bool same = variant.config.params_size() == loaded.family.default_config().params_size();
+      for (const auto& [name, value] : loaded.family.default_config().params()) {
+        auto it = variant.config.params().find(name);
+        same = same && it != variant.config.params().end() && it->second == value;
+      }
+      found = found || same;
+    }
+    EXPECT_TRUE(found) << builtin.name << " " << ProblemLabel(problem.problem);
+  }
+}
+
 TEST_P(BuiltinFamilyTest, EveryDistinctVariantCompilesForSm90) {
   const BuiltinFamily& builtin = GetParam();
   ASSERT_OK_AND_ASSIGN(const Nvrtc* nvrtc, Nvrtc::Load());

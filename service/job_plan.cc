@@ -49,7 +49,8 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
     double max;
   } seconds[] = {{"quiet_wait_s", options.quiet_wait_s(), 7 * 24 * 3600.0},
                  {"serial_max_s", options.serial_max_s(), 3600},
-                 {"candidate_band", options.candidate_band(), 10}};
+                 {"candidate_band", options.candidate_band(), 10},
+                 {"serial_noise", options.serial_noise(), 0.5}};
   for (const auto& [name, value, max] : seconds) {
     if (!(value >= 0) || !(value <= max)) {
       return absl::InvalidArgumentError(

@@ -58,7 +58,7 @@ struct PlannedProblem {
 };
 
 // Most serial-phase candidates a job may ask for.
-inline constexpr int kMaxSerialCandidates = 64;
+inline constexpr int kMaxSerialCandidates = 256;
 
 struct JobPlan {
   std::string arch;

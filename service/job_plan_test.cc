@@ -58,9 +58,9 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   v1::JobSpec serial = Spec({1024});
   serial.mutable_options()->set_serial_candidates(8);
   EXPECT_OK(CheckJobSpec(serial));
-  serial.mutable_options()->set_serial_candidates(65);
+  serial.mutable_options()->set_serial_candidates(257);
   EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
-                                             HasSubstr("options.serial_candidates is 65")));
+                                             HasSubstr("options.serial_candidates is 257")));
   v1::JobSpec wait = Spec({1024});
   wait.mutable_options()->set_quiet_wait_s(-1);
   EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -171,6 +171,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   if (options.serial_candidates() > 0) work->candidates.max_count = options.serial_candidates();
   if (options.candidate_band() > 0) work->candidates.band = options.candidate_band();
   if (options.serial_max_s() > 0) work->rounds.set_max_seconds(options.serial_max_s());
+  if (options.serial_noise() > 0) work->rounds.set_target_noise(options.serial_noise());
   work->force = options.force();
   work->quiet_wait =
       options.quiet_wait_s() > 0 ? absl::Seconds(options.quiet_wait_s()) : options_.quiet_wait;
@@ -567,6 +568,7 @@ v1::ProblemReport JobRunner::Report(const PlannedProblem& problem, const ScreenR
   if (family.has_default_config()) *report.mutable_default_config() = family.default_config();
   std::map<std::string, int64_t> counts = screen.status_counts;
   report.set_screened(static_cast<int32_t>(screen.ok.size()));
+  report.set_screen_contention(screen.contention);
   if (serial == nullptr) {
     report.set_error(std::string(screen.error.message()));
   } else {

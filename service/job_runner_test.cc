@@ -387,7 +387,8 @@ TEST_F(ScreenJobTest, AStoreErrorFailsTheProblemAndTheJob) {
 // Contention: the serial phase waits for a quiet GPU and says why.
 TEST_F(ScreenJobTest, TheSerialPhaseWaitsForAQuietGpu) {
   ScopedEnv foreign("FAKE_WORKER_FOREIGN", "4121:2147483648");
-  ScopedEnv probes("FAKE_WORKER_FOREIGN_PROBES", "2");  // quiet from the third probe on
+  // The screen's probe and the serial phase's first two see it.
+  ScopedEnv probes("FAKE_WORKER_FOREIGN_PROBES", "3");
   std::vector<std::string> messages;
   v1::JobSpec spec = Spec();
   spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
@@ -396,6 +397,8 @@ TEST_F(ScreenJobTest, TheSerialPhaseWaitsForAQuietGpu) {
   ASSERT_THAT(job.results(), SizeIs(1));
   EXPECT_FALSE(job.results(0).contended());
   EXPECT_GT(job.timing().waited_s(), 1);
+  ASSERT_THAT(job.reports(), SizeIs(1));
+  EXPECT_THAT(job.reports(0).screen_contention(), HasSubstr("pid 4121 (2.0 GiB)"));
   bool said = false;
   for (const std::string& m : messages) {
     said = said || (absl::StrContains(m, "waiting for a quiet GPU 0: pid 4121 (2.0 GiB)") &&

@@ -86,7 +86,14 @@ class ProblemScreen {
     }
 
     std::vector<ScreenedVariant>& ok = result_.ok;
-    ProfileResult result = job_.gpus->Profile(
+    // The screen only ranks: it runs whatever else is on the GPU, and says
+    // what was.
+    std::unique_ptr<ProfilePool::Reservation> gpu = job_.gpus->Reserve();
+    if (absl::StatusOr<wv1::DeviceState> state = gpu->Probe();
+        state.ok() && !state->foreign().empty()) {
+      result_.contention = DescribeDeviceState(*state);
+    }
+    ProfileResult result = gpu->Profile(
         *task,
         [&](const wv1::VariantOutcome& outcome) {
           v1::Measurement m = FromOutcome(outcome, task->cache_state());

@@ -70,6 +70,9 @@ struct ScreenResult {
   worker::v1::DeviceInfo device;                 // where it ran
   std::map<std::string, int64_t> status_counts;  // VariantStatus name -> variants
   bool reused = false;                           // from the store (a resumed job), not measured now
+  // Other compute processes on the GPU when the screen started ("pid 4121
+  // (2.0 GiB); utilization 97%"), empty when none or NVML cannot see.
+  std::string contention;
   // Why there is nothing to choose from: the problem's context and the
   // reason, with the store's code when the store failed.
   absl::Status error;

@@ -24,27 +24,6 @@ namespace wv1 = ::autotune::worker::v1;
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 constexpr absl::Duration kSayEvery = absl::Seconds(5);
 
-std::string GiB(int64_t bytes) { return absl::StrFormat("%.1f GiB", bytes / 1073741824.0); }
-
-std::string Processes(const google::protobuf::RepeatedPtrField<wv1::ForeignProcess>& foreign) {
-  std::vector<std::string> parts;
-  for (const wv1::ForeignProcess& p : foreign) {
-    parts.push_back(p.used_memory_bytes() > 0
-                        ? absl::StrCat("pid ", p.pid(), " (", GiB(p.used_memory_bytes()), ")")
-                        : absl::StrCat("pid ", p.pid()));
-  }
-  return absl::StrJoin(parts, ", ");
-}
-
-// "pid 4121 (2.0 GiB); utilization 97%".
-std::string Seen(const wv1::DeviceState& state) {
-  std::string text = Processes(state.foreign());
-  if (state.utilization_percent() >= 0) {
-    absl::StrAppend(&text, "; utilization ", state.utilization_percent(), "%");
-  }
-  return text;
-}
-
 class ProblemSerial {
  public:
   ProblemSerial(const PlannedProblem& problem, const ScreenResult& screen, const SerialJob& job)
@@ -128,16 +107,17 @@ class ProblemSerial {
       if (report.contended_rounds() > 0 && !job_.force && contended_retries++ < kContendedRetries) {
         Say(absl::StrCat("another process used GPU ", gpu->device().ordinal(), " during ",
                          report.contended_rounds(), " of ", report.rounds(), " serial rounds (",
-                         Processes(report.foreign()), "); measuring again once it is quiet"));
+                         DescribeProcesses(report.foreign()),
+                         "); measuring again once it is quiet"));
         continue;
       }
       std::string contention;
       if (report.contended_rounds() > 0) {
-        contention =
-            absl::StrCat(report.contended_rounds(), " of ", report.rounds(),
-                         " rounds with other compute processes: ", Processes(report.foreign()));
+        contention = absl::StrCat(
+            report.contended_rounds(), " of ", report.rounds(),
+            " rounds with other compute processes: ", DescribeProcesses(report.foreign()));
       } else if (!seen.foreign().empty()) {
-        contention = absl::StrCat("before the rounds: ", Seen(seen));
+        contention = absl::StrCat("before the rounds: ", DescribeDeviceState(seen));
       }
       return Choose(chosen, run, contention);
     }
@@ -168,14 +148,15 @@ class ProblemSerial {
       if (waited >= job_.quiet_wait) {
         return absl::UnavailableError(absl::StrCat(
             "GPU ", gpu.device().ordinal(), " was not quiet for the serial phase within ",
-            absl::FormatDuration(job_.quiet_wait), ": ", Seen(*state),
+            absl::FormatDuration(job_.quiet_wait), ": ", DescribeDeviceState(*state),
             "; stop those processes, or measure anyway with --force (entries are then marked "
             "CONTENDED)"));
       }
       if (absl::Now() - said >= kSayEvery) {
         said = absl::Now();
-        Say(absl::StrCat("waiting for a quiet GPU ", gpu.device().ordinal(), ": ", Seen(*state),
-                         " (", absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+        Say(absl::StrCat("waiting for a quiet GPU ", gpu.device().ordinal(), ": ",
+                         DescribeDeviceState(*state), " (",
+                         absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
                          " of at most ", absl::FormatDuration(job_.quiet_wait), ")"));
       }
       if (Cancelled()) return absl::CancelledError("cancelled while waiting for a quiet GPU");

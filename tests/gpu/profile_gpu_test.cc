@@ -653,6 +653,62 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
           absl::StrCat(ProblemContext(family.name(), problem), ": ", report));
 }
 
+// A serial task: four rmsnorm candidates validated, then timed together in
+// interleaved rounds until steady; the worker measured the copy bandwidth
+// at start, and NVML sees no process but its own (or says why it cannot).
+TEST_F(GpuTest, SerialRoundsTimeTheCandidatesTogetherUntilSteady) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = 4096;
+  (*problem.mutable_dims())["hidden"] = 4096;
+  problem.set_dtype(v1::BFLOAT16);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  std::vector<Pick> chosen;
+  for (int i = 0; i < static_cast<int>(prepared->space.variants.size()) && chosen.size() < 4;
+       i += 7) {
+    chosen.push_back({i, ""});
+  }
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                       MakeTask(*prepared, chosen, kernels::ProfileSettings(), "serial"));
+  task.mutable_serial()->set_max_seconds(3);
+  std::unique_ptr<service::ProfilePool::Reservation> gpu = pool_->Reserve();
+  ASSERT_OK_AND_ASSIGN(wv1::DeviceState state, gpu->Probe());
+  const wv1::DeviceInfo device = gpu->device();
+  EXPECT_GT(device.copy_gbps(), 500) << device.ShortDebugString();
+  if (state.nvml_error().empty()) {
+    EXPECT_THAT(state.foreign(), ::testing::IsEmpty()) << state.ShortDebugString();
+    EXPECT_GT(state.sm_clock_mhz(), 0) << state.ShortDebugString();
+  }
+  service::ProfileResult result = gpu->Profile(task);
+  ASSERT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+  ASSERT_EQ(result.outcomes.size(), chosen.size());
+  for (const wv1::VariantOutcome& outcome : result.outcomes) {
+    EXPECT_EQ(outcome.status(), v1::OK) << outcome.ShortDebugString();
+  }
+  const wv1::SerialReport& report = result.done.serial();
+  ASSERT_EQ(report.timings_size(), static_cast<int>(chosen.size())) << report.ShortDebugString();
+  EXPECT_GE(report.rounds(), 5) << report.ShortDebugString();
+  EXPECT_FALSE(report.stop().empty());
+  EXPECT_EQ(report.contended_rounds(), 0) << report.ShortDebugString();
+  std::string line;
+  for (const wv1::SerialTiming& t : report.timings()) {
+    EXPECT_GT(t.timing().median_us(), 0);
+    EXPECT_GE(t.timing().samples(), report.rounds());
+    EXPECT_LT(t.noise(), 0.05) << t.ShortDebugString();
+    absl::StrAppend(
+        &line, line.empty() ? "" : ", ",
+        absl::StrFormat("%.2f us (noise %.2f%%)", t.timing().median_us(), t.noise() * 100));
+  }
+  Summary("serial rounds",
+          absl::StrFormat("%d rounds (%s), %d throttled; SM clock %d-%d MHz of %d; copy %.0f "
+                          "GB/s; NVML: %s; %s",
+                          report.rounds(), report.stop(), report.throttled_rounds(),
+                          report.min_sm_clock_mhz(), report.max_sm_clock_mhz(),
+                          report.default_sm_clock_mhz(), device.copy_gbps(),
+                          device.nvml_error().empty() ? "watching" : device.nvml_error(), line));
+}
+
 // GPU memory the compute processes on the device hold, in MiB, as
 // nvidia-smi reports it (the pool's worker is the only one in this suite);
 // nullopt when nvidia-smi cannot say.

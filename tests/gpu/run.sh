@@ -29,8 +29,9 @@
 #   fails instead of skipping. Exits 1 when a test failed, the suite did not
 #   finish, or the benchmark script failed.
 #
-# Benchmark hook: when bench/run_profile_bench.sh exists, `run` runs it with
-#   bash after the suite, with AUTOTUNE_BUNDLE (absolute path of bundle/gpu),
+# Benchmark hook: when $BENCH_SCRIPT (default bench/run_profile_bench.sh)
+#   exists, `run` runs it with bash after the suite, with the words of
+#   $BENCH_ARGS as its arguments, and with AUTOTUNE_BUNDLE (absolute path of bundle/gpu),
 #   OUT (the output folder), LD_LIBRARY_PATH and BENCH_TIMEOUT (seconds it
 #   has) in its environment; its output goes to bench.log there, its last 40
 #   lines to the console, and its exit status into the summary. Where
@@ -41,7 +42,8 @@
 #   machine may take 600), GPU_TEST_TIMEOUT (gpu_profile_test, default 360),
 #   E2E_TEST_TIMEOUT (e2e_gpu_test, default 150),
 #   AUTOTUNE_GPU_BUILTIN_BUDGET_S (the built-in validation, default 150),
-#   GTEST_FILTER (read by the test binaries themselves).
+#   GTEST_FILTER (read by the test binaries themselves), SKIP_TESTS=1 (the
+#   benchmark hook alone), BENCH_SCRIPT and BENCH_ARGS (above).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -161,28 +163,33 @@ run_suite() {
   fi
 
   local failed_any=0 report=()
-  run_gtest "$root" "$out" "$test_binary" gpu_tests "${GPU_TEST_TIMEOUT:-360}"
-  if [ -x "$root/$e2e_binary" ]; then
-    run_gtest "$root" "$out" "$e2e_binary" e2e_gpu_tests "${E2E_TEST_TIMEOUT:-150}"
+  if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    run_gtest "$root" "$out" "$test_binary" gpu_tests "${GPU_TEST_TIMEOUT:-360}"
+    if [ -x "$root/$e2e_binary" ]; then
+      run_gtest "$root" "$out" "$e2e_binary" e2e_gpu_tests "${E2E_TEST_TIMEOUT:-150}"
+    fi
   fi
 
-  local bench_line="bench/run_profile_bench.sh: not present"
-  if [ -f bench/run_profile_bench.sh ]; then
+  local bench_script=${BENCH_SCRIPT:-bench/run_profile_bench.sh}
+  local bench_args=()
+  read -r -a bench_args <<<"${BENCH_ARGS:-}"
+  local bench_line="$bench_script: not present"
+  if [ -f "$bench_script" ]; then
     local left=$((run_budget - (SECONDS - started) - 10))
     if [ "${AUTOTUNE_REQUIRE_GPU:-0}" != 1 ] && [ "${RUN_BENCH:-0}" != 1 ]; then
-      bench_line="bench/run_profile_bench.sh: not run, no GPU (RUN_BENCH=1 runs it anyway)"
+      bench_line="$bench_script: not run, no GPU (RUN_BENCH=1 runs it anyway)"
     elif [ "$left" -lt 30 ]; then
-      bench_line="bench/run_profile_bench.sh: not run, only ${left} s left of RUN_BUDGET=$run_budget"
+      bench_line="$bench_script: not run, only ${left} s left of RUN_BUDGET=$run_budget"
     else
-      echo "running bench/run_profile_bench.sh (up to $left s; output: $out/bench.log)"
+      echo "running $bench_script ${bench_args[*]} (up to $left s; output: $out/bench.log)"
       local bench_started=$SECONDS bench_rc
       set +e
       AUTOTUNE_BUNDLE="$root" OUT="$out" BENCH_TIMEOUT="$left" \
-        timeout -k 15 "$left" bash bench/run_profile_bench.sh >"$out/bench.log" 2>&1
+        timeout -k 15 "$left" bash "$bench_script" "${bench_args[@]}" >"$out/bench.log" 2>&1
       bench_rc=$?
       set -e
-      tail -n 40 "$out/bench.log"
-      bench_line="bench/run_profile_bench.sh: exit $bench_rc, $((SECONDS - bench_started)) s"
+      tail -n "${BENCH_TAIL:-40}" "$out/bench.log"
+      bench_line="$bench_script ${bench_args[*]}: exit $bench_rc, $((SECONDS - bench_started)) s"
       [ "$bench_rc" -eq 0 ] || failed_any=1
     fi
   fi

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Tuning jobs on the GPU machine, measured end to end with the bundled
+# daemon and CLI (bundle/gpu from `bash tests/gpu/run.sh bundle`):
+#
+#   bash bench/run_tuning_bench.sh fixture [MANIFEST] [RUNS]
+#       RUNS cold warmups of MANIFEST (default kernels/gla_decode.manifest, 1),
+#       each on a fresh database, then a rerun on the last one (steady
+#       state: everything cached). Prints each run's wall time and report;
+#       with RUNS > 1 compares the choices (bench/tuning_compare.py
+#       stability).
+#   bash bench/run_tuning_bench.sh quality [MANIFEST]
+#       An oracle job (every valid variant of each problem, up to 256, timed
+#       in one serial phase of up to 20 s) and a normal warmup, each on a
+#       fresh database; compares the normal choices with the oracle
+#       (tuning_compare.py oracle). Then, with PyTorch on the machine, the
+#       contention runs against the same oracle: a foreign load
+#       (bench/gpu_load.py) during the screen (the serial phase must wait
+#       for it, and the choices stay within 2 % of the oracle); the load
+#       throughout with --force (entries CONTENDED); the load throughout
+#       with a short --quiet-wait (the problems fail, naming the load).
+#       MANIFEST defaults to bench/oracle.manifest.
+#
+# Reports (--json, --report-md, --report-csv of each warmup) and daemon logs
+# go to $OUT (default bundle/gpu/out). Exits non-zero when a warmup that
+# should succeed fails or a comparison does not hold.
+set -euo pipefail
+bundle=$(cd "${AUTOTUNE_BUNDLE:-bundle/gpu}" && pwd)
+out=${OUT:-$bundle/out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+dir=$(mktemp -d)
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+declare -A pids=()
+stop_daemon() {
+  local name=$1
+  if [[ -n "${pids[$name]:-}" ]]; then
+    kill "${pids[$name]}" 2>/dev/null || true
+    wait "${pids[$name]}" 2>/dev/null || true
+    unset "pids[$name]"
+  fi
+}
+cleanup() {
+  local name
+  for name in "${!pids[@]}"; do stop_daemon "$name"; done
+  [[ -n "${load_pid:-}" ]] && kill "$load_pid" 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+cli() {
+  local name=$1
+  shift
+  "$bundle/autotune" --server "unix://$dir/$name.sock" "$@"
+}
+
+# start_daemon NAME: a daemon on a fresh database NAME.db, answering before
+# this returns.
+start_daemon() {
+  local name=$1
+  "$bundle/autotuned" --db "$dir/$name.db" --listen "unix://$dir/$name.sock" \
+    --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" >>"$out/$name-daemon.log" 2>&1 &
+  pids[$name]=$!
+  for _ in $(seq 150); do
+    cli "$name" stats >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "daemon $name did not answer; its log:" >&2
+  tail -20 "$out/$name-daemon.log" >&2
+  return 1
+}
+
+# warmup NAME LABEL MANIFEST [FLAGS...]: one warmup; its job as JSON in
+# LABEL.json, its reports in LABEL.md and LABEL.csv, progress in LABEL.log.
+# Prints the wall time; returns the CLI's exit status.
+warmup() {
+  local name=$1 label=$2 manifest=$3
+  shift 3
+  local start=$SECONDS rc=0
+  cli "$name" warmup "$manifest" --json --report-md "$out/$label.md" --report-csv "$out/$label.csv" \
+    "$@" >"$out/$label.json" 2>"$out/$label.log" || rc=$?
+  echo "== $label: $manifest ${*:-} -> exit $rc, $((SECONDS - start)) s wall"
+  grep -E '^job ' "$out/$label.log" | tail -1 || true
+  return $rc
+}
+
+show_report() {
+  [[ -f "$out/$1.md" ]] && sed -n '1,60p' "$out/$1.md"
+}
+
+fixture() {
+  local manifest=${1:-$bundle/kernels/gla_decode.manifest} runs=${2:-1} run failed=0
+  local jobs=()
+  for run in $(seq "$runs"); do
+    start_daemon "fixture$run"
+    warmup "fixture$run" "fixture-cold-$run" "$manifest" || failed=1
+    jobs+=("$out/fixture-cold-$run.json")
+    if ((run == runs)); then
+      warmup "fixture$run" "fixture-rerun" "$manifest" || failed=1
+      show_report "fixture-cold-$run"
+    fi
+    stop_daemon "fixture$run"
+  done
+  if ((runs > 1)); then
+    python3 "$(dirname "$0")/tuning_compare.py" stability "${jobs[@]}" || failed=1
+  fi
+  return $failed
+}
+
+quality() {
+  local manifest=${1:-bench/oracle.manifest} failed=0
+  local compare
+  compare=$(dirname "$0")/tuning_compare.py
+  start_daemon oracle
+  warmup oracle oracle "$manifest" --candidates 256 --candidate-band 10 --serial-noise 0.001 --serial-max 20 || failed=1
+  start_daemon chosen
+  warmup chosen chosen "$manifest" || failed=1
+  stop_daemon chosen
+  show_report chosen
+  python3 "$compare" oracle "$out/chosen.json" --cli "$bundle/autotune --server unix://$dir/oracle.sock" ||
+    failed=1
+
+  if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    echo "contention runs skipped: no PyTorch with CUDA here"
+    return $failed
+  fi
+  local load_log=$out/gpu_load.log
+  # 1. The load during the screen: the serial phase waits for it.
+  start_daemon loaded
+  python3 "$(dirname "$0")/gpu_load.py" --seconds "${LOAD_SECONDS:-25}" >"$load_log" 2>&1 &
+  load_pid=$!
+  for _ in $(seq 100); do grep -q 'gpu_load pid' "$load_log" && break; sleep 0.2; done
+  echo "load: $(head -1 "$load_log")"
+  warmup loaded contention-screen "$manifest" || failed=1
+  wait "$load_pid" || true
+  load_pid=
+  stop_daemon loaded
+  python3 -c '
+import json, sys
+job = json.load(open(sys.argv[1]))
+reports = job.get("reports", [])
+contended_screens = sum(1 for r in reports if r.get("screen_contention"))
+contended = sum(1 for r in reports if r.get("entry", {}).get("contended"))
+print(f"contention-screen: waited {job.get(\"timing\", {}).get(\"waited_s\", 0):.1f} s for a quiet GPU; "
+      f"{contended_screens} of {len(reports)} screens saw the load; {contended} entries contended")
+' "$out/contention-screen.json"
+  python3 "$compare" oracle "$out/contention-screen.json" \
+    --cli "$bundle/autotune --server unix://$dir/oracle.sock" || failed=1
+
+  # 2. The load throughout, --force: CONTENDED entries that say what was seen.
+  start_daemon forced
+  python3 "$(dirname "$0")/gpu_load.py" --seconds 600 >"$load_log" 2>&1 &
+  load_pid=$!
+  for _ in $(seq 100); do grep -q 'gpu_load pid' "$load_log" && break; sleep 0.2; done
+  warmup forced contention-force "$manifest" --force || failed=1
+  python3 -c '
+import json, sys
+job = json.load(open(sys.argv[1]))
+entries = [r["entry"] for r in job.get("reports", []) if r.get("entry")]
+contended = [e for e in entries if e.get("contended")]
+print(f"contention-force: {len(contended)} of {len(entries)} entries CONTENDED; first: "
+      f"{contended[0][\"contention\"] if contended else \"-\"}")
+sys.exit(0 if entries and len(contended) == len(entries) else 1)
+' "$out/contention-force.json" || failed=1
+  stop_daemon forced
+
+  # 3. The load throughout, a short wait and no --force: the problems fail.
+  start_daemon waiting
+  if warmup waiting contention-wait "$manifest" --quiet-wait 5; then
+    echo "contention-wait: the warmup succeeded although the GPU was never quiet" >&2
+    failed=1
+  else
+    echo "contention-wait: $(grep -m1 -o 'not quiet for the serial phase[^;]*' "$out/contention-wait.json" || echo 'no such error')"
+  fi
+  stop_daemon waiting
+  kill "$load_pid" 2>/dev/null || true
+  wait "$load_pid" 2>/dev/null || true
+  load_pid=
+  return $failed
+}
+
+case "${1:-}" in
+  fixture) shift; fixture "$@" ;;
+  quality) shift; quality "$@" ;;
+  *) echo "usage: bash bench/run_tuning_bench.sh fixture|quality [MANIFEST] [RUNS]" >&2; exit 2 ;;
+esac

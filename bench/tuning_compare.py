@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Compares the outcomes of warmup jobs (autotune warmup --json files).
+
+  tuning_compare.py stability JOB.json JOB.json ...
+      Per problem, the configs the runs chose: the same in every run, or a
+      declared tie in every run whose medians are within 1 %; anything else
+      DIFFERS. Exit 1 when a problem differs.
+
+  tuning_compare.py oracle JOB.json --cli 'autotune --server unix:///...'
+      Per problem of JOB, the chosen config's median as measured by an oracle
+      job (every valid variant timed at length in one serial phase, on the
+      daemon the --cli command talks to, read with `autotune show --json`)
+      against the oracle's best. Exit 1 when a choice is more than --limit
+      (default 2 %) slower than the oracle's best.
+
+Medians and gaps are printed as a table; numbers are from the files and the
+oracle's stored measurements, nothing else.
+"""
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+
+
+def dims_text(problem):
+    return ",".join(f"{k}={int(v)}" for k, v in sorted(problem.get("dims", {}).items()))
+
+
+def problem_key(report):
+    return (report["family"], dims_text(report["problem"]), report["problem"]["dtype"])
+
+
+def config_text(config):
+    return " ".join(f"{k}={int(v)}" for k, v in sorted(config.get("params", {}).items()))
+
+
+def entries(job_path):
+    with open(job_path) as f:
+        job = json.load(f)
+    out = {}
+    for report in job.get("reports", []):
+        entry = report.get("entry")
+        if entry and entry.get("config"):
+            out[problem_key(report)] = entry
+    return job, out
+
+
+def stability(paths):
+    runs = [entries(p)[1] for p in paths]
+    keys = sorted(set().union(*[r.keys() for r in runs]))
+    differs = 0
+    print(f"{'problem':58} {'verdict':16} configs (median us, tie) per run")
+    for key in keys:
+        chosen = [r.get(key) for r in runs]
+        if any(c is None for c in chosen):
+            verdict = "MISSING"
+        else:
+            configs = {config_text(c["config"]) for c in chosen}
+            medians = [c["timing"]["median_us"] for c in chosen]
+            if len(configs) == 1:
+                verdict = "same"
+            elif all(c.get("tie") for c in chosen) and max(medians) <= 1.01 * min(medians):
+                verdict = "tie within 1%"
+            else:
+                verdict = "DIFFERS"
+        if verdict in ("DIFFERS", "MISSING"):
+            differs += 1
+        cells = [
+            "-" if c is None else
+            f"{config_text(c['config'])} ({c['timing']['median_us']:.2f}{', tie' if c.get('tie') else ''})"
+            for c in chosen]
+        print(f"{' '.join(key):58} {verdict:16} " + " | ".join(cells))
+    print(f"stability: {len(keys) - differs} of {len(keys)} problems the same or a declared tie "
+          f"within 1% over {len(runs)} runs")
+    return 1 if differs else 0
+
+
+def oracle(path, cli, limit):
+    _, chosen = entries(path)
+    gaps = []
+    failed = 0
+    print(f"{'problem':58} {'chosen':40} {'oracle best':40} {'variants':>8} {'gap':>7}")
+    for key, entry in sorted(chosen.items()):
+        family, dims, dtype = key
+        shown = subprocess.run(shlex.split(cli) + ["show", family, "--dims", dims, "--dtype", dtype,
+                                                   "--json"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            print(f"{' '.join(key):58} oracle has no entry: {shown.stderr.strip()}")
+            failed += 1
+            continue
+        medians = {}
+        for m in json.loads(shown.stdout).get("measurements", []):
+            if m.get("phase") == "SERIAL_VALIDATION" and m.get("status") == "OK":
+                medians[config_text(m["config"])] = m["timing"]["median_us"]
+        mine = config_text(entry["config"])
+        best = min(medians, key=medians.get)
+        if mine not in medians:
+            print(f"{' '.join(key):58} {mine:40} not among the oracle's {len(medians)} variants")
+            failed += 1
+            continue
+        gap = medians[mine] / medians[best] - 1
+        gaps.append(gap)
+        flag = "" if gap <= limit else "  OVER"
+        failed += gap > limit
+        print(f"{' '.join(key):58} {mine + f' {medians[mine]:.2f}':40} "
+              f"{best + f' {medians[best]:.2f}':40} {len(medians):>8} {gap * 100:6.2f}%{flag}")
+    if gaps:
+        print(f"oracle: {sum(g <= limit for g in gaps)} of {len(chosen)} choices within "
+              f"{limit * 100:.0f}% of the oracle's best; within 1%: {sum(g <= 0.01 for g in gaps)}; "
+              f"median gap {statistics.median(gaps) * 100:.2f}%, max {max(gaps) * 100:.2f}%")
+    return 1 if failed else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("stability")
+    s.add_argument("jobs", nargs="+")
+    o = sub.add_parser("oracle")
+    o.add_argument("job")
+    o.add_argument("--cli", required=True)
+    o.add_argument("--limit", type=float, default=0.02)
+    args = parser.parse_args()
+    if args.command == "stability":
+        return stability(args.jobs)
+    return oracle(args.job, args.cli, args.limit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
