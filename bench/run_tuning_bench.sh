@@ -21,14 +21,17 @@
 #       MANIFEST defaults to bench/oracle.manifest.
 #
 # Reports (--json, --report-md, --report-csv of each warmup) and daemon logs
-# go to $OUT (default bundle/gpu/out). Exits non-zero when a warmup that
-# should succeed fails or a comparison does not hold.
+# go into one archive, $OUT/tuning-<mode>.tar.gz ($OUT default
+# bundle/gpu/out). Exits non-zero when a warmup that should succeed fails or
+# a comparison does not hold.
 set -euo pipefail
 bundle=$(cd "${AUTOTUNE_BUNDLE:-bundle/gpu}" && pwd)
-out=${OUT:-$bundle/out}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+final_out=${OUT:-$bundle/out}
+mkdir -p "$final_out"
+final_out=$(cd "$final_out" && pwd)
 dir=$(mktemp -d)
+out=$dir/reports
+mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 declare -A pids=()
 stop_daemon() {
@@ -43,6 +46,7 @@ cleanup() {
   local name
   for name in "${!pids[@]}"; do stop_daemon "$name"; done
   [[ -n "${load_pid:-}" ]] && kill "$load_pid" 2>/dev/null
+  tar -czf "$final_out/tuning-${mode:-none}.tar.gz" -C "$dir" reports 2>/dev/null || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -178,7 +182,8 @@ sys.exit(0 if entries and len(contended) == len(entries) else 1)
   return $failed
 }
 
-case "${1:-}" in
+mode=${1:-}
+case "$mode" in
   fixture) shift; fixture "$@" ;;
   quality) shift; quality "$@" ;;
   *) echo "usage: bash bench/run_tuning_bench.sh fixture|quality [MANIFEST] [RUNS]" >&2; exit 2 ;;
