@@ -14,8 +14,9 @@
 #       fresh database; compares the normal choices with the oracle
 #       (tuning_compare.py oracle). Then, with PyTorch on the machine, the
 #       contention runs against the same oracle: a foreign load
-#       (bench/gpu_load.py) during the screen (the serial phase must wait
-#       for it, and the choices stay within 2 % of the oracle); the load
+#       (bench/gpu_load.py, LOAD_SECONDS, default 45) from the start of the
+#       job, past its screen (the serial phase must wait for it, and the
+#       choices stay within 2 % of the oracle); the load
 #       throughout with --force (entries CONTENDED); the load throughout
 #       with a short --quiet-wait (the problems fail, naming the load).
 #       MANIFEST defaults to bench/oracle.manifest.
@@ -50,6 +51,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
 
 cli() {
   local name=$1
@@ -120,8 +122,9 @@ quality() {
   warmup chosen chosen "$manifest" || failed=1
   stop_daemon chosen
   show_report chosen
-  python3 "$compare" oracle "$out/chosen.json" --cli "$bundle/autotune --server unix://$dir/oracle.sock" ||
-    failed=1
+  python3 "$compare" oracle "$out/chosen.json" --cli "$bundle/autotune --server unix://$dir/oracle.sock" \
+    --save "$out/oracle-medians.json" || failed=1
+  cp "$out/oracle-medians.json" "$final_out/"
 
   if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     echo "contention runs skipped: no PyTorch with CUDA here"
@@ -130,7 +133,7 @@ quality() {
   local load_log=$out/gpu_load.log
   # 1. The load during the screen: the serial phase waits for it.
   start_daemon loaded
-  python3 "$(dirname "$0")/gpu_load.py" --seconds "${LOAD_SECONDS:-25}" >"$load_log" 2>&1 &
+  python3 "$(dirname "$0")/gpu_load.py" --seconds "${LOAD_SECONDS:-45}" >"$load_log" 2>&1 &
   load_pid=$!
   for _ in $(seq 100); do grep -q 'gpu_load pid' "$load_log" && break; sleep 0.2; done
   echo "load: $(head -1 "$load_log")"
@@ -138,17 +141,9 @@ quality() {
   wait "$load_pid" || true
   load_pid=
   stop_daemon loaded
-  python3 -c '
-import json, sys
-job = json.load(open(sys.argv[1]))
-reports = job.get("reports", [])
-contended_screens = sum(1 for r in reports if r.get("screen_contention"))
-contended = sum(1 for r in reports if r.get("entry", {}).get("contended"))
-print(f"contention-screen: waited {job.get(\"timing\", {}).get(\"waited_s\", 0):.1f} s for a quiet GPU; "
-      f"{contended_screens} of {len(reports)} screens saw the load; {contended} entries contended")
-' "$out/contention-screen.json"
-  python3 "$compare" oracle "$out/contention-screen.json" \
-    --cli "$bundle/autotune --server unix://$dir/oracle.sock" || failed=1
+  python3 "$compare" contention "$out/contention-screen.json" --expect-waited || failed=1
+  python3 "$compare" oracle "$out/contention-screen.json" --medians "$out/oracle-medians.json" ||
+    failed=1
 
   # 2. The load throughout, --force: CONTENDED entries that say what was seen.
   start_daemon forced
@@ -156,15 +151,7 @@ print(f"contention-screen: waited {job.get(\"timing\", {}).get(\"waited_s\", 0):
   load_pid=$!
   for _ in $(seq 100); do grep -q 'gpu_load pid' "$load_log" && break; sleep 0.2; done
   warmup forced contention-force "$manifest" --force || failed=1
-  python3 -c '
-import json, sys
-job = json.load(open(sys.argv[1]))
-entries = [r["entry"] for r in job.get("reports", []) if r.get("entry")]
-contended = [e for e in entries if e.get("contended")]
-print(f"contention-force: {len(contended)} of {len(entries)} entries CONTENDED; first: "
-      f"{contended[0][\"contention\"] if contended else \"-\"}")
-sys.exit(0 if entries and len(contended) == len(entries) else 1)
-' "$out/contention-force.json" || failed=1
+  python3 "$compare" contention "$out/contention-force.json" --expect-contended || failed=1
   stop_daemon forced
 
   # 3. The load throughout, a short wait and no --force: the problems fail.

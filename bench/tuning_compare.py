@@ -6,12 +6,19 @@
       declared tie in every run whose medians are within 1 %; anything else
       DIFFERS. Exit 1 when a problem differs.
 
-  tuning_compare.py oracle JOB.json --cli 'autotune --server unix:///...'
+  tuning_compare.py oracle JOB.json (--cli 'autotune --server unix:///...' | --medians FILE)
       Per problem of JOB, the chosen config's median as measured by an oracle
       job (every valid variant timed at length in one serial phase, on the
-      daemon the --cli command talks to, read with `autotune show --json`)
-      against the oracle's best. Exit 1 when a choice is more than --limit
-      (default 2 %) slower than the oracle's best.
+      daemon the --cli command talks to, read with `autotune show --json`;
+      or from a FILE an earlier --save wrote) against the oracle's best.
+      --save FILE keeps the oracle's medians. Exit 1 when a choice is more
+      than --limit (default 2 %) slower than the oracle's best.
+
+  tuning_compare.py contention JOB.json [--expect-contended] [--expect-waited]
+      What a job saw of other processes: the time it waited for a quiet GPU,
+      the screens that began beside another process, the entries marked
+      CONTENDED and what they say. Exit 1 when an expectation does not hold
+      (every entry CONTENDED; a wait for a quiet GPU).
 
 Medians and gaps are printed as a table; numbers are from the files and the
 oracle's stored measurements, nothing else.
@@ -77,23 +84,36 @@ def stability(paths):
     return 1 if differs else 0
 
 
-def oracle(path, cli, limit):
+def oracle_medians(cli, key):
+    family, dims, dtype = key
+    shown = subprocess.run(shlex.split(cli) + ["show", family, "--dims", dims, "--dtype", dtype,
+                                               "--json"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        return None
+    medians = {}
+    for m in json.loads(shown.stdout).get("measurements", []):
+        if m.get("phase") == "SERIAL_VALIDATION" and m.get("status") == "OK":
+            medians[config_text(m["config"])] = m["timing"]["median_us"]
+    return medians
+
+
+def oracle(path, cli, medians_file, save, limit):
     _, chosen = entries(path)
+    saved = {}
+    if medians_file:
+        with open(medians_file) as f:
+            saved = json.load(f)
     gaps = []
     failed = 0
+    kept = {}
     print(f"{'problem':58} {'chosen':40} {'oracle best':40} {'variants':>8} {'gap':>7}")
     for key, entry in sorted(chosen.items()):
-        family, dims, dtype = key
-        shown = subprocess.run(shlex.split(cli) + ["show", family, "--dims", dims, "--dtype", dtype,
-                                                   "--json"], capture_output=True, text=True)
-        if shown.returncode != 0:
-            print(f"{' '.join(key):58} oracle has no entry: {shown.stderr.strip()}")
+        medians = saved.get(" ".join(key)) if medians_file else oracle_medians(cli, key)
+        if not medians:
+            print(f"{' '.join(key):58} the oracle has no serial timings for it")
             failed += 1
             continue
-        medians = {}
-        for m in json.loads(shown.stdout).get("measurements", []):
-            if m.get("phase") == "SERIAL_VALIDATION" and m.get("status") == "OK":
-                medians[config_text(m["config"])] = m["timing"]["median_us"]
+        kept[" ".join(key)] = medians
         mine = config_text(entry["config"])
         best = min(medians, key=medians.get)
         if mine not in medians:
@@ -110,7 +130,33 @@ def oracle(path, cli, limit):
         print(f"oracle: {sum(g <= limit for g in gaps)} of {len(chosen)} choices within "
               f"{limit * 100:.0f}% of the oracle's best; within 1%: {sum(g <= 0.01 for g in gaps)}; "
               f"median gap {statistics.median(gaps) * 100:.2f}%, max {max(gaps) * 100:.2f}%")
+    if save:
+        with open(save, "w") as f:
+            json.dump(kept, f, indent=1, sort_keys=True)
     return 1 if failed else 0
+
+
+def contention(path, expect_contended, expect_waited):
+    with open(path) as f:
+        job = json.load(f)
+    reports = job.get("reports", [])
+    waited = job.get("timing", {}).get("waited_s", 0)
+    screens = [r for r in reports if r.get("screen_contention")]
+    with_entry = [r["entry"] for r in reports if r.get("entry")]
+    contended = [e for e in with_entry if e.get("contended")]
+    print(f"contention {path.split('/')[-1]}: waited {waited:.1f} s for a quiet GPU; "
+          f"{len(screens)} of {len(reports)} screens began beside another process"
+          f"{' (' + screens[0]['screen_contention'] + ')' if screens else ''}; "
+          f"{len(contended)} of {len(with_entry)} entries CONTENDED"
+          f"{' (' + contended[0].get('contention', '') + ')' if contended else ''}")
+    failed = 0
+    if expect_contended and (not with_entry or len(contended) != len(with_entry)):
+        print("  expected every entry CONTENDED")
+        failed = 1
+    if expect_waited and not waited > 0:
+        print("  expected a wait for a quiet GPU")
+        failed = 1
+    return failed
 
 
 def main():
@@ -121,12 +167,22 @@ def main():
     s.add_argument("jobs", nargs="+")
     o = sub.add_parser("oracle")
     o.add_argument("job")
-    o.add_argument("--cli", required=True)
+    o.add_argument("--cli")
+    o.add_argument("--medians")
+    o.add_argument("--save")
     o.add_argument("--limit", type=float, default=0.02)
+    c = sub.add_parser("contention")
+    c.add_argument("job")
+    c.add_argument("--expect-contended", action="store_true")
+    c.add_argument("--expect-waited", action="store_true")
     args = parser.parse_args()
     if args.command == "stability":
         return stability(args.jobs)
-    return oracle(args.job, args.cli, args.limit)
+    if args.command == "contention":
+        return contention(args.job, args.expect_contended, args.expect_waited)
+    if not args.cli and not args.medians:
+        parser.error("oracle needs --cli or --medians")
+    return oracle(args.job, args.cli, args.medians, args.save, args.limit)
 
 
 if __name__ == "__main__":
