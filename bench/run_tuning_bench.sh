@@ -8,6 +8,8 @@
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
 #       stability).
+#   bash bench/run_tuning_bench.sh manifests MANIFEST...
+#       One cold warmup of each manifest, each on a fresh database.
 #   bash bench/run_tuning_bench.sh quality [MANIFEST]
 #       An oracle job (every valid variant of each problem, up to 256, timed
 #       in one serial phase of up to 20 s) and a normal warmup, each on a
@@ -169,9 +171,22 @@ quality() {
   return $failed
 }
 
+# One cold warmup of each manifest, then the next, each on a fresh database.
+manifests() {
+  local manifest failed=0 n=0
+  for manifest in "$@"; do
+    n=$((n + 1))
+    start_daemon "manifest$n"
+    warmup "manifest$n" "manifest-$n-$(basename "$manifest" .manifest)" "$manifest" || failed=1
+    stop_daemon "manifest$n"
+  done
+  return $failed
+}
+
 mode=${1:-}
 case "$mode" in
   fixture) shift; fixture "$@" ;;
+  manifests) shift; manifests "$@" ;;
   quality) shift; quality "$@" ;;
-  *) echo "usage: bash bench/run_tuning_bench.sh fixture|quality [MANIFEST] [RUNS]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_tuning_bench.sh fixture|manifests|quality [MANIFEST...] [RUNS]" >&2; exit 2 ;;
 esac
