@@ -63,10 +63,12 @@ std::string ThroughputText(const v1::TimingStats& timing, const v1::DeviceLimits
   return absl::StrJoin(parts, ", ");
 }
 
-// "[40.90, 41.50] us (min, q3)": the interval the tie rule compares.
+// "[40.90, 41.50]": the interval the tie rule compares, [q1, q3] (or
+// [min, q3] for older measurements).
 std::string IntervalText(const v1::TimingStats& timing) {
-  if (timing.min_us() <= 0 || timing.q3_us() <= 0) return "";
-  return absl::StrCat("[", FormatMicros(timing.min_us()), ", ", FormatMicros(timing.q3_us()), "]");
+  const double low = timing.q1_us() > 0 ? timing.q1_us() : timing.min_us();
+  if (low <= 0 || timing.q3_us() <= 0) return "";
+  return absl::StrCat("[", FormatMicros(low), ", ", FormatMicros(timing.q3_us()), "]");
 }
 
 std::string NoiseText(double noise) { return absl::StrFormat("%.2f%%", noise * 100); }
@@ -153,7 +155,10 @@ void PrintEntryFields(const v1::Entry& entry, EntryDetail detail, std::ostream& 
   Field(out, "time", TimingText(entry.timing()));
   if (detail == EntryDetail::kEvidence) {
     const std::string interval = IntervalText(entry.timing());
-    if (!interval.empty()) Field(out, "interval", absl::StrCat(interval, " us (min, q3)"));
+    if (!interval.empty()) {
+      Field(out, "interval",
+            absl::StrCat(interval, entry.timing().q1_us() > 0 ? " us (q1, q3)" : " us (min, q3)"));
+    }
   }
   Field(out, "throughput", ThroughputText(entry.timing(), entry.limits()));
   if (entry.tie()) {

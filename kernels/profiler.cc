@@ -73,6 +73,7 @@ v1::TimingStats SummarizeTimes(std::vector<double> per_launch_us, double bytes_p
   // floating point can land just above a whole number).
   const size_t rank = std::max<size_t>(1, (9 * n + 9) / 10);
   const size_t q3_rank = std::max<size_t>(1, (3 * n + 3) / 4);
+  const size_t q1_rank = std::max<size_t>(1, (n + 3) / 4);
   double sum = 0;
   for (double t : per_launch_us) sum += t;
   const double mean = sum / static_cast<double>(n);
@@ -84,6 +85,7 @@ v1::TimingStats SummarizeTimes(std::vector<double> per_launch_us, double bytes_p
   stats.set_min_us(per_launch_us.front());
   stats.set_p90_us(per_launch_us[rank - 1]);
   stats.set_q3_us(per_launch_us[q3_rank - 1]);
+  stats.set_q1_us(per_launch_us[q1_rank - 1]);
   stats.set_cv(mean > 0 ? stddev / mean : 0);
   stats.set_samples(static_cast<int32_t>(std::min<size_t>(n, std::numeric_limits<int32_t>::max())));
   if (median > 0) {

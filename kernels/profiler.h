@@ -101,7 +101,7 @@ struct InputPoolPlan {
 InputPoolPlan PlanInputPool(double bytes_per_call, int64_t set_bytes, int64_t l2_bytes,
                             v1::CacheState cache_state, int64_t memory_budget);
 
-// median, min, q3 and p90 (nearest rank) and cv (population stddev / mean) of
+// median, min, q1, q3 and p90 (nearest rank) and cv (population stddev / mean) of
 // per-launch times in microseconds; achieved GB/s and TFLOP/s from the
 // median. Empty input gives all zeros.
 v1::TimingStats SummarizeTimes(std::vector<double> per_launch_us, double bytes_per_call,

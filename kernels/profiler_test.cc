@@ -137,6 +137,15 @@ INSTANTIATE_TEST_SUITE_P(
                       StatsCase{"constant", {7, 7, 7, 7}, 7, 7, 7, 0, 7}),
     [](const ::testing::TestParamInfo<StatsCase>& info) { return info.param.name; });
 
+// q1 by nearest rank: the ceil(0.25 n)-th smallest.
+TEST(SummarizeTimes, FirstQuartileByNearestRank) {
+  EXPECT_DOUBLE_EQ(SummarizeTimes(OneTo(10), 0, 0).q1_us(), 3);
+  EXPECT_DOUBLE_EQ(SummarizeTimes(OneTo(20), 0, 0).q1_us(), 5);
+  EXPECT_DOUBLE_EQ(SummarizeTimes(OneTo(3), 0, 0).q1_us(), 1);
+  EXPECT_DOUBLE_EQ(SummarizeTimes({5}, 0, 0).q1_us(), 5);
+  EXPECT_EQ(SummarizeTimes({}, 0, 0).q1_us(), 0);
+}
+
 TEST(SummarizeTimes, AchievedRatesFromTheMedian) {
   // 1 MB and 2 MFLOP in a median of 2 us: 500 GB/s and 1 TFLOP/s. The mean
   // (4 us) would give half of that.

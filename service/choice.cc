@@ -7,8 +7,13 @@
 namespace autotune::service {
 namespace {
 
-// [min, q3]; a summary without q3 (older measurements) reaches the median.
-double Low(const v1::TimingStats& t) { return t.min_us() > 0 ? t.min_us() : t.median_us(); }
+// [q1, q3]: the middle half of the samples, which one stray fast sample
+// does not move (min would). Older summaries without q1 use min; without
+// q3 the interval reaches the median.
+double Low(const v1::TimingStats& t) {
+  if (t.q1_us() > 0) return t.q1_us();
+  return t.min_us() > 0 ? t.min_us() : t.median_us();
+}
 double High(const v1::TimingStats& t) { return std::max(t.q3_us(), t.median_us()); }
 
 // The screen's own spread of a median: cv / sqrt(samples).

@@ -6,7 +6,9 @@
 //   entry.set_tie(choice.tie);
 //
 // The rule (after nvbench's compare tool): a candidate's interval is
-// [min, q3] of its per-launch times. The fastest median wins outright only
+// [q1, q3] of its per-launch times ([min, q3] for summaries without q1: on
+// the H200 a single fast sample of a 2 % slower config made [min, q3]
+// overlap and declared a tie that chose the slower one). The fastest median wins outright only
 // when it beats the runner-up's median by more than the tie band AND the
 // two intervals do not overlap. Otherwise the fastest is tied with every
 // candidate that it does not beat that way, and the tie-break picks among

@@ -121,6 +121,22 @@ TEST(ChooseConfigTest, MarginIsTheNextBestOverTheChosen) {
   EXPECT_LT(tie.margin, 0);
 }
 
+// One stray fast sample of the slower config (its min) does not make a
+// tie: the interval is [q1, q3]. Seen on the H200 with [min, q3].
+TEST(ChooseConfigTest, OneFastSampleOfTheSlowerConfigIsNoTie) {
+  Candidate fast = Timed(1, 6.63, 6.60, 6.65);
+  fast.timing.set_q1_us(6.62);
+  Candidate slow = Timed(0, 6.76, 6.50, 6.78);  // min 6.50: below the fast one's q3
+  slow.timing.set_q1_us(6.74);
+  const Choice choice = ChooseConfig({slow, fast}, nullptr);
+  EXPECT_EQ(choice.winner, 1u);
+  EXPECT_FALSE(choice.tie);
+  // Without q1, [min, q3] overlap: a tie, which the lower index wins.
+  slow.timing.clear_q1_us();
+  fast.timing.clear_q1_us();
+  EXPECT_TRUE(ChooseConfig({slow, fast}, nullptr).tie);
+}
+
 // Older summaries have no q3: the interval reaches the median.
 TEST(ChooseConfigTest, WithoutQ3TheIntervalReachesTheMedian) {
   Candidate a = Timed(0, 10.3, 10.2, 0);
