@@ -2,9 +2,11 @@
 """Compares the outcomes of warmup jobs (autotune warmup --json files).
 
   tuning_compare.py stability JOB.json JOB.json ...
-      Per problem, the configs the runs chose: the same in every run, or a
-      declared tie in every run whose medians are within 1 %; anything else
-      DIFFERS. Exit 1 when a problem differs.
+      Per problem, the configs the runs chose: the same in every run, or
+      the runs with a clear winner agree and every run that declared a tie
+      chose within 1 % of its own fastest candidate (its margin); anything
+      else DIFFERS. Also the spread of the chosen medians
+      across runs. Exit 1 when a problem differs.
 
   tuning_compare.py oracle JOB.json (--cli 'autotune --server unix:///...' | --medians FILE)
       Per problem of JOB, the chosen config's median as measured by an oracle
@@ -58,6 +60,7 @@ def stability(paths):
     runs = [entries(p)[1] for p in paths]
     keys = sorted(set().union(*[r.keys() for r in runs]))
     differs = 0
+    spreads = []
     print(f"{'problem':58} {'verdict':16} configs (median us, tie) per run")
     for key in keys:
         chosen = [r.get(key) for r in runs]
@@ -66,9 +69,15 @@ def stability(paths):
         else:
             configs = {config_text(c["config"]) for c in chosen}
             medians = [c["timing"]["median_us"] for c in chosen]
+            spreads.append(max(medians) / min(medians) - 1)
+            # Runs with a clear winner must agree; a run that declared a tie
+            # must have chosen within 1 % of its own fastest candidate (its
+            # margin).
+            clear = {config_text(c["config"]) for c in chosen if not c.get("tie")}
+            ties_close = all(c.get("margin", 0) >= -0.01 for c in chosen if c.get("tie"))
             if len(configs) == 1:
                 verdict = "same"
-            elif all(c.get("tie") for c in chosen) and max(medians) <= 1.01 * min(medians):
+            elif len(clear) <= 1 and ties_close:
                 verdict = "tie within 1%"
             else:
                 verdict = "DIFFERS"
@@ -76,11 +85,12 @@ def stability(paths):
             differs += 1
         cells = [
             "-" if c is None else
-            f"{config_text(c['config'])} ({c['timing']['median_us']:.2f}{', tie' if c.get('tie') else ''})"
+            f"{config_text(c['config'])} ({c['timing']['median_us']:.2f}{', tie %+.2f%%' % (c.get('margin', 0) * 100) if c.get('tie') else ''})"
             for c in chosen]
         print(f"{' '.join(key):58} {verdict:16} " + " | ".join(cells))
     print(f"stability: {len(keys) - differs} of {len(keys)} problems the same or a declared tie "
-          f"within 1% over {len(runs)} runs")
+          f"within 1% over {len(runs)} runs; chosen medians spread across runs: median "
+          f"{statistics.median(spreads) * 100:.2f}%, max {max(spreads) * 100:.2f}%")
     return 1 if differs else 0
 
 

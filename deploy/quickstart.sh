@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Quick start: installs what is missing, builds autotune (Release, in build/),
 # starts autotuned on its default socket and database unless one already
-# answers there, and walks through importing a sample cache and looking
-# problems up in it. The daemon is left running; the last lines say how to
-# stop it. Needs no GPU: the sample kernel is compiled with nvcc only.
+# answers there, runs a real warmup of the built-in rmsnorm family (three
+# problems) and looks problems up in what it tuned. On a machine without a
+# GPU the warmup compiles only, says that measuring needs a GPU, and the
+# lookups answer MISS with their reason. The daemon is left running; the
+# last lines say how to stop it.
 #
-# Environment: NVCC (default /usr/local/cuda/bin/nvcc), AUTOTUNE_WAIT_S
-# (how long to wait for the daemon to answer, default 30).
+# Environment: AUTOTUNE_WAIT_S (how long to wait for the daemon to answer,
+# default 30).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 daemon=build/service/autotuned
 cli=build/client/autotune
-make_sample=build/tests/autotune-make-sample
 demo_dir=build/quickstart
 wait_s=${AUTOTUNE_WAIT_S:-30}
 
@@ -37,7 +38,7 @@ deploy/install-deps.sh
 say "build (Release, build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
-for binary in "$daemon" "$cli" "$make_sample"; do
+for binary in "$daemon" "$cli"; do
   [[ -x "$binary" ]] || fail "the build did not produce $binary"
 done
 
@@ -96,35 +97,49 @@ else
   echo "autotuned is answering (pid $pid)"
 fi
 
-say "sample data: the vector_scale kernel, compiled for sm_90 (no GPU needed)"
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-if [[ ! -x "$nvcc" ]]; then
-  wanted=$nvcc
-  nvcc=$(command -v nvcc || true)
-  [[ -n "$nvcc" ]] || fail "nvcc not found at $wanted or on PATH; set NVCC=/path/to/nvcc"
-fi
-cuda_version=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+say "a warmup: the built-in rmsnorm family, three problems"
 mkdir -p "$demo_dir"
-step "$nvcc" -cubin -arch=sm_90 -DBLOCK=256 -DELEMS_PER_THREAD=2 -DAUTOTUNE_DTYPE=__nv_bfloat16 \
-  -o "$demo_dir/vector_scale.cubin" tests/sample/vector_scale.cu
-step "$make_sample" --cubin "$demo_dir/vector_scale.cubin" --nvrtc-version "${cuda_version:-13.0}" \
-  --out "$demo_dir/sample_bundle.json"
-echo "(bf16 entries for batch 1, 8 and 64 at n=4096 on an NVIDIA H200; their timings are" \
-  "illustrative, not measured)"
-
-say "import the sample into the cache"
-step "$cli" import "$demo_dir/sample_bundle.json"
-
-say "batch 8 was tuned: EXACT"
-step "$cli" lookup vector_scale --dims batch=8,n=4096 --dtype bf16 --device "NVIDIA H200"
-
-say "batch 12 was not, but batch is a bucketed dimension: NEAREST"
-echo "(the server picks which tuned neighbour to serve, 8 or 64; the answer names it)"
-step "$cli" lookup vector_scale --dims batch=12,n=4096 --dtype bf16 --device "NVIDIA H200"
-
+manifest=$demo_dir/quickstart.manifest
+cat >"$manifest" <<'MANIFEST'
+# rmsnorm over 64 rows of 4096 and 8192 elements, and 4096 rows of 4096, in bf16.
+items {
+  family: "rmsnorm"
+  dims { name: "rows" values: [64] }
+  dims { name: "hidden" values: [4096, 8192] }
+  dtypes: [BFLOAT16]
+}
+items {
+  family: "rmsnorm"
+  dims { name: "rows" values: [4096] }
+  dims { name: "hidden" values: [4096] }
+  dtypes: [BFLOAT16]
+}
+MANIFEST
+measured=1
+if ! step "$cli" warmup "$manifest"; then
+  # Without a GPU the daemon refuses to measure (FAILED_PRECONDITION, with
+  # the reason); everything short of measuring still runs.
+  measured=0
+  echo
+  echo "Measuring needs a CUDA GPU, and this daemon has none it can use (the reason is above)."
+  echo "What can run here is the compile warmup: every variant compiled with NVRTC and cached."
+  step "$cli" warmup "$manifest" --compile-only
+fi
+if ((measured)); then
+  say "rows=64, hidden=4096 was tuned: EXACT"
+else
+  say "rows=64, hidden=4096 was only compiled, not measured: MISS, saying why"
+fi
+step "$cli" lookup rmsnorm --dims rows=64,hidden=4096 --dtype bf16
+if ((measured)); then
+  say "rows=100 was not tuned, but rows is a bucketed dimension: NEAREST"
+  echo "(the server picks the tuned neighbour, rows=64 or rows=4096; the answer names it)"
+else
+  say "rows=100: no neighbour was measured either: MISS"
+fi
+step "$cli" lookup rmsnorm --dims rows=100,hidden=4096 --dtype bf16
 say "nothing was tuned in fp16: MISS (an answer, not an error)"
-step "$cli" lookup vector_scale --dims batch=16,n=4096 --dtype fp16 --device "NVIDIA H200"
-
+step "$cli" lookup rmsnorm --dims rows=64,hidden=4096 --dtype fp16
 say "what the cache holds"
 step "$cli" ls
 
