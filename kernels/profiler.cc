@@ -553,6 +553,8 @@ class TaskRun {
   std::optional<Failure> RunReference();
   std::optional<Failure> AllocatePool();
   wv1::VariantOutcome RunVariant(const wv1::KernelImage& image);
+  // An outcome naming the task and the variant, with the task's tolerance.
+  wv1::VariantOutcome NewOutcome(const wv1::KernelImage& image) const;
   std::optional<Failure> LoadKernel(const wv1::KernelImage& image, const std::string& load_phase,
                                     const std::string& check_phase, LoadedKernel* kernel);
   std::optional<std::string> CheckParameters(CUfunction function) const;
@@ -1340,14 +1342,19 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   return std::nullopt;
 }
 
-wv1::VariantOutcome TaskRun::RunVariant(const wv1::KernelImage& image) {
-  const Clock::time_point start = Clock::now();
-  variant_gpu_s_ = 0;
+wv1::VariantOutcome TaskRun::NewOutcome(const wv1::KernelImage& image) const {
   wv1::VariantOutcome outcome;
   outcome.set_task_id(task_.task_id());
   outcome.set_variant_id(image.id());
   outcome.set_rtol(rtol_);
   outcome.set_atol(atol_);
+  return outcome;
+}
+
+wv1::VariantOutcome TaskRun::RunVariant(const wv1::KernelImage& image) {
+  const Clock::time_point start = Clock::now();
+  variant_gpu_s_ = 0;
+  wv1::VariantOutcome outcome = NewOutcome(image);
   const std::string label = image.label().empty() ? image.id() : image.label();
   std::string summary;
   std::optional<Failure> failure;
@@ -1480,11 +1487,7 @@ wv1::ProfileDone TaskRun::RunSerial(
     const wv1::KernelImage& image = task_.variants(i);
     const Clock::time_point start = Clock::now();
     variant_gpu_s_ = 0;
-    wv1::VariantOutcome outcome;
-    outcome.set_task_id(task_.task_id());
-    outcome.set_variant_id(image.id());
-    outcome.set_rtol(rtol_);
-    outcome.set_atol(atol_);
+    wv1::VariantOutcome outcome = NewOutcome(image);
     const std::string label = image.label().empty() ? image.id() : image.label();
     auto candidate = std::make_unique<Candidate>();
     candidate->image = &image;

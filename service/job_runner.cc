@@ -375,6 +375,17 @@ void JobRunner::Run(Running* running) {
   const absl::Time started = absl::Now();
   Compile(running);
   if (work.profile && !running->cancel) Measure(running);
+  if (!work.profile) {
+    // A compile-only job still says which problems it covered (a shard's
+    // share of the manifest, say).
+    absl::MutexLock lock(&running->mu);
+    for (const PlannedProblem& problem : work.plan.problems) {
+      v1::ProblemReport report;
+      report.set_family(problem.record->family.name());
+      *report.mutable_problem() = problem.problem;
+      running->reports.push_back(std::move(report));
+    }
+  }
 
   std::string message;
   {

@@ -92,6 +92,19 @@ class ScreenJobTest : public ::testing::Test {
     return last;
   }
 
+  // Resumes the one unfinished job `id` and waits for its end.
+  v1::Job ResumeAndWait(const std::string& id) {
+    absl::StatusOr<int> resumed = runner_->ResumeUnfinished();
+    EXPECT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed.value_or(0), 1);
+    v1::Job last;
+    EXPECT_OK(runner_->Watch(id, [&](const v1::JobProgress& progress) {
+      last = progress.job();
+      return true;
+    }));
+    return last;
+  }
+
   void RestartRunner(const std::string& lease_dir = "") {
     runner_.reset();
     JobRunnerOptions options;
@@ -256,18 +269,8 @@ TEST_F(ScreenJobTest, AJobStoppedWhileScreeningResumesWithoutMeasuringFinishedPr
   job.clear_results();
   ASSERT_OK(store_->UpdateJob(job));
 
-  JobRunnerOptions options;
-  options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
-  options.profile.grace = absl::Seconds(1);
-  options.variant_timeout_s = 0.1;
-  runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
-  ASSERT_OK_AND_ASSIGN(int resumed, runner_->ResumeUnfinished());
-  EXPECT_EQ(resumed, 1);
-  v1::Job last;
-  ASSERT_OK(runner_->Watch(job.id(), [&](const v1::JobProgress& progress) {
-    last = progress.job();
-    return true;
-  }));
+  RestartRunner();
+  const v1::Job last = ResumeAndWait(job.id());
   EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
   EXPECT_EQ(last.counts().cached_problems(), 1);  // its own entry, from before the stop
   EXPECT_EQ(last.counts().measured(), 8);         // only the unfinished problem
@@ -575,13 +578,7 @@ TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   const std::string log = dir_.path() + "/worker.log";
   ScopedEnv logged("FAKE_WORKER_LOG", log);
   RestartRunner();
-  ASSERT_OK_AND_ASSIGN(int resumed, runner_->ResumeUnfinished());
-  EXPECT_EQ(resumed, 1);
-  v1::Job last;
-  ASSERT_OK(runner_->Watch(job.id(), [&](const v1::JobProgress& progress) {
-    last = progress.job();
-    return true;
-  }));
+  const v1::Job last = ResumeAndWait(job.id());
   EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
   ASSERT_THAT(last.results(), SizeIs(2));
   EXPECT_EQ(last.counts().measured(), 0);  // nothing screened again

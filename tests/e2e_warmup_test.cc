@@ -3,6 +3,7 @@
 // with the real NVRTC.
 #include <fstream>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/autotune.pb.h"
+#include "proto/problem.h"
 #include "tests/process.h"
 
 namespace autotune::testing {
@@ -101,6 +103,29 @@ TEST_F(WarmupEndToEndTest, CompilesEveryVariantOnceThenHitsTheCache) {
   CommandResult jobs = Cli({"jobs"});
   EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
   EXPECT_THAT(jobs.out, HasSubstr(first.id()));
+}
+
+// Shards of one manifest, each its own job: together every problem once.
+TEST_F(WarmupEndToEndTest, ShardsCoverTheManifestOnceBetweenThem) {
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  const v1::Job whole = Warmup();
+  ASSERT_EQ(whole.reports_size(), 4);
+  std::set<std::string> expected;
+  for (const v1::ProblemReport& report : whole.reports()) {
+    expected.insert(ProblemContext(report.family(), report.problem()));
+  }
+  ASSERT_EQ(expected.size(), 4u);
+  std::multiset<std::string> covered;
+  for (int i = 0; i < 3; ++i) {
+    const v1::Job shard = Warmup({"--shard", absl::StrCat(i, "/3")});
+    EXPECT_EQ(shard.state(), v1::SUCCEEDED) << shard.error();
+    EXPECT_EQ(shard.counts().problems(), shard.reports_size());
+    for (const v1::ProblemReport& report : shard.reports()) {
+      covered.insert(ProblemContext(report.family(), report.problem()));
+    }
+  }
+  EXPECT_EQ(std::set<std::string>(covered.begin(), covered.end()), expected);
+  EXPECT_EQ(covered.size(), expected.size());  // no problem in two shards
 }
 
 TEST_F(WarmupEndToEndTest, ANewSourceGetsNewBinariesAndTheOldOnesStay) {
