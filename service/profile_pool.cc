@@ -381,10 +381,16 @@ ProfileResult ProfilePool::Reservation::Profile(const wv1::ProfileTask& task,
 
 std::unique_ptr<ProfilePool::Reservation> ProfilePool::Reserve() {
   absl::MutexLock lock(&mu_);
-  auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::any_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return !g->busy; });
+  // First come, first served: a free GPU goes to the oldest waiter, so the
+  // problems of several jobs take turns instead of racing for the lock.
+  const int64_t ticket = next_ticket_++;
+  waiting_.insert(ticket);
+  auto my_turn = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return *waiting_.begin() == ticket &&
+           std::any_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return !g->busy; });
   };
-  mu_.Await(absl::Condition(&has_free));
+  mu_.Await(absl::Condition(&my_turn));
+  waiting_.erase(ticket);
   for (auto& candidate : gpus_) {
     if (!candidate->busy) {
       candidate->busy = true;

@@ -20,13 +20,15 @@
 // a benchmark, never measure on one GPU at once; a task waits for the lease
 // and says so.
 //
-// Thread-safe: Profile() and Reserve() take a free GPU, waiting for one.
+// Thread-safe: Profile() and Reserve() take a free GPU, waiting for one; the
+// waiters are served in the order they came (several jobs take turns).
 #ifndef AUTOTUNE_SERVICE_PROFILE_POOL_H_
 #define AUTOTUNE_SERVICE_PROFILE_POOL_H_
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,9 @@ class ProfilePool {
   std::atomic<int64_t> replaced_{0};
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Gpu>> gpus_;  // `busy` guarded by mu_
+  // Reserve() callers waiting for a GPU, by arrival.
+  int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<int64_t> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autotune::service

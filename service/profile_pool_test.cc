@@ -1,12 +1,15 @@
 #include "service/profile_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
@@ -159,6 +162,32 @@ TEST(ProfilePoolTest, AReferenceFaultEndsTheProblemWithoutBlamingAVariant) {
   EXPECT_EQ(result.done.status(), v1::FAULT);
   EXPECT_EQ(result.done.phase(), "reference");
   EXPECT_THAT(result.done.detail(), HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"));
+}
+
+// A caller that gives the GPU back and asks again at once (a job going from
+// one problem to the next) does not pass another that was waiting.
+TEST(ProfilePoolTest, AGreedyCallerDoesNotPassAWaitingOne) {
+  std::unique_ptr<ProfilePool> pool = StartPool();
+  ASSERT_NE(pool, nullptr);
+  std::atomic<int> greedy_turns{0};
+  std::atomic<int> turns_before_waiter{-1};
+  std::unique_ptr<ProfilePool::Reservation> first = pool->Reserve();
+  std::thread waiter([&] {
+    std::unique_ptr<ProfilePool::Reservation> gpu = pool->Reserve();
+    turns_before_waiter = greedy_turns.load();
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the waiter is queued by now
+  std::thread greedy([&] {
+    first.reset();
+    for (int i = 0; i < 50 && turns_before_waiter < 0; ++i) {
+      std::unique_ptr<ProfilePool::Reservation> gpu = pool->Reserve();
+      ++greedy_turns;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  waiter.join();
+  greedy.join();
+  EXPECT_EQ(turns_before_waiter.load(), 0);
 }
 
 TEST(ProfilePoolTest, VariantDeadlineGrowsWithTheLaunchTimeout) {
