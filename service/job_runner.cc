@@ -1,6 +1,7 @@
 #include "service/job_runner.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -21,6 +22,8 @@ namespace {
 
 // How often a running job is written to the store at most.
 constexpr absl::Duration kPersistEvery = absl::Seconds(1);
+// Messages kept for watchers that fall behind.
+constexpr size_t kKeptMessages = 256;
 
 // The screen's timing: enough replays for a usable median, a few
 // milliseconds of GPU time per variant (the serial phase measures at length).
@@ -60,6 +63,10 @@ struct JobRunner::Running {
   v1::Job job ABSL_GUARDED_BY(mu);
   v1::JobProgress latest ABSL_GUARDED_BY(mu);
   int64_t version ABSL_GUARDED_BY(mu) = 0;
+  // The last messages published, with their versions: a watcher that woke
+  // after several changes still sends each message once ("measuring again",
+  // "waiting for a quiet GPU"), not only the latest.
+  std::deque<std::pair<int64_t, std::string>> messages ABSL_GUARDED_BY(mu);
   absl::Time persisted_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   // Problems the job could not give a best entry, and the first reason.
   int64_t problems_failed ABSL_GUARDED_BY(mu) = 0;
@@ -352,6 +359,10 @@ void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::str
       snapshot = running->job;
     }
     ++running->version;
+    if (!message.empty()) {
+      running->messages.emplace_back(running->version, std::string(message));
+      if (running->messages.size() > kKeptMessages) running->messages.pop_front();
+    }
   }
   if (persist) {
     absl::Status stored = store_->UpdateJob(snapshot);
@@ -752,6 +763,7 @@ absl::Status JobRunner::Watch(absl::string_view id,
   int64_t seen = -1;
   while (true) {
     v1::JobProgress progress;
+    std::vector<std::string> missed;  // messages of versions this watcher skipped
     bool finished = false;
     {
       absl::MutexLock lock(&running->mu);
@@ -763,11 +775,23 @@ absl::Status JobRunner::Watch(absl::string_view id,
         if (stop && stop()) return absl::CancelledError("the watcher went away");
         continue;
       }
+      if (seen >= 0) {
+        for (const auto& [version, message] : running->messages) {
+          if (version > seen && version < running->version) missed.push_back(message);
+        }
+      }
       seen = running->version;
       progress = running->latest;
       // From the snapshot sent, not the live job: the job may have ended
       // after this snapshot was taken, and the final one is still to come.
       finished = Finished(progress.job().state());
+    }
+    for (const std::string& message : missed) {
+      v1::JobProgress earlier;
+      *earlier.mutable_job() = progress.job();
+      *earlier.mutable_timing() = progress.timing();
+      earlier.set_message(message);
+      if (!on_progress(earlier)) return absl::OkStatus();
     }
     if (!on_progress(progress) || finished) return absl::OkStatus();
     if (stop && stop()) return absl::CancelledError("the watcher went away");

@@ -84,7 +84,9 @@ class JobRunner {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
 
   // Sends the job's state now and after every change until the job ends,
-  // `on_progress` returns false, or `stop()` turns true. NOT_FOUND for an
+  // `on_progress` returns false, or `stop()` turns true. Changes that come
+  // faster than the watcher are folded into the latest state, but every
+  // message published while watching is sent (of the last 256). NOT_FOUND for an
   // unknown id. A finished job is sent once, from the store.
   absl::Status Watch(absl::string_view id,
                      const std::function<bool(const v1::JobProgress&)>& on_progress,

@@ -461,6 +461,9 @@ TEST_F(ScreenJobTest, RoundsWithAForeignProcessAreMeasuredAgain) {
   int serial_tasks = 0;
   for (std::string line; std::getline(in, line);) serial_tasks += absl::EndsWith(line, " serial");
   EXPECT_EQ(serial_tasks, 2);
+  bool said = false;
+  for (const std::string& m : messages) said = said || absl::StrContains(m, "measuring again");
+  EXPECT_TRUE(said);
 }
 
 // Valid in the screen, wrong when validated again (a race), or faulting in
