@@ -43,8 +43,9 @@ struct JobRunner::Work {
   JobPlan plan;  // the problems still to screen and the compiles they need
   int64_t problems = 0;
   int64_t cached_problems = 0;
-  std::vector<v1::Entry> done_entries;          // reported with the job's results
-  std::vector<v1::ProblemReport> done_reports;  // and their reports
+  // Problems with an entry before the job starts (each report holds it):
+  // reported with the job's results.
+  std::vector<v1::ProblemReport> done_reports;
   bool profile = false;
   bool resumed = false;  // a job started again after a restart
   std::string nvrtc_version;
@@ -202,7 +203,6 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     const bool ours = stored->has_value() && !job_id.empty() && (*stored)->job_id() == job_id;
     if (stored->has_value() && (!options.retune() || ours)) {
       if (!options.retune()) ++work->cached_problems;
-      work->done_entries.push_back(**stored);
       v1::ProblemReport report;
       report.set_family(key.family);
       *report.mutable_problem() = key.problem;
@@ -379,7 +379,9 @@ void JobRunner::Run(Running* running) {
     absl::MutexLock lock(&running->mu);
     running->job.set_state(v1::COMPILING);
     id = running->job.id();
-    for (const v1::Entry& entry : work.done_entries) *running->job.add_results() = entry;
+    for (const v1::ProblemReport& report : work.done_reports) {
+      *running->job.add_results() = report.entry();
+    }
   }
   Publish(running, nullptr,
           absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
@@ -435,7 +437,7 @@ void JobRunner::Run(Running* running) {
                       ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
                       ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
                       "; problems tuned ",
-                      running->job.results_size() - static_cast<int>(work.done_entries.size()),
+                      running->job.results_size() - static_cast<int>(work.done_reports.size()),
                       ", already cached ", counts.cached_problems());
     }
     absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
