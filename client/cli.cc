@@ -498,7 +498,8 @@ class WarmupProgressPrinter {
     out_ << "\n";
   }
 
-  // "screen 1,204/2,940 variants · 41 s · ETA 38 s".
+  // "screen 1,204/2,940 variants · 41 s · ETA 38 s"; "ETA > 38 s" when a
+  // phase still to come has no known rate.
   static std::string PhaseText(const v1::JobTiming& timing) {
     std::string text = timing.phase();
     if (timing.total() > 0) {
@@ -510,7 +511,10 @@ class WarmupProgressPrinter {
                       unit);
     }
     absl::StrAppend(&text, " \u00b7 ", FormatSeconds(timing.elapsed_s()));
-    if (timing.eta_s() > 0) absl::StrAppend(&text, " \u00b7 ETA ", FormatSeconds(timing.eta_s()));
+    if (timing.eta_s() > 0) {
+      absl::StrAppend(&text, " \u00b7 ETA ", timing.eta_partial() ? "> " : "",
+                      FormatSeconds(timing.eta_s()));
+    }
     return text;
   }
 

@@ -532,7 +532,7 @@ TEST_F(WarmupTest, SerialFlagsOutOfRangeAreUsageErrors) {
 
 TEST_F(WarmupTest, ProgressSaysThePhaseHowFarAndHowLong) {
   auto add = [this](const std::string& phase, int64_t done, int64_t total, double elapsed_s,
-                    double eta_s, const std::string& message = "") {
+                    double eta_s, const std::string& message = "", bool partial = false) {
     AddProgress(v1::SCREENING, message);
     v1::JobTiming& timing = *server_.answers().progress.back().mutable_timing();
     timing.set_phase(phase);
@@ -540,8 +540,9 @@ TEST_F(WarmupTest, ProgressSaysThePhaseHowFarAndHowLong) {
     timing.set_total(total);
     timing.set_elapsed_s(elapsed_s);
     timing.set_eta_s(eta_s);
+    timing.set_eta_partial(partial);
   };
-  add("compile", 0, 40, 0.2, 0);
+  add("compile", 0, 40, 0.2, 12, "", /*partial=*/true);
   add("compile", 40, 40, 3, 0);
   add("screen", 0, 2940, 3.5, 0);
   add("screen", 100, 2940, 6, 90);  // same tenth: no line
@@ -558,7 +559,7 @@ TEST_F(WarmupTest, ProgressSaysThePhaseHowFarAndHowLong) {
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
   const std::string dot = "\u00b7";
   const std::string expected =
-      absl::StrCat("  compile 0/40 compiles ", dot, " 0.2 s\n",                          //
+      absl::StrCat("  compile 0/40 compiles ", dot, " 0.2 s ", dot, " ETA > 12 s\n",     //
                    "  compile 40/40 compiles ", dot, " 3.0 s\n",                         //
                    "  screen 0/2,940 variants ", dot, " 3.5 s\n",                        //
                    "  screen 1,204/2,940 variants ", dot, " 41 s ", dot, " ETA 38 s\n",  //

@@ -99,15 +99,18 @@ Table ChangesTable(const v1::Job& job) {
   return table;
 }
 
-// "variants: OK 2,900 · WRONG_RESULT 12 (2,940 screened)": statuses in the
+// "variants: OK 2,900 · WRONG_RESULT 12 (2,900 screened; 2,800 screens
+// carried from an older family version)": statuses in the
 // enum's order, names the client does not know after them; "" when the
 // reports count nothing.
 std::string StatusLine(const v1::Job& job) {
   std::map<std::string, int64_t> by_name;
   int64_t screened = 0;
+  int64_t carried = 0;
   for (const v1::ProblemReport& report : job.reports()) {
     for (const auto& [name, count] : report.status_counts()) by_name[name] += count;
     screened += report.screened();
+    carried += report.screens_carried();
   }
   std::map<std::pair<int, std::string>, int64_t> ordered;
   for (const auto& [name, count] : by_name) {
@@ -121,7 +124,14 @@ std::string StatusLine(const v1::Job& job) {
   }
   if (parts.empty()) return "";
   std::string line = absl::StrCat("variants: ", absl::StrJoin(parts, kDot));
-  if (screened > 0) absl::StrAppend(&line, " (", FormatCount(screened), " screened)");
+  if (screened > 0) {
+    absl::StrAppend(&line, " (", FormatCount(screened), " screened");
+    if (carried > 0) {
+      absl::StrAppend(&line, "; ", FormatCount(carried),
+                      " screens carried from an older family version");
+    }
+    absl::StrAppend(&line, ")");
+  }
   return line;
 }
 

@@ -182,6 +182,9 @@ TEST(WarmupReportTest, StatusCountsAreSummedInStatusOrder) {
   EXPECT_THAT(RenderReportText(job),
               HasSubstr("variants: OK 2,900 \u00b7 WRONG_RESULT 12 \u00b7 TIMEOUT 4 \u00b7 "
                         "UNSUPPORTED 8 \u00b7 SOMETHING_NEW 1 (160 screened)\n"));
+  job.mutable_reports(0)->set_screens_carried(90);
+  EXPECT_THAT(RenderReportText(job),
+              HasSubstr("(160 screened; 90 screens carried from an older family version)\n"));
 }
 
 TEST(WarmupReportTest, CsvQuotesWhatRfc4180Quotes) {

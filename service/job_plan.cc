@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "kernels/compile_request.h"
 #include "kernels/manifest.h"
 #include "proto/problem.h"
@@ -180,6 +181,19 @@ void KeepProblems(const std::set<size_t>& keep, JobPlan* plan) {
   }
   plan->problems = std::move(kept);
   plan->units = std::move(units);
+}
+
+bool SameButSpace(const v1::KernelFamily& a, const v1::KernelFamily& b) {
+  const auto run_part = [](const v1::KernelFamily& family) {
+    v1::KernelFamily part = family;
+    part.clear_params();
+    part.clear_constraints();
+    part.clear_default_config();
+    part.clear_description();
+    part.clear_source_file();  // where the source was read from; `source` holds it
+    return part;
+  };
+  return google::protobuf::util::MessageDifferencer::Equals(run_part(a), run_part(b));
 }
 
 }  // namespace autotune::service

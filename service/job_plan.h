@@ -55,6 +55,12 @@ struct PlannedProblem {
   // the job, of any family version (reports compare against it); set by
   // the job runner.
   std::optional<v1::Entry> previous;
+  // An older version of the family that differs from this one only in its
+  // search space (SameButSpace): the screens it made of binaries this job
+  // also runs, on this GPU model and driver, stand for this job's, so only
+  // new variants (new parameter values) are screened. Empty = none; set by
+  // the job runner.
+  std::string screens_from_hash;
 };
 
 // Most serial-phase candidates a job may ask for.
@@ -98,6 +104,15 @@ absl::StatusOr<JobPlan> PlanJob(
     const v1::JobSpec& spec,
     const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
     const PlanTarget& target);
+
+// Whether two versions of a family differ only in what chooses among
+// variants, not in what a variant computes or how it is run and timed:
+// params, constraints, default_config and description may differ; source,
+// kernel name, dims, dtypes, buffers, scalars, launch, binding, reference,
+// tolerances, byte and flop counts, compile options and cache state may not.
+// A variant that compiles to the same binary under both then validates and
+// times alike.
+bool SameButSpace(const v1::KernelFamily& a, const v1::KernelFamily& b);
 
 // Keeps the problems whose index is in `keep` and the units they need.
 void KeepProblems(const std::set<size_t>& keep, JobPlan* plan);

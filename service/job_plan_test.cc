@@ -157,5 +157,27 @@ TEST_F(JobPlanTest, AProblemTheFamilyRejectsIsNamed) {
                        "items[0].dims[0].values[0]: 0 is not positive"));
 }
 
+TEST_F(JobPlanTest, SameButSpaceAllowsOnlyWhatChoosesAmongVariantsToDiffer) {
+  const v1::KernelFamily& family = families_["axpy"]->family;
+  v1::KernelFamily wider = family;
+  wider.mutable_params(0)->add_values(4096);
+  wider.add_constraints("1");
+  wider.set_description("a new value");
+  EXPECT_TRUE(SameButSpace(family, wider));
+
+  v1::KernelFamily new_source = family;
+  new_source.set_source(family.source() + "\n// changed\n");
+  EXPECT_FALSE(SameButSpace(family, new_source));
+  v1::KernelFamily new_tolerance = family;
+  new_tolerance.add_tolerances()->set_rtol(0.5);
+  EXPECT_FALSE(SameButSpace(family, new_tolerance));
+  v1::KernelFamily new_options = family;
+  new_options.add_compile_options("-DEXTRA=1");
+  EXPECT_FALSE(SameButSpace(family, new_options));
+  v1::KernelFamily warm = family;
+  warm.set_cache_state(v1::HOT);
+  EXPECT_FALSE(SameButSpace(family, warm));
+}
+
 }  // namespace
 }  // namespace autotune::service

@@ -89,8 +89,10 @@ struct JobRunner::Running {
   double waited_s ABSL_GUARDED_BY(mu) = 0;
   std::atomic<bool> cancel{false};
 
-  // The job's JobTiming from the phase running now.
-  void UpdateTiming() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The job's JobTiming from the phase running now; `rates` estimate the
+  // phases still to come.
+  void UpdateTiming(const PhaseRates& rates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool measures = true;  // not compile_only: a screen and a serial phase follow
   // Ends the phase running now (its time is added up) and starts `next`.
   void EnterPhase(const std::string& next, int64_t total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Run() as its last step: the thread can be joined at once.
@@ -229,7 +231,26 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     for (const v1::Entry& entry : *earlier) {
       if (previous == nullptr || entry.tuned_at() > previous->tuned_at()) previous = &entry;
     }
-    if (previous != nullptr) work->plan.problems[i].previous = *previous;
+    if (previous != nullptr) {
+      PlannedProblem& planned = work->plan.problems[i];
+      planned.previous = *previous;
+      // The config served until now goes on to the serial phase when it is
+      // still in the space, and a tie keeps it.
+      if (!planned.current_config) planned.current_config = previous->config();
+      if (previous->family_hash() != key.family_hash) {
+        absl::StatusOr<cache::FamilyRecord> older =
+            store_->GetFamilyVersion(key.family, previous->family_hash());
+        if (!older.ok() && !absl::IsNotFound(older.status())) {
+          return absl::Status(older.status().code(),
+                              absl::StrCat(ProblemContext(key.family, key.problem),
+                                           ": cannot read the family version of its entry: ",
+                                           older.status().message()));
+        }
+        if (older.ok() && SameButSpace(older->family, problem.record->family)) {
+          planned.screens_from_hash = older->content_hash;
+        }
+      }
+    }
     to_screen.insert(i);
   }
   KeepProblems(to_screen, &work->plan);
@@ -288,13 +309,60 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
     *raw->latest.mutable_job() = raw->job;
     id = raw->job.id();
   }
+  raw->measures = work->profile;
   raw->work = std::move(work);
   absl::MutexLock lock(&mu_);
   running_[id] = std::move(running);
   raw->thread = std::thread([this, raw] { Run(raw); });
 }
 
-void JobRunner::Running::UpdateTiming() {
+PhaseRates PhaseRates::Of(const v1::Job& job) {
+  const v1::JobTiming& timing = job.timing();
+  const v1::JobCounts& counts = job.counts();
+  PhaseRates rates;
+  if (counts.compiles() > 0) rates.compile_s = timing.compile_s() / counts.compiles();
+  if (counts.variants() > 0 && timing.screen_s() > 0) {
+    rates.screen_s = timing.screen_s() / counts.variants();
+  }
+  const int64_t validated = counts.problems() - counts.cached_problems();
+  if (validated > 0 && timing.serial_s() > 0) rates.serial_s = timing.serial_s() / validated;
+  return rates;
+}
+
+PhaseRates PhaseRates::Updated(const PhaseRates& newer) const {
+  PhaseRates rates = *this;
+  if (newer.compile_s > 0) rates.compile_s = newer.compile_s;
+  if (newer.screen_s > 0) rates.screen_s = newer.screen_s;
+  if (newer.serial_s > 0) rates.serial_s = newer.serial_s;
+  return rates;
+}
+
+PhaseRates JobRunner::Rates() {
+  absl::MutexLock lock(&rates_mu_);
+  if (rates_) return *rates_;
+  PhaseRates rates;
+  // The last jobs this database saw, oldest first, so the newest win.
+  absl::StatusOr<std::vector<v1::Job>> jobs = store_->ListJobs(20);
+  if (jobs.ok()) {
+    for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) {
+      if (it->state() == v1::SUCCEEDED) rates = rates.Updated(PhaseRates::Of(*it));
+    }
+  } else {
+    spdlog::warn("cannot read the last jobs for their phase rates: {}",
+                 std::string(jobs.status().message()));
+  }
+  rates_ = rates;
+  return rates;
+}
+
+void JobRunner::LearnRates(const v1::Job& finished) {
+  const PhaseRates learned = PhaseRates::Of(finished);
+  const PhaseRates known = Rates();
+  absl::MutexLock lock(&rates_mu_);
+  rates_ = known.Updated(learned);
+}
+
+void JobRunner::Running::UpdateTiming(const PhaseRates& rates) {
   const absl::Time now = absl::Now();
   v1::JobTiming& timing = *job.mutable_timing();
   const v1::JobCounts& counts = job.counts();
@@ -307,11 +375,37 @@ void JobRunner::Running::UpdateTiming() {
   timing.set_done(phase_done);
   timing.set_total(phase_total);
   timing.set_elapsed_s(absl::ToDoubleSeconds(now - started));
-  // The phase's rate so far, over what is left of it.
-  timing.set_eta_s(phase_done > 0 && phase_total > phase_done
-                       ? in_phase / static_cast<double>(phase_done) *
-                             static_cast<double>(phase_total - phase_done)
-                       : 0);
+  // The phase running now at its rate so far (or the learned one before
+  // its first unit), then the phases after it at the learned rates.
+  double eta = 0;
+  bool partial = false;
+  const auto add = [&](int64_t units, double rate) {
+    if (units <= 0) return;
+    if (rate > 0) {
+      eta += rate * static_cast<double>(units);
+    } else {
+      partial = true;
+    }
+  };
+  const int64_t left = phase_total - phase_done;
+  if (phase_done > 0 && left > 0) {
+    eta += in_phase / static_cast<double>(phase_done) * static_cast<double>(left);
+  }
+  const int64_t validated = counts.problems() - counts.cached_problems();
+  if (phase == "compile") {
+    if (phase_done == 0) add(left, rates.compile_s);
+    if (measures) {
+      add(counts.variants(), rates.screen_s);
+      add(validated, rates.serial_s);
+    }
+  } else if (phase == "screen") {
+    if (phase_done == 0) add(left, rates.screen_s);
+    add(validated, rates.serial_s);
+  } else if (phase == "serial") {
+    if (phase_done == 0) add(left, rates.serial_s);
+  }
+  timing.set_eta_s(eta);
+  timing.set_eta_partial(partial);
   timing.set_compile_s(compile_s + (phase == "compile" ? in_phase : 0));
   timing.set_screen_s(screen_s + (phase == "screen" ? in_phase : 0));
   timing.set_serial_s(serial_s + (phase == "serial" ? in_phase : 0));
@@ -333,10 +427,11 @@ void JobRunner::Running::EnterPhase(const std::string& next, int64_t total) {
 void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::string_view message) {
   v1::Job snapshot;
   bool persist = false;
+  const PhaseRates rates = Rates();
   {
     absl::MutexLock lock(&running->mu);
     running->job.set_updated_at(NowText());
-    running->UpdateTiming();
+    running->UpdateTiming(rates);
     running->latest.Clear();
     *running->latest.mutable_job() = running->job;
     if (last != nullptr) *running->latest.mutable_last() = *last;
@@ -444,6 +539,12 @@ void JobRunner::Run(Running* running) {
   }
   spdlog::info("job {}: {}", id, message);
   Publish(running, nullptr, message);
+  v1::Job finished;
+  {
+    absl::MutexLock lock(&running->mu);
+    finished = running->job;
+  }
+  if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
   running->work.reset();
   running->ended = true;
 }
@@ -542,7 +643,11 @@ absl::Status JobRunner::Record(Running* running, const v1::Measurement& measurem
       default:
         break;
     }
-    if (measurement.phase() != v1::COMPILE) counts->set_measured(counts->measured() + 1);
+    if (measurement.carried()) {
+      counts->set_carried(counts->carried() + 1);
+    } else if (measurement.phase() != v1::COMPILE) {
+      counts->set_measured(counts->measured() + 1);
+    }
     if (running->phase == "screen") ++running->phase_done;
   }
   Publish(running, &measurement, "");
@@ -592,6 +697,8 @@ v1::ProblemReport JobRunner::Report(const PlannedProblem& problem, const ScreenR
   if (family.has_default_config()) *report.mutable_default_config() = family.default_config();
   std::map<std::string, int64_t> counts = screen.status_counts;
   report.set_screened(static_cast<int32_t>(screen.ok.size()));
+  report.set_screens_carried(screen.carried);
+  report.set_screens_carried_from(screen.carried_from);
   report.set_screen_contention(screen.contention);
   if (serial == nullptr) {
     report.set_error(std::string(screen.error.message()));
@@ -680,11 +787,18 @@ void JobRunner::Measure(Running* running) {
   std::vector<ScreenResult> screens(work.plan.problems.size());
   on_gpus([&](size_t index) {
     screens[index] = ScreenProblem(work.plan.problems[index], job);
+    const std::string context = ProblemContext(work.plan.problems[index].record->family.name(),
+                                               work.plan.problems[index].problem);
     if (screens[index].reused) {
       Publish(running, nullptr,
-              absl::StrCat(ProblemContext(work.plan.problems[index].record->family.name(),
-                                          work.plan.problems[index].problem),
-                           ": screened before the restart; not measured again"));
+              absl::StrCat(context, ": screened before the restart; not measured again"));
+    }
+    if (screens[index].carried > 0) {
+      Publish(running, nullptr,
+              absl::StrCat(context, ": ", screens[index].carried,
+                           " screens carried from family version ",
+                           screens[index].carried_from.substr(0, 12),
+                           " (the same binaries); only the new variants were screened"));
     }
   });
   if (running->cancel) return;

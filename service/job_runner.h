@@ -36,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,20 @@ struct JobRunnerOptions {
   double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
   // How long a serial phase waits for a quiet GPU, when the job gives none.
   absl::Duration quiet_wait = absl::Minutes(10);
+};
+
+// Wall seconds per unit of each phase (per distinct compile, per variant
+// screened, per problem validated serially) as a finished job measured
+// them; 0 = that job did not run the phase. ETAs use them for the phases a
+// job has not reached yet.
+struct PhaseRates {
+  double compile_s = 0;
+  double screen_s = 0;
+  double serial_s = 0;
+
+  static PhaseRates Of(const v1::Job& job);
+  // This one, with the phases `newer` measured replaced.
+  PhaseRates Updated(const PhaseRates& newer) const;
 };
 
 class JobRunner {
@@ -126,12 +141,18 @@ class JobRunner {
   // Stores and announces the job's new state.
   void Publish(Running* running, const v1::Measurement* last, absl::string_view message);
 
+  // The rates of the last finished job (read from the store on first use).
+  PhaseRates Rates();
+  void LearnRates(const v1::Job& finished);
+
   cache::Store* store_;
   CompilePool* pool_;
   const std::string pool_error_;
   const JobRunnerOptions options_;
   absl::Mutex gpus_mu_;
   std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
+  absl::Mutex rates_mu_;
+  std::optional<PhaseRates> rates_ ABSL_GUARDED_BY(rates_mu_);
   absl::Mutex mu_;
   // Jobs started by this runner and not yet forgotten (ended jobs are
   // dropped when the next one starts; the store keeps them).

@@ -285,6 +285,77 @@ TEST_F(ScreenJobTest, AJobStoppedWhileScreeningResumesWithoutMeasuringFinishedPr
   EXPECT_EQ(entry->config().params().at("MODE"), 0);
 }
 
+// A family that gains a parameter value screens only the new variants: the
+// others compile to the binaries the older version screened.
+TEST_F(ScreenJobTest, NewParameterValuesAreScreenedAloneAndTheOldBestIsACandidate) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  const auto with_modes = [&](std::vector<int64_t> modes) {
+    v1::KernelFamily version = family;
+    version.mutable_params(0)->clear_values();
+    for (int64_t mode : modes) version.mutable_params(0)->add_values(mode);
+    return version;
+  };
+  ASSERT_OK_AND_ASSIGN(cache::FamilyRecord old_version,
+                       store_->PutFamily(with_modes({1, 2, 6}), /*builtin=*/false));
+  const v1::Job first = Run(Spec());
+  ASSERT_EQ(first.state(), v1::SUCCEEDED) << first.error();
+  EXPECT_EQ(first.counts().measured(), 6);
+  EXPECT_EQ(first.counts().carried(), 0);
+  ASSERT_THAT(first.results(), SizeIs(2));
+  EXPECT_EQ(first.results(0).config().params().at("MODE"), 1);
+
+  // MODE=0, the new value, is faster.
+  ASSERT_OK_AND_ASSIGN(cache::FamilyRecord new_version,
+                       store_->PutFamily(with_modes({0, 1, 2, 6}), /*builtin=*/false));
+  std::vector<std::string> messages;
+  const v1::Job second = Run(Spec(), &messages);
+  ASSERT_EQ(second.state(), v1::SUCCEEDED) << second.error();
+  EXPECT_EQ(second.counts().cached_problems(), 0);
+  EXPECT_EQ(second.counts().measured(), 2);  // MODE=0 of each problem
+  EXPECT_EQ(second.counts().carried(), 6);
+  EXPECT_EQ(second.counts().ok(), 4);
+  EXPECT_EQ(second.counts().wrong_result(), 2);
+  ASSERT_THAT(second.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : second.reports()) {
+    EXPECT_EQ(report.entry().config().params().at("MODE"), 0);
+    EXPECT_EQ(report.entry().family_hash(), new_version.content_hash);
+    EXPECT_EQ(report.screens_carried(), 3);
+    EXPECT_EQ(report.screens_carried_from(), old_version.content_hash);
+    EXPECT_EQ(report.previous().config().params().at("MODE"), 1);
+    EXPECT_EQ(report.screened(), 2);
+    EXPECT_EQ(report.status_counts().at("WRONG_RESULT"), 1);
+  }
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("3 screens carried from family version")));
+  // The carried screens are stored under the new version, marked, with the
+  // binary and the old job named.
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> measurements,
+                       store_->ListMeasurements({.family = "modes",
+                                                 .family_hash = new_version.content_hash,
+                                                 .problem = second.results(0).problem(),
+                                                 .device = "Fake GPU"}));
+  int carried = 0;
+  for (const v1::Measurement& m : measurements) {
+    if (m.phase() != v1::SCREEN) continue;
+    EXPECT_EQ(m.carried(), m.config().params().at("MODE") != 0) << m.ShortDebugString();
+    if (!m.carried()) continue;
+    ++carried;
+    EXPECT_EQ(m.job_id(), second.id());
+    EXPECT_THAT(m.detail(), HasSubstr(absl::StrCat("carried from the screen of job ", first.id())));
+    EXPECT_FALSE(m.binary_sha256().empty());
+  }
+  EXPECT_EQ(carried, 3);
+
+  // A version that changes what a variant computes carries nothing.
+  v1::KernelFamily stricter = with_modes({0, 1, 2, 6});
+  stricter.mutable_tolerances(0)->set_atol(1e-9);
+  ASSERT_OK(store_->PutFamily(stricter, /*builtin=*/false).status());
+  const v1::Job third = Run(Spec());
+  ASSERT_EQ(third.state(), v1::SUCCEEDED) << third.error();
+  EXPECT_EQ(third.counts().carried(), 0);
+  EXPECT_EQ(third.counts().measured(), 8);
+}
+
 TEST_F(ScreenJobTest, WithoutACompiledReferenceEveryVariantEndsUnsupportedAndTheProblemFails) {
   ASSERT_OK_AND_ASSIGN(
       v1::KernelFamily family,
@@ -553,6 +624,59 @@ TEST_F(ScreenJobTest, ReportsTimingAndPhasesAndComparesWithTheCache) {
 }
 
 // A job stopped after its screen resumes with the serial phase only.
+TEST(PhaseRatesTest, AreWallSecondsPerUnitOfEachPhase) {
+  v1::Job job;
+  job.mutable_counts()->set_compiles(10);
+  job.mutable_counts()->set_variants(100);
+  job.mutable_counts()->set_problems(5);
+  job.mutable_counts()->set_cached_problems(1);
+  job.mutable_timing()->set_compile_s(2);
+  job.mutable_timing()->set_screen_s(5);
+  job.mutable_timing()->set_serial_s(8);
+  const PhaseRates rates = PhaseRates::Of(job);
+  EXPECT_DOUBLE_EQ(rates.compile_s, 0.2);
+  EXPECT_DOUBLE_EQ(rates.screen_s, 0.05);
+  EXPECT_DOUBLE_EQ(rates.serial_s, 2);
+  // A compile-only job measures only the compile rate.
+  v1::Job compile_only = job;
+  compile_only.mutable_timing()->set_compile_s(1);
+  compile_only.mutable_timing()->clear_screen_s();
+  compile_only.mutable_timing()->clear_serial_s();
+  const PhaseRates updated = rates.Updated(PhaseRates::Of(compile_only));
+  EXPECT_DOUBLE_EQ(updated.compile_s, 0.1);
+  EXPECT_DOUBLE_EQ(updated.screen_s, 0.05);
+  EXPECT_DOUBLE_EQ(updated.serial_s, 2);
+}
+
+TEST_F(ScreenJobTest, TheEtaCoversEveryPhaseOnceAJobHasRunThem) {
+  // The first progress of each job: nothing of it has run yet.
+  const auto first_timing = [&](const v1::JobSpec& spec) {
+    absl::StatusOr<v1::Job> job = runner_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    std::vector<v1::JobTiming> timings;
+    EXPECT_OK(runner_->Watch(job.value_or(v1::Job()).id(), [&](const v1::JobProgress& progress) {
+      if (!progress.timing().phase().empty()) timings.push_back(progress.timing());
+      return true;
+    }));
+    EXPECT_EQ(timings.back().phase(), "done");
+    return timings.front();  // after "queued", which has none
+  };
+  const v1::JobTiming fresh = first_timing(Spec());
+  EXPECT_EQ(fresh.phase(), "compile");
+  EXPECT_TRUE(fresh.eta_partial());  // no job has run here before
+  EXPECT_EQ(fresh.eta_s(), 0);
+
+  const v1::JobTiming second = first_timing(Spec(/*retune=*/true));
+  EXPECT_FALSE(second.eta_partial());
+  EXPECT_GT(second.eta_s(), 0);
+
+  // A restarted daemon learns the rates from the jobs in the store.
+  RestartRunner();
+  const v1::JobTiming restarted = first_timing(Spec(/*retune=*/true));
+  EXPECT_FALSE(restarted.eta_partial());
+  EXPECT_GT(restarted.eta_s(), 0);
+}
+
 TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   v1::Job job = Run(Spec());
   ASSERT_EQ(job.state(), v1::SUCCEEDED);

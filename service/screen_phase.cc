@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "proto/problem.h"
 #include "service/choice.h"
 #include "service/job_text.h"
@@ -79,10 +80,16 @@ class ProblemScreen {
     task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
     result_.task = *task;
     result_.device = device_info_;
-    if (job_.reuse_stored) {
-      absl::StatusOr<bool> reused = Reuse(compiled);
-      if (!reused.ok()) return StoreFailed(reused.status());
-      if (*reused) return Finish();
+    std::set<std::string> done;
+    if (absl::Status earlier = TakeEarlierScreens(compiled, &done); !earlier.ok()) {
+      return StoreFailed(earlier);
+    }
+    if (done.size() == compiled.size()) return Finish();
+    // Only what has no screen yet goes to the GPU.
+    wv1::ProfileTask to_measure = *task;
+    to_measure.clear_variants();
+    for (const wv1::KernelImage& image : task->variants()) {
+      if (!done.contains(image.id())) *to_measure.add_variants() = image;
     }
 
     std::vector<ScreenedVariant>& ok = result_.ok;
@@ -94,9 +101,9 @@ class ProblemScreen {
       result_.contention = DescribeDeviceState(*state);
     }
     ProfileResult result = gpu->Profile(
-        *task,
+        to_measure,
         [&](const wv1::VariantOutcome& outcome) {
-          v1::Measurement m = FromOutcome(outcome, task->cache_state());
+          v1::Measurement m = FromOutcome(outcome, to_measure.cache_state());
           Record(m);
           const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
           if (outcome.status() == v1::OK && variant != nullptr) ok.push_back({m, variant});
@@ -115,7 +122,7 @@ class ProblemScreen {
         reported.insert(outcome.variant_id());
       }
       for (const kernels::CompiledVariant& entry : compiled) {
-        if (reported.contains(entry.id)) continue;
+        if (reported.contains(entry.id) || done.contains(entry.id)) continue;
         v1::Measurement m = Base(entry.variant->config);
         m.set_status(result.done.status());
         m.set_phase(v1::SCREEN);
@@ -145,33 +152,87 @@ class ProblemScreen {
     return std::move(result_);
   }
 
-  // A resumed job: this job's SCREEN measurements of the problem, when there
-  // is one for every compiled variant, stand for the screen. False when the
-  // screen had not finished (it is measured again, whole).
-  absl::StatusOr<bool> Reuse(const std::vector<kernels::CompiledVariant>& compiled) {
-    const cache::EntryKey key{.family = family_.name(),
-                              .family_hash = problem_.record->content_hash,
-                              .problem = problem_.problem,
-                              .device = device_info_.name()};
+  // Screens that need not be made again, added to the result and to `done`
+  // by variant id: this job's own from before a restart
+  // (ScreenJob.reuse_stored), then those an older family version that
+  // differs only in its search space made of the same binary on this GPU
+  // model and driver (PlannedProblem.screens_from_hash), copied as carried.
+  absl::Status TakeEarlierScreens(const std::vector<kernels::CompiledVariant>& compiled,
+                                  std::set<std::string>* done) {
+    cache::EntryKey key{.family = family_.name(),
+                        .family_hash = problem_.record->content_hash,
+                        .problem = problem_.problem,
+                        .device = device_info_.name()};
+    if (job_.reuse_stored) {
+      ASSIGN_OR_RETURN(std::vector<v1::Measurement> stored, ReadMeasurements(key));
+      for (const kernels::CompiledVariant& entry : compiled) {
+        const v1::Measurement* found = nullptr;
+        for (const v1::Measurement& m : stored) {
+          if (m.job_id() == job_.job_id && m.phase() == v1::SCREEN &&
+              SameConfig(m.config(), entry.variant->config)) {
+            found = &m;
+          }
+        }
+        if (found == nullptr) continue;
+        done->insert(entry.id);
+        ++result_.status_counts[v1::VariantStatus_Name(found->status())];
+        if (found->status() == v1::OK) result_.ok.push_back({*found, entry.variant});
+      }
+      result_.reused = done->size() == compiled.size();
+    }
+    if (problem_.screens_from_hash.empty() || done->size() == compiled.size()) {
+      return absl::OkStatus();
+    }
+    key.family_hash = problem_.screens_from_hash;
+    ASSIGN_OR_RETURN(std::vector<v1::Measurement> older, ReadMeasurements(key));
+    // A fault or a timeout may have come from the GPU's state then: those
+    // are measured again.
+    std::vector<const v1::Measurement*> definite;
+    for (const v1::Measurement& m : older) {
+      const bool final_status =
+          m.status() == v1::OK || m.status() == v1::WRONG_RESULT || m.status() == v1::UNSUPPORTED;
+      if (m.phase() == v1::SCREEN && final_status && !m.binary_sha256().empty() &&
+          m.driver_version() == device_info_.driver_version() &&
+          m.cache_state() == result_.task.cache_state()) {
+        definite.push_back(&m);
+      }
+    }
+    for (const kernels::CompiledVariant& entry : compiled) {
+      if (done->contains(entry.id)) continue;
+      // The latest screen of the same binary and config.
+      const v1::Measurement* latest = nullptr;
+      for (const v1::Measurement* m : definite) {
+        if (m->binary_sha256() == sha_by_id_[entry.id] &&
+            SameConfig(m->config(), entry.variant->config) &&
+            (latest == nullptr || m->measured_at() >= latest->measured_at())) {
+          latest = m;
+        }
+      }
+      if (latest == nullptr) continue;
+      v1::Measurement m = *latest;
+      m.set_family_hash(problem_.record->content_hash);
+      *m.mutable_config() = entry.variant->config;
+      m.set_carried(true);
+      m.set_detail(absl::StrCat("carried from the screen of job ", m.job_id(), " (family version ",
+                                problem_.screens_from_hash.substr(0, 12),
+                                ", the same binary): ", m.detail()));
+      m.set_job_id(job_.job_id);
+      Record(m);
+      done->insert(entry.id);
+      ++result_.carried;
+      if (m.status() == v1::OK) result_.ok.push_back({m, entry.variant});
+    }
+    if (result_.carried > 0) result_.carried_from = problem_.screens_from_hash;
+    return store_error_;
+  }
+
+  absl::StatusOr<std::vector<v1::Measurement>> ReadMeasurements(const cache::EntryKey& key) {
     absl::StatusOr<std::vector<v1::Measurement>> stored = job_.store->ListMeasurements(key);
     if (!stored.ok()) {
       return absl::Status(stored.status().code(), absl::StrCat("cannot read the measurements: ",
                                                                stored.status().message()));
     }
-    std::vector<const v1::Measurement*> found(compiled.size(), nullptr);
-    for (const v1::Measurement& m : *stored) {
-      if (m.job_id() != job_.job_id || m.phase() != v1::SCREEN) continue;
-      for (size_t i = 0; i < compiled.size(); ++i) {
-        if (SameConfig(m.config(), compiled[i].variant->config)) found[i] = &m;
-      }
-    }
-    if (std::find(found.begin(), found.end(), nullptr) != found.end()) return false;
-    for (size_t i = 0; i < compiled.size(); ++i) {
-      ++result_.status_counts[v1::VariantStatus_Name(found[i]->status())];
-      if (found[i]->status() == v1::OK) result_.ok.push_back({*found[i], compiled[i].variant});
-    }
-    result_.reused = true;
-    return true;
+    return stored;
   }
 
   ScreenResult Failed(const absl::Status& why, bool store_failed = false) {

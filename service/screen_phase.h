@@ -14,9 +14,14 @@
 // error; nothing is chosen from a problem whose measurements were not all
 // kept.
 //
-// A resumed job (ScreenJob.reuse_stored) whose screen of the problem had
-// finished before the daemon stopped reuses the stored SCREEN measurements
-// of the job instead of measuring again.
+// Only what has no screen yet is measured: a resumed job
+// (ScreenJob.reuse_stored) reuses the SCREEN measurements it stored before
+// the daemon stopped, and a problem whose family gained parameter values
+// (PlannedProblem.screens_from_hash) takes the screens the older version
+// made of the same binaries on this GPU model and driver (stored again,
+// `carried`; faults and timeouts are measured again), so only the new
+// variants are screened. The serial phase validates its candidates again
+// either way.
 #ifndef AUTOTUNE_SERVICE_SCREEN_PHASE_H_
 #define AUTOTUNE_SERVICE_SCREEN_PHASE_H_
 
@@ -69,7 +74,10 @@ struct ScreenResult {
   worker::v1::ProfileTask task;
   worker::v1::DeviceInfo device;                 // where it ran
   std::map<std::string, int64_t> status_counts;  // VariantStatus name -> variants
-  bool reused = false;                           // from the store (a resumed job), not measured now
+  bool reused = false;  // all from the store (a resumed job), nothing measured now
+  // Screens carried from the older family version, and its hash.
+  int carried = 0;
+  std::string carried_from;
   // Other compute processes on the GPU when the screen started ("pid 4121
   // (2.0 GiB); utilization 97%"), empty when none or NVML cannot see.
   std::string contention;
