@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
                  "build-tree binary)");
   app.add_option("--worker", options.worker_path,
                  "the autotune-worker executable (default: beside autotuned)");
+  app.add_option("--profile-worker", options.profile_worker_path,
+                 "the program that validates and times kernels on the GPU, speaking the "
+                 "worker protocol (default: --worker; a wrapper that runs it under a profiler, "
+                 "say)")
+      ->check(CLI::ExistingFile);
   app.add_option("--compile-workers", options.compile_workers,
                  "compile worker processes (default: one per core)")
       ->check(CLI::Range(0, 1024));

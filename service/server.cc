@@ -233,7 +233,9 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   if (options.gpus == "none") {
     job_options.profile_off_reason = "the daemon runs with --gpus none";
   } else {
-    job_options.profile.worker_path = pool_options.worker_path;
+    job_options.profile.worker_path = options.profile_worker_path.empty()
+                                          ? pool_options.worker_path
+                                          : options.profile_worker_path;
     for (absl::string_view ordinal : absl::StrSplit(options.gpus, ',', absl::SkipEmpty())) {
       int value = 0;
       if (!absl::SimpleAtoi(ordinal, &value) || value < 0) {

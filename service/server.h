@@ -45,6 +45,10 @@ struct ServerOptions {
   std::string kernels_dir;
   // The autotune-worker executable; empty = beside this program.
   std::string worker_path;
+  // The program that validates and times kernels on the GPU; empty =
+  // worker_path. (A wrapper that runs the worker under a profiler or a
+  // sanitizer, say; it must speak the worker protocol.)
+  std::string profile_worker_path;
   int compile_workers = 0;  // 0 = one per core
   // GPUs to profile on: empty = all, "none" = no profiling (compile-only
   // jobs), else ordinals "0,2". Workers start with the first job that

@@ -15,6 +15,8 @@
 // FAKE_WORKER_REFERENCE_FAULT=1 ends every task with a reference FAULT;
 // FAKE_WORKER_LOG=<file> appends one line per task received;
 // FAKE_WORKER_FAST_MODE0=1 makes MODE=0 take 4 us instead of 10;
+// FAKE_WORKER_SLEEP_MS=<ms> waits that long before each variant's outcome
+// and before a serial task's report (a job long enough to interrupt);
 // FAKE_WORKER_MIXED=1 reports two GPUs, the second with fewer SMs;
 // FAKE_WORKER_SCREEN_LIES=1 makes MODE=1 screen at 5 us (serially 20 us);
 // FAKE_WORKER_FOREIGN=<pid>:<bytes> puts another compute process on the GPU
@@ -142,7 +144,9 @@ int main(int argc, char** argv) {
       Send(done);
       return 3;
     }
+    const int sleep_ms = EnvInt("FAKE_WORKER_SLEEP_MS", 0);
     for (const wv1::KernelImage& variant : task.variants()) {
+      if (sleep_ms > 0) absl::SleepFor(absl::Milliseconds(sleep_ms));
       wv1::WorkerResponse response;
       wv1::VariantOutcome* outcome = response.mutable_variant();
       outcome->set_task_id(task.task_id());
@@ -233,6 +237,7 @@ int main(int argc, char** argv) {
         Send(done);
         return 3;
       }
+      if (sleep_ms > 0) absl::SleepFor(absl::Milliseconds(sleep_ms));
       report.set_rounds(6);
       report.set_stop("noise 0.10% <= 0.50% after 6 rounds");
       report.set_min_sm_clock_mhz(1980);

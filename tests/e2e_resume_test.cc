@@ -1,0 +1,186 @@
+// End to end: the real daemon killed with SIGKILL in the middle of a
+// measuring job, then started again on the same database. The stand-in
+// profile worker (service/testing/fake_profile_worker.cc, through
+// --profile-worker) takes FAKE_WORKER_SLEEP_MS per variant, so each phase
+// lasts long enough to be interrupted; compiles are real (NVRTC).
+#include <stdlib.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/autotune.pb.h"
+#include "tests/process.h"
+
+namespace autotune::testing {
+namespace {
+
+constexpr int kProblems = 6;
+constexpr int kVariants = 4;  // MODE 0 and 1 OK, 2 WRONG_RESULT, 6 UNSUPPORTED
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+class ResumeAfterKillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("FAKE_WORKER_SLEEP_MS", "150", 1);
+    const std::string testdata = SERVICE_TESTDATA_DIR;
+    WriteText(Path("modes.textproto"),
+              absl::StrReplaceAll(ReadText(testdata + "/modes.textproto"),
+                                  {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", "values: [0, 1, 2, 6]"}}));
+    WriteText(Path("modes.cu"), ReadText(testdata + "/modes.cu"));
+    WriteText(Path("modes.manifest"),
+              "items { family: \"modes\" dims { name: \"n\" values: [256, 512, 1024, 2048, "
+              "4096, 8192] } dtypes: [FLOAT32] }\n");
+    ASSERT_OK(StartDaemon());
+    CommandResult registered = Cli({"register", Path("modes.textproto")});
+    ASSERT_EQ(registered.exit_code, 0) << registered.err;
+  }
+  void TearDown() override { unsetenv("FAKE_WORKER_SLEEP_MS"); }
+
+  absl::Status StartDaemon() {
+    daemon_ = std::make_unique<Daemon>(
+        dir_.path(),
+        std::vector<std::string>{"--kernels", "none", "--compile-workers", "2", "--profile-worker",
+                                 FAKE_PROFILE_WORKER_PATH, "--lease-dir", Path("leases")});
+    return daemon_->Start();
+  }
+
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  CommandResult Cli(std::vector<std::string> args) {
+    args.insert(args.begin(), {AutotuneCliPath(), "--server", daemon_->address()});
+    return RunCommand(args, absl::Minutes(2));
+  }
+
+  // Polls the daemon's newest job until `done` accepts it.
+  v1::Job WaitForJob(const std::function<bool(const v1::Job&)>& done, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job newest;
+    while (absl::Now() < deadline) {
+      CommandResult jobs = Cli({"jobs", "--json"});
+      v1::ListJobsResponse response;
+      if (jobs.exit_code == 0 &&
+          google::protobuf::util::JsonStringToMessage(jobs.out, &response).ok() &&
+          response.jobs_size() > 0) {
+        newest = response.jobs(0);
+        if (done(newest)) return newest;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return newest;
+  }
+
+  // Starts a warmup, kills the daemon once `at` accepts the job, starts it
+  // again and waits for the job to end there. Returns the job as it was
+  // just before the kill, and as it ended.
+  std::pair<v1::Job, v1::Job> KillWhen(const std::function<bool(const v1::Job&)>& at) {
+    std::thread warmup([this] { Cli({"warmup", Path("modes.manifest")}); });
+    const v1::Job before = WaitForJob(at, absl::Minutes(1));
+    daemon_->Kill();
+    warmup.join();
+    EXPECT_TRUE(at(before)) << "the job never got there: " << before.ShortDebugString();
+    EXPECT_OK(StartDaemon());
+    const v1::Job after = WaitForJob(
+        [&](const v1::Job& job) {
+          return job.id() == before.id() &&
+                 (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
+                  job.state() == v1::CANCELLED);
+        },
+        absl::Minutes(2));
+    return {before, after};
+  }
+
+  // Every problem's entry and the measurements behind it.
+  std::vector<v1::GetEntryResponse> Entries() {
+    std::vector<v1::GetEntryResponse> entries;
+    for (int n : {256, 512, 1024, 2048, 4096, 8192}) {
+      CommandResult shown =
+          Cli({"show", "modes", "--dims", absl::StrCat("n=", n), "--dtype", "fp32", "--json"});
+      EXPECT_EQ(shown.exit_code, 0) << shown.err;
+      v1::GetEntryResponse response;
+      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(shown.out, &response).ok())
+          << shown.out;
+      entries.push_back(std::move(response));
+    }
+    return entries;
+  }
+
+  // Measurements of `phase` per config ("MODE=1"), of the job `id`.
+  static std::map<int64_t, int> CountByMode(const v1::GetEntryResponse& entry, v1::Phase phase,
+                                            const std::string& id) {
+    std::map<int64_t, int> counts;
+    for (const v1::Measurement& m : entry.measurements()) {
+      if (m.phase() == phase && m.job_id() == id) ++counts[m.config().params().at("MODE")];
+    }
+    return counts;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(ResumeAfterKillTest, KilledWhileScreeningItScreensOnlyWhatWasNotScreened) {
+  const auto [before, after] = KillWhen([](const v1::Job& job) {
+    return job.state() == v1::SCREENING && job.counts().measured() >= kVariants + 2;
+  });
+  ASSERT_EQ(after.state(), v1::SUCCEEDED) << after.error() << daemon_->Stderr();
+  EXPECT_THAT(daemon_->Stderr(), ::testing::HasSubstr("resuming after a restart"));
+  const std::vector<v1::GetEntryResponse> entries = Entries();
+  for (const v1::GetEntryResponse& entry : entries) {
+    EXPECT_EQ(entry.entry().job_id(), before.id());
+    EXPECT_EQ(entry.entry().config().params().at("MODE"), 0);
+    // Each variant screened once: none lost, none measured again.
+    const std::map<int64_t, int> screens = CountByMode(entry, v1::SCREEN, before.id());
+    EXPECT_EQ(screens, (std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}, {6, 1}}))
+        << entry.entry().problem().ShortDebugString();
+  }
+}
+
+TEST_F(ResumeAfterKillTest, KilledInTheSerialPhaseItKeepsTheEntriesItHadStored) {
+  const auto [before, after] = KillWhen([](const v1::Job& job) {
+    return job.state() == v1::VALIDATING && job.results_size() >= 2 &&
+           job.results_size() < kProblems;
+  });
+  ASSERT_EQ(after.state(), v1::SUCCEEDED) << after.error() << daemon_->Stderr();
+  EXPECT_EQ(after.results_size(), kProblems);
+  std::map<std::string, v1::Entry> stored_before;
+  for (const v1::Entry& entry : before.results()) {
+    stored_before[entry.problem().ShortDebugString()] = entry;
+  }
+  for (const v1::GetEntryResponse& entry : Entries()) {
+    const std::string problem = entry.entry().problem().ShortDebugString();
+    EXPECT_EQ(entry.entry().job_id(), before.id());
+    // No screen is made again after the restart.
+    EXPECT_EQ(CountByMode(entry, v1::SCREEN, before.id()),
+              (std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}, {6, 1}}))
+        << problem;
+    auto it = stored_before.find(problem);
+    if (it == stored_before.end()) continue;
+    // An entry stored before the kill is the one served after it, and its
+    // candidates were timed serially once.
+    EXPECT_EQ(entry.entry().tuned_at(), it->second.tuned_at()) << problem;
+    EXPECT_EQ(CountByMode(entry, v1::SERIAL_VALIDATION, before.id()),
+              (std::map<int64_t, int>{{0, 1}, {1, 1}}))
+        << problem;
+  }
+}
+
+}  // namespace
+}  // namespace autotune::testing
