@@ -1,6 +1,7 @@
 #include "kernels/profile_task.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -137,6 +138,24 @@ absl::StatusOr<wv1::ProfileTask> MakeProfileTask(const v1::KernelFamily& family,
   *ref->mutable_launch() = space.reference_launch;
   ref->set_label("reference");
   return task;
+}
+
+SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options) {
+  SerialRule rule;
+  if (options.target_noise() > 0 && options.target_noise() < 1) {
+    rule.target_noise = options.target_noise();
+  }
+  if (options.min_rounds() > 0) rule.min_rounds = options.min_rounds();
+  if (options.max_seconds() > 0 && std::isfinite(options.max_seconds())) {
+    rule.max_seconds = options.max_seconds();
+  }
+  if (options.round_seconds() > 0 && std::isfinite(options.round_seconds())) {
+    rule.round_seconds = options.round_seconds();
+  }
+  if (options.throttle_fraction() > 0 && options.throttle_fraction() < 1) {
+    rule.throttle_fraction = options.throttle_fraction();
+  }
+  return rule;
 }
 
 }  // namespace autotune::kernels

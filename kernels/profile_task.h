@@ -44,6 +44,18 @@ inline constexpr double kDefaultLaunchTimeoutS = 10;
 inline constexpr double kDefaultTimingBudgetS = 0.25;
 inline constexpr int kDefaultMinSamples = 30;
 
+// Serial rounds (worker.proto, SerialOptions), with the defaults resolved:
+// the worker runs by them, and the daemon's deadlines allow for them.
+struct SerialRule {
+  double target_noise = 0.005;
+  int min_rounds = 5;
+  double max_seconds = 2;
+  double round_seconds = 0.001;
+  double throttle_fraction = 0.75;
+};
+// The options' values, 0 (or out of range) replaced by the defaults above.
+SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options);
+
 struct ProfileSettings {
   bool validate_only = false;
   int seeds = kDefaultSeeds;

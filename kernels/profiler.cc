@@ -101,24 +101,6 @@ double BandwidthFloorUs(double bytes_per_call, double peak_bandwidth_gbps) {
   return bytes_per_call / (peak_bandwidth_gbps * 1e3);
 }
 
-SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options) {
-  SerialRule rule;
-  if (options.target_noise() > 0 && options.target_noise() < 1) {
-    rule.target_noise = options.target_noise();
-  }
-  if (options.min_rounds() > 0) rule.min_rounds = options.min_rounds();
-  if (options.max_seconds() > 0 && std::isfinite(options.max_seconds())) {
-    rule.max_seconds = options.max_seconds();
-  }
-  if (options.round_seconds() > 0 && std::isfinite(options.round_seconds())) {
-    rule.round_seconds = options.round_seconds();
-  }
-  if (options.throttle_fraction() > 0 && options.throttle_fraction() < 1) {
-    rule.throttle_fraction = options.throttle_fraction();
-  }
-  return rule;
-}
-
 std::vector<int> RoundOrder(int candidates, int round) {
   std::vector<int> order;
   if (candidates <= 0) return order;

@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/profile_task.h"
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 
@@ -110,17 +111,6 @@ v1::TimingStats SummarizeTimes(std::vector<double> per_launch_us, double bytes_p
 // The DRAM-bandwidth floor of one launch in microseconds (bytes_per_call at
 // peak_bandwidth_gbps); 0 when either is unknown.
 double BandwidthFloorUs(double bytes_per_call, double peak_bandwidth_gbps);
-
-// Serial rounds (worker.proto, SerialOptions), with the defaults resolved.
-struct SerialRule {
-  double target_noise = 0.005;
-  int min_rounds = 5;
-  double max_seconds = 2;
-  double round_seconds = 0.001;
-  double throttle_fraction = 0.75;
-};
-// The options' values, 0 (or out of range) replaced by the defaults above.
-SerialRule ResolveSerialRule(const worker::v1::SerialOptions& options);
 
 // The order candidates are replayed in round `round` (0-based): 0..n-1
 // rotated left by `round`, so each candidate takes each position in turn.

@@ -677,6 +677,54 @@ TEST_F(ScreenJobTest, TheEtaCoversEveryPhaseOnceAJobHasRunThem) {
   EXPECT_GT(restarted.eta_s(), 0);
 }
 
+// Jobs running at once take turns on the GPU problem by problem: a small
+// job submitted while a large one measures ends long before it.
+TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  family.mutable_params(0)->clear_values();
+  for (int64_t mode : {0, 1}) family.mutable_params(0)->add_values(mode);
+  ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "40");
+  RestartRunner();  // its workers start with the variable set
+
+  v1::JobSpec large = Spec();
+  v1::ManifestItem::DimValues* n = large.mutable_manifest()->mutable_items(0)->mutable_dims(0);
+  n->clear_values();
+  for (int64_t value = 1; value <= 12; ++value) n->add_values(value * 256);
+  v1::JobSpec small = Spec();
+  small.mutable_manifest()->mutable_items(0)->mutable_dims(0)->clear_values();
+  small.mutable_manifest()->mutable_items(0)->mutable_dims(0)->add_values(100000);
+
+  ASSERT_OK_AND_ASSIGN(v1::Job first, runner_->Submit(large));
+  // Once the large job measures, the small one comes.
+  bool measuring = false;
+  ASSERT_OK(runner_->Watch(first.id(), [&](const v1::JobProgress& progress) {
+    measuring = progress.job().counts().measured() > 0;
+    return !measuring;
+  }));
+  ASSERT_TRUE(measuring);
+  ASSERT_OK_AND_ASSIGN(v1::Job second, runner_->Submit(small));
+  v1::Job small_end;
+  ASSERT_OK(runner_->Watch(second.id(), [&](const v1::JobProgress& progress) {
+    small_end = progress.job();
+    return true;
+  }));
+  ASSERT_EQ(small_end.state(), v1::SUCCEEDED) << small_end.error();
+  // The large job is still measuring when the small one has ended.
+  ASSERT_OK_AND_ASSIGN(v1::Job large_now, store_->GetJob(first.id()));
+  v1::Job large_end;
+  ASSERT_OK(runner_->Watch(first.id(), [&](const v1::JobProgress& progress) {
+    if (large_end.id().empty()) large_now = progress.job();
+    large_end = progress.job();
+    return true;
+  }));
+  EXPECT_NE(large_now.state(), v1::SUCCEEDED);
+  EXPECT_LT(large_now.results_size(), 12);
+  ASSERT_EQ(large_end.state(), v1::SUCCEEDED) << large_end.error();
+  EXPECT_EQ(large_end.results_size(), 12);
+}
+
 TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   v1::Job job = Run(Spec());
   ASSERT_EQ(job.state(), v1::SUCCEEDED);

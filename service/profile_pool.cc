@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/gpu_lease.h"
+#include "kernels/profile_task.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -123,9 +124,9 @@ absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::
   absl::Duration deadline = absl::Seconds(launch * (seeds + 4) + budget * 4) + grace;
   if (task.has_serial()) {
     // After the last validation the rounds run before the next answer:
-    // their GPU time cap (worker.proto's default when unset), twice over for
-    // redone rounds and the host's share, plus one launch's time per round.
-    const double cap = task.serial().max_seconds() > 0 ? task.serial().max_seconds() : 2;
+    // their GPU time cap, twice over for redone rounds and the host's share,
+    // plus one launch's time per round.
+    const double cap = kernels::ResolveSerialRule(task.serial()).max_seconds;
     deadline += absl::Seconds(2 * cap + launch * 4);
   }
   return deadline;

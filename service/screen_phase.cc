@@ -11,6 +11,7 @@
 #include "proto/problem.h"
 #include "service/choice.h"
 #include "service/job_text.h"
+#include "service/phase_store.h"
 
 namespace autotune::service {
 namespace {
@@ -24,11 +25,9 @@ class ProblemScreen {
         job_(job),
         family_(problem.record->family),
         context_(ProblemContext(family_.name(), problem.problem)),
-        device_info_(job.gpus->devices().front()) {
-    device_.set_name(device_info_.name());
-    device_.set_compute_capability(device_info_.compute_capability());
-    device_.set_sm_count(device_info_.sm_count());
-  }
+        device_info_(job.gpus->devices().front()),
+        device_(DeviceOf(device_info_)),
+        store_(job.record) {}
 
   ScreenResult Run() {
     kernels::CompiledKernel reference;
@@ -46,10 +45,10 @@ class ProblemScreen {
         m.set_detail(absl::StrCat(Label(variant.config), ": not run: ", why));
         Record(m);
       }
-      if (!store_error_.ok()) return StoreFailed(store_error_);
+      if (!store_.error().ok()) return StoreFailed(store_.error());
       return Failed(absl::AbortedError(why));
     }
-    if (!store_error_.ok()) return StoreFailed(store_error_);
+    if (!store_.error().ok()) return StoreFailed(store_.error());
 
     std::vector<kernels::CompiledVariant> compiled;
     for (size_t i = 0; i < problem_.space.variants.size(); ++i) {
@@ -72,7 +71,7 @@ class ProblemScreen {
       variant_by_id_[entry.id] = &variant;
       compiled.push_back(std::move(entry));
     }
-    if (!store_error_.ok()) return StoreFailed(store_error_);
+    if (!store_.error().ok()) return StoreFailed(store_.error());
     if (compiled.empty()) return Failed(absl::AbortedError("no variant compiled"));
     absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
         family_, problem_.problem, problem_.space, reference, compiled, job_.settings);
@@ -130,11 +129,11 @@ class ProblemScreen {
         m.set_detail(absl::StrCat("not run: ", result.done.phase(), ": ", result.done.detail()));
         Record(m);
       }
-      if (!store_error_.ok()) return StoreFailed(store_error_);
+      if (!store_.error().ok()) return StoreFailed(store_.error());
       return Failed(
           absl::AbortedError(absl::StrCat(result.done.phase(), ": ", result.done.detail())));
     }
-    if (!store_error_.ok()) return StoreFailed(store_error_);
+    if (!store_.error().ok()) return StoreFailed(store_.error());
     return Finish();
   }
 
@@ -223,7 +222,7 @@ class ProblemScreen {
       if (m.status() == v1::OK) result_.ok.push_back({m, entry.variant});
     }
     if (result_.carried > 0) result_.carried_from = problem_.screens_from_hash;
-    return store_error_;
+    return store_.error();
   }
 
   absl::StatusOr<std::vector<v1::Measurement>> ReadMeasurements(const cache::EntryKey& key) {
@@ -260,16 +259,10 @@ class ProblemScreen {
     return m;
   }
 
-  // Stores `m`; the first store error is kept and ends the screen at the
-  // next check (the measurements still to come are recorded too, so each
-  // variant is reported).
-  void Record(const v1::Measurement& m, bool count = true) {
+  // Stores `m`; a store error ends the screen at the next check.
+  void Record(const v1::Measurement& m) {
     ++result_.status_counts[v1::VariantStatus_Name(m.status())];
-    absl::Status stored = job_.record(m, count);
-    if (!stored.ok() && store_error_.ok()) {
-      store_error_ = absl::Status(stored.code(),
-                                  absl::StrCat("cannot store a measurement: ", stored.message()));
-    }
+    store_.Record(m, /*count=*/true);
   }
 
   // The compiled kernel of `key`: from the compile phase, its image read
@@ -333,10 +326,10 @@ class ProblemScreen {
   const v1::KernelFamily& family_;
   const std::string context_;
   const wv1::DeviceInfo device_info_;
-  v1::Device device_;
+  const v1::Device device_;
   std::map<std::string, std::string> sha_by_id_;
   std::map<std::string, const kernels::Variant*> variant_by_id_;
-  absl::Status store_error_;
+  PhaseStore store_;
   ScreenResult result_;
 };
 

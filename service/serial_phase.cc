@@ -14,6 +14,7 @@
 #include "kernels/profile_task.h"
 #include "proto/problem.h"
 #include "service/job_text.h"
+#include "service/phase_store.h"
 
 namespace autotune::service {
 namespace {
@@ -31,11 +32,9 @@ class ProblemSerial {
         screen_(screen),
         job_(job),
         family_(problem.record->family),
-        context_(ProblemContext(family_.name(), problem.problem)) {
-    device_.set_name(screen.device.name());
-    device_.set_compute_capability(screen.device.compute_capability());
-    device_.set_sm_count(screen.device.sm_count());
-  }
+        context_(ProblemContext(family_.name(), problem.problem)),
+        device_(DeviceOf(screen.device)),
+        store_(job.record) {}
 
   SerialResult Run() {
     std::vector<Candidate> screened;
@@ -90,14 +89,14 @@ class ProblemSerial {
                              holder));
           });
       if (leased_wait) result_.waited_s += absl::ToDoubleSeconds(absl::Now() - lease_start);
-      if (!store_error_.ok()) return StoreFailed(store_error_);
+      if (!store_.error().ok()) return StoreFailed(store_.error());
       if (run.done.status() != v1::OK) {
         const std::string prefix = "serial variant ";
         if (absl::StartsWith(run.done.phase(), prefix)) {
           // One candidate failed in the rounds: without it, again.
           Drop(&chosen, run.done.phase().substr(prefix.size()), run.done.status(),
                run.done.detail());
-          if (!store_error_.ok()) return StoreFailed(store_error_);
+          if (!store_.error().ok()) return StoreFailed(store_.error());
           continue;
         }
         return Failed(absl::AbortedError(
@@ -191,13 +190,8 @@ class ProblemSerial {
                   chosen->end());
   }
 
-  void Record(const v1::Measurement& m) {
-    absl::Status stored = job_.record(m, /*count=*/false);
-    if (!stored.ok() && store_error_.ok()) {
-      store_error_ = absl::Status(stored.code(),
-                                  absl::StrCat("cannot store a measurement: ", stored.message()));
-    }
-  }
+  // Serial timings are not more variants: not counted in the job.
+  void Record(const v1::Measurement& m) { store_.Record(m, /*count=*/false); }
 
   SerialResult Choose(const std::vector<size_t>& chosen, const ProfileResult& run,
                       const std::string& contention) {
@@ -229,7 +223,7 @@ class ProblemSerial {
       Record(m);
       timed.push_back({variant, &t, std::move(m)});
     }
-    if (!store_error_.ok()) return StoreFailed(store_error_);
+    if (!store_.error().ok()) return StoreFailed(store_.error());
     if (timed.empty()) return Failed(absl::AbortedError("no candidate was timed serially"));
 
     std::vector<Candidate> candidates;
@@ -304,9 +298,9 @@ class ProblemSerial {
   const SerialJob& job_;
   const v1::KernelFamily& family_;
   const std::string context_;
-  v1::Device device_;
+  const v1::Device device_;
   std::string nvml_error_;
-  absl::Status store_error_;
+  PhaseStore store_;
   SerialResult result_;
 };
 
