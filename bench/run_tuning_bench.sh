@@ -8,6 +8,15 @@
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
 #       stability).
+#   bash bench/run_tuning_bench.sh grow [MANIFEST]
+#       A family that gains a parameter value: a cold warmup of MANIFEST
+#       (default kernels/gla_decode.manifest), then gla_decode registered
+#       again with UNROLL=8 added (a version that differs only in its search
+#       space) and warmed up on the same database: only the new variants are
+#       screened, the others carried. For comparison a cold warmup of the
+#       grown family on a fresh database. Prints the wall times and counts;
+#       fails when nothing was carried or the choices of the two grown runs
+#       disagree beyond a declared tie (tuning_compare.py stability).
 #   bash bench/run_tuning_bench.sh manifests MANIFEST...
 #       One cold warmup of each manifest, each on a fresh database.
 #   bash bench/run_tuning_bench.sh quality [MANIFEST]
@@ -171,6 +180,46 @@ quality() {
   return $failed
 }
 
+grow() {
+  local manifest=${1:-$bundle/kernels/gla_decode.manifest} failed=0
+  local grown=$dir/grown
+  mkdir -p "$grown"
+  cp "$bundle/kernels/gla_decode.cu" "$grown/"
+  sed 's/^params { name: "UNROLL" values: \[1, 2, 4\] }/params { name: "UNROLL" values: [1, 2, 4, 8] }/' \
+    "$bundle/kernels/gla_decode.textproto" >"$grown/gla_decode.textproto"
+  grep -q 'values: \[1, 2, 4, 8\]' "$grown/gla_decode.textproto" || {
+    echo "grow: the UNROLL line of gla_decode.textproto was not found" >&2
+    return 1
+  }
+  start_daemon grow
+  warmup grow grow-before "$manifest" || failed=1
+  cli grow register "$grown/gla_decode.textproto" --replace
+  warmup grow grow-after "$manifest" || failed=1
+  stop_daemon grow
+  start_daemon grown
+  cli grown register "$grown/gla_decode.textproto" --replace
+  warmup grown grow-cold "$manifest" || failed=1
+  stop_daemon grown
+  python3 - "$out/grow-before.json" "$out/grow-after.json" "$out/grow-cold.json" <<'PY' || failed=1
+import json, sys
+rows = []
+for label, path in zip(["before", "after (carried)", "cold (grown)"], sys.argv[1:]):
+    job = json.load(open(path))
+    c, t = job.get("counts", {}), job.get("timing", {})
+    rows.append((label, int(c.get("variants", 0)), int(c.get("measured", 0)),
+                 int(c.get("carried", 0)), float(t.get("screen_s", 0)), float(t.get("serial_s", 0)),
+                 float(t.get("elapsed_s", 0))))
+print(f"{'run':<16} {'variants':>8} {'screened':>8} {'carried':>8} {'screen s':>8} {'serial s':>8} {'total s':>8}")
+for r in rows:
+    print(f"{r[0]:<16} {r[1]:>8} {r[2]:>8} {r[3]:>8} {r[4]:>8.1f} {r[5]:>8.1f} {r[6]:>8.1f}")
+if rows[1][3] == 0:
+    sys.exit("grow: the grown family's warmup carried no screen")
+PY
+  python3 "$(dirname "$0")/tuning_compare.py" stability "$out/grow-after.json" "$out/grow-cold.json" ||
+    failed=1
+  return $failed
+}
+
 # One cold warmup of each manifest, then the next, each on a fresh database.
 manifests() {
   local manifest failed=0 n=0
@@ -188,5 +237,6 @@ case "$mode" in
   fixture) shift; fixture "$@" ;;
   manifests) shift; manifests "$@" ;;
   quality) shift; quality "$@" ;;
-  *) echo "usage: bash bench/run_tuning_bench.sh fixture|manifests|quality [MANIFEST...] [RUNS]" >&2; exit 2 ;;
+  grow) shift; grow "$@" ;;
+  *) echo "usage: bash bench/run_tuning_bench.sh fixture|manifests|quality|grow [MANIFEST...] [RUNS]" >&2; exit 2 ;;
 esac
