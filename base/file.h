@@ -23,9 +23,10 @@ namespace autotune {
 // "--tls-key", "manifest") is empty.
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what = {});
 
-// Writes `contents` to a temporary file beside `path` ("<path>.tmp.<pid>")
-// and renames it over `path`: a reader sees the old file or the new one,
-// never half of one. Nothing is fsync'ed: the promise is to concurrent
+// Writes `contents` to a temporary file beside `path` ("<path>.tmp.<pid>.<n>",
+// unique per call) and renames it over `path`: a reader sees the old file or
+// the new one, never half of one, and writers racing on one path (threads or
+// processes) each replace it whole. Nothing is fsync'ed: the promise is to concurrent
 // readers, not across a crash. The temporary file is removed on failure.
 // Errors read "cannot write <what> <path>: <strerror>".
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,

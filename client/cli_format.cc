@@ -414,6 +414,8 @@ std::string MissKindText(v1::MissKind kind) {
       return "older-version (tuned only for older versions of the family's source)";
     case v1::MISS_EXACT_ONLY:
       return "exact-only (a nearest neighbour exists; --exact refused it)";
+    case v1::MISS_DRIVER_TOO_OLD:
+      return "driver-too-old (tuned, but its binary needs a newer driver; its config applies)";
     default:
       return "unspecified (the server did not say)";
   }
@@ -427,6 +429,10 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
     Field(out, "why", MissKindText(response.miss_kind()));
     Field(out, "reason",
           response.miss_reason().empty() ? "no cached entry" : response.miss_reason());
+    if (response.has_entry()) Field(out, "tuned config", FormatConfig(response.entry().config()));
+    if (response.has_default_config()) {
+      Field(out, "default", FormatConfig(response.default_config()));
+    }
     return;
   }
   for (const v1::DimDistance& distance : response.distance()) {

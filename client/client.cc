@@ -70,9 +70,9 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout
 template <typename Request, typename Response>
 absl::StatusOr<Response> Client::Unary(
     grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    const Request& request) {
+    const Request& request, absl::Duration timeout) {
   grpc::ClientContext context;
-  PrepareContext(context, options_.timeout);
+  PrepareContext(context, timeout > absl::ZeroDuration() ? timeout : options_.timeout);
   Response response;
   const grpc::Status status = ((*stub_).*method)(&context, request, &response);
   if (!status.ok()) return StatusFromGrpc(status, options_.address);
@@ -85,6 +85,11 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(const v1::LookupRequest& reque
 
 absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLookupRequest& request) {
   return Unary(&v1::Autotune::Stub::BatchLookup, request);
+}
+
+absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLookupRequest& request,
+                                                            absl::Duration timeout) {
+  return Unary(&v1::Autotune::Stub::BatchLookup, request, timeout);
 }
 
 absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels(const v1::ListKernelsRequest& request) {

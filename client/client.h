@@ -85,6 +85,9 @@ class Client {
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
   // One answer per lookup, in order; a per-item error does not fail the call.
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request);
+  // The same with its own deadline instead of options.timeout.
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
+                                                      absl::Duration timeout);
 
   absl::StatusOr<v1::ListKernelsResponse> ListKernels(const v1::ListKernelsRequest& request);
   absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
@@ -120,10 +123,9 @@ class Client {
   void PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const;
 
   template <typename Request, typename Response>
-  absl::StatusOr<Response> Unary(grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*,
-                                                                            const Request&,
-                                                                            Response*),
-                                 const Request& request);
+  absl::StatusOr<Response> Unary(
+      grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+      const Request& request, absl::Duration timeout = absl::ZeroDuration());
 
   const ClientOptions options_;
   const std::unique_ptr<v1::Autotune::Stub> stub_;

@@ -538,13 +538,17 @@ void JobRunner::Run(Running* running) {
     absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
   }
   spdlog::info("job {}: {}", id, message);
-  Publish(running, nullptr, message);
+  // Learned before the end is published: a job submitted by whoever saw
+  // this one end estimates with its rates.
   v1::Job finished;
   {
+    const PhaseRates rates = Rates();
     absl::MutexLock lock(&running->mu);
+    running->UpdateTiming(rates);
     finished = running->job;
   }
   if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
+  Publish(running, nullptr, message);
   running->work.reset();
   running->ended = true;
 }

@@ -6,9 +6,11 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "kernels/search_space.h"
 #include "proto/problem.h"
 
 namespace autotune::service {
@@ -43,6 +45,30 @@ std::string Describe(const v1::LookupRequest& request, absl::string_view device)
   return absl::StrCat(ProblemContext(request.family(), request.problem()), " on ",
                       device.empty() ? "any device" : device);
 }
+
+// "major.minor" as a pair; nullopt for other text.
+std::optional<std::pair<int, int>> ParseVersion(absl::string_view text) {
+  std::pair<int, int> version;
+  const size_t dot = text.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, dot), &version.first) ||
+      !absl::SimpleAtoi(text.substr(dot + 1), &version.second)) {
+    return std::nullopt;
+  }
+  return version;
+}
+
+}  // namespace
+
+std::optional<std::string> DriverTooOld(absl::string_view client_driver,
+                                        absl::string_view nvrtc_version) {
+  const std::optional<std::pair<int, int>> driver = ParseVersion(client_driver);
+  const std::optional<std::pair<int, int>> built = ParseVersion(nvrtc_version);
+  if (!driver || !built || *built <= *driver) return std::nullopt;
+  return absl::StrCat("its binary was built by NVRTC ", nvrtc_version, ", newer than the CUDA ",
+                      client_driver, " the client's driver supports");
+}
+
+namespace {
 
 v1::LookupResponse Miss(v1::MissKind kind, std::string reason) {
   v1::LookupResponse response;
@@ -183,6 +209,40 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
                                                            absl::string_view field) const {
+  ASSIGN_OR_RETURN(v1::LookupResponse response, ResolveEntry(request, field));
+  if (response.match() != v1::MISS && !request.driver_version().empty()) {
+    if (std::optional<std::string> why =
+            DriverTooOld(request.driver_version(), response.entry().nvrtc_version())) {
+      (response.match() == v1::EXACT ? counters_.exact : counters_.nearest)
+          .fetch_sub(1, std::memory_order_relaxed);
+      counters_.miss.fetch_add(1, std::memory_order_relaxed);
+      v1::LookupResponse miss =
+          Miss(v1::MISS_DRIVER_TOO_OLD,
+               absl::StrCat("the entry for ", Describe(request, response.entry().device().name()),
+                            " cannot be served: ", *why,
+                            "; its config applies: compile it for this driver"));
+      *miss.mutable_entry() = std::move(*response.mutable_entry());
+      response = std::move(miss);
+    }
+  }
+  if (response.match() == v1::MISS) {
+    // The family is known by now (ResolveEntry read it).
+    ASSIGN_OR_RETURN(std::shared_ptr<const FamilyView> family,
+                     Family(request.family(), request.family_hash()));
+    if (family->family.has_default_config()) {
+      absl::StatusOr<kernels::Variant> untuned = kernels::ResolveConfig(
+          family->family, request.problem(), family->family.default_config());
+      if (untuned.ok()) {
+        *response.mutable_default_config() = untuned->config;
+        *response.mutable_default_launch() = untuned->launch;
+      }
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::LookupRequest& request,
+                                                                absl::string_view field) const {
   if (request.family().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".family is empty"));
   }
@@ -339,7 +399,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupRequest& request) const {
   ASSIGN_OR_RETURN(v1::LookupResponse response, Resolve(request, "request"));
-  if (request.include_cubin() && !response.entry().binary_sha256().empty()) {
+  if (request.include_cubin() && response.match() != v1::MISS &&
+      !response.entry().binary_sha256().empty()) {
     ASSIGN_OR_RETURN(v1::Binary binary, store_->GetBinary(response.entry().binary_sha256()));
     *response.mutable_cubin() = std::move(*binary.mutable_cubin());
   }
@@ -359,7 +420,7 @@ absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
     v1::BatchLookupResult* result = response.add_results();
     absl::StatusOr<v1::LookupResponse> answer = Resolve(item, absl::StrCat("lookups[", i, "]"));
     if (answer.ok() && (request.include_cubin() || item.include_cubin()) &&
-        !answer->entry().binary_sha256().empty()) {
+        answer->match() != v1::MISS && !answer->entry().binary_sha256().empty()) {
       const std::string& sha = answer->entry().binary_sha256();
       if (!response.binaries().contains(sha)) {
         auto failed = binary_errors.find(sha);

@@ -74,6 +74,12 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
                                            const std::vector<v1::Entry>& candidates);
 
 // What a lookup needs of one family version.
+// Why a binary built by NVRTC `nvrtc_version` ("13.0") cannot run on a
+// driver that supports CUDA `client_driver` ("12.8"); nullopt when it can,
+// or when either version is not "major.minor".
+std::optional<std::string> DriverTooOld(absl::string_view client_driver,
+                                        absl::string_view nvrtc_version);
+
 struct FamilyView {
   std::string content_hash;
   v1::KernelFamily family;  // without `source`
@@ -94,9 +100,13 @@ class LookupResolver {
   const LookupCounters& counters() const { return counters_; }
 
  private:
-  // Resolves without reading the cubin.
+  // Resolves without reading the cubin: the entry (ResolveEntry), then the
+  // client's driver checked against it, and a MISS given the family's
+  // default config.
   absl::StatusOr<v1::LookupResponse> Resolve(const v1::LookupRequest& request,
                                              absl::string_view field) const;
+  absl::StatusOr<v1::LookupResponse> ResolveEntry(const v1::LookupRequest& request,
+                                                  absl::string_view field) const;
 
   // The family version a request names: its family_hash, or the current one.
   absl::StatusOr<std::shared_ptr<const FamilyView>> Family(const std::string& name,

@@ -70,6 +70,18 @@ TEST(ChooseNearestTest, NothingBucketedMeansNoNearest) {
   EXPECT_FALSE(ChooseNearest(MakeProblem(9, 4096), {}, candidates).has_value());
 }
 
+TEST(DriverTooOldTest, ComparesMajorThenMinor) {
+  EXPECT_THAT(DriverTooOld("12.8", "13.0"),
+              ::testing::Optional(HasSubstr("built by NVRTC 13.0, newer than the CUDA 12.8")));
+  EXPECT_TRUE(DriverTooOld("13.0", "13.1").has_value());
+  EXPECT_FALSE(DriverTooOld("13.0", "13.0").has_value());
+  EXPECT_FALSE(DriverTooOld("13.1", "13.0").has_value());
+  EXPECT_FALSE(DriverTooOld("12.10", "12.9").has_value());
+  EXPECT_FALSE(DriverTooOld("", "13.0").has_value());
+  EXPECT_FALSE(DriverTooOld("12.8", "").has_value());
+  EXPECT_FALSE(DriverTooOld("twelve", "13.0").has_value());
+}
+
 // The resolver over a real store holding the quick start's sample:
 // vector_scale bf16 n=4096 at batch 1, 8 and 64 on an H200.
 class LookupResolverStoreTest : public ::testing::Test {
@@ -127,6 +139,48 @@ TEST_F(LookupResolverStoreTest, ExactNearestMissAndCounters) {
   EXPECT_EQ(resolver_->counters().exact.load(), 1);
   EXPECT_EQ(resolver_->counters().nearest.load(), 1);
   EXPECT_EQ(resolver_->counters().miss.load(), 1);
+}
+
+TEST_F(LookupResolverStoreTest, AnEntryBuiltForANewerDriverIsNotServed) {
+  v1::LookupRequest old_driver = Request(8);
+  old_driver.set_driver_version("12.8");  // the sample's binaries are NVRTC 13.0
+  old_driver.set_include_cubin(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse refused, resolver_->Lookup(old_driver));
+  EXPECT_EQ(refused.match(), v1::MISS);
+  EXPECT_EQ(refused.miss_kind(), v1::MISS_DRIVER_TOO_OLD);
+  EXPECT_THAT(refused.miss_reason(), HasSubstr("newer than the CUDA 12.8"));
+  EXPECT_EQ(refused.entry().problem().dims().at("batch"), 8);  // its config still applies
+  EXPECT_TRUE(refused.cubin().empty());
+  // NEAREST is refused alike; a driver as new serves both.
+  old_driver.mutable_problem()->mutable_dims()->at("batch") = 40;
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(old_driver));
+  EXPECT_EQ(nearest.miss_kind(), v1::MISS_DRIVER_TOO_OLD);
+  v1::LookupRequest new_driver = Request(8);
+  new_driver.set_driver_version("13.0");
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse served, resolver_->Lookup(new_driver));
+  EXPECT_EQ(served.match(), v1::EXACT);
+  EXPECT_EQ(resolver_->counters().miss.load(), 2);
+  EXPECT_EQ(resolver_->counters().exact.load(), 1);
+  EXPECT_EQ(resolver_->counters().nearest.load(), 0);
+
+  v1::BatchLookupRequest batch;
+  *batch.add_lookups() = Request(8);
+  batch.mutable_lookups(0)->set_driver_version("12.8");
+  batch.set_include_cubin(true);
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse answers, resolver_->BatchLookup(batch));
+  EXPECT_EQ(answers.results(0).response().miss_kind(), v1::MISS_DRIVER_TOO_OLD);
+  EXPECT_TRUE(answers.binaries().empty());
+}
+
+TEST_F(LookupResolverStoreTest, AMissCarriesTheFamilysDefaultConfigForTheProblem) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(Request(8, 1000)));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_EQ(miss.default_config().params().at("BLOCK"), 256);
+  EXPECT_EQ(miss.default_config().params().at("ELEMS_PER_THREAD"), 1);
+  ASSERT_EQ(miss.default_launch().block_size(), 1);
+  EXPECT_EQ(miss.default_launch().block(0), 256);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
+  EXPECT_FALSE(exact.has_default_config());
 }
 
 TEST_F(LookupResolverStoreTest, UnknownFamilyIsNotFound) {

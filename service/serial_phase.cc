@@ -250,6 +250,10 @@ class ProblemSerial {
     *entry.mutable_config() = best.config();
     *entry.mutable_launch() = winner.variant->variant->launch;
     entry.set_binary_sha256(best.binary_sha256());
+    const std::string winner_id = absl::StrCat(winner.variant->variant->index);
+    for (const wv1::KernelImage& image : screen_.task.variants()) {
+      if (image.id() == winner_id) entry.set_function_name(image.lowered_name());
+    }
     entry.set_nvrtc_version(job_.nvrtc_version);
     entry.set_driver_version(run.device.driver_version());
     entry.set_arch(job_.arch);

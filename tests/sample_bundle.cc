@@ -129,6 +129,8 @@ v1::KernelFamily VectorScaleFamily() {
   };
   add_param("BLOCK", {64, 128, 256, 512});
   add_param("ELEMS_PER_THREAD", {1, 2, 4});
+  (*f.mutable_default_config()->mutable_params())["BLOCK"] = 256;
+  (*f.mutable_default_config()->mutable_params())["ELEMS_PER_THREAD"] = 1;
 
   v1::ProblemDimension* batch = f.add_dims();
   batch->set_name("batch");

@@ -1,0 +1,104 @@
+// Start-up lookups for inference servers: every (family, problem) a server
+// will run, asked in one batch with one deadline, answered by the service
+// when it answers in time, else from the local cache (client/local_cache.h).
+//
+//   StartupOptions options;             // the daemon's default address, 2 s
+//   options.device.set_name("NVIDIA H200");
+//   options.driver_version = "13.0";    // cuDriverGetVersion, as "major.minor"
+//   ASSIGN_OR_RETURN(std::unique_ptr<StartupLookup> lookup, StartupLookup::Create(options));
+//   for (const StartupAnswer& answer : lookup->LookupAll(requests)) {
+//     if (!answer.error.ok()) ...nothing to go on: answer.error says why...
+//     answer.source             // SERVICE or LOCAL_CACHE
+//     answer.response.match()   // EXACT / NEAREST / MISS (miss_kind, default_config)
+//     answer.cubin              // the entry's binary, sha256 checked, when at hand
+//   }
+//
+// Cost: at most `deadline` waiting on the service, whatever it does (absent,
+// slow, hung): one BatchLookup without cubins, then one for the cubins the
+// local cache lacks or holds damaged (a damaged cubin is refused and fetched
+// again). Then only local reads. Each answer the service gives is written to
+// the local cache with its cubin, so the next start finds it when the
+// service is down; a failed write is said in the answer's note.
+//
+// Per item: an error from the service for one lookup (unknown family, bad
+// dims) is that answer's error; the service is not asked again and the
+// local cache not read for it. When the service cannot answer, an item with
+// no usable local answer gets an error naming the service's failure and the
+// local cache's. Thread-safe.
+#ifndef AUTOTUNE_CLIENT_STARTUP_LOOKUP_H_
+#define AUTOTUNE_CLIENT_STARTUP_LOOKUP_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/local_cache.h"
+#include "proto/autotune.pb.h"
+
+namespace autotune::client {
+
+struct StartupOptions {
+  // The service; its `timeout` is replaced by `deadline`.
+  ClientOptions client;
+  // Everything the service may cost, both calls together.
+  absl::Duration deadline = absl::Seconds(2);
+  // The local cache: empty = LocalCache::DefaultDirectory(); "none" = none.
+  std::string local_cache_dir;
+  // Set on every request that leaves them empty: the device the server
+  // runs on and the CUDA version its driver supports (LookupRequest).
+  v1::Device device;
+  std::string driver_version;
+  // Fetch the entries' cubins (false: configs only).
+  bool cubins = true;
+};
+
+enum class AnswerSource { kService, kLocalCache };
+const char* AnswerSourceName(AnswerSource source);  // "service", "local cache"
+
+struct StartupAnswer {
+  v1::LookupRequest request;    // as sent (device and driver filled in)
+  v1::LookupResponse response;  // cubin cleared: see `cubin`
+  AnswerSource source = AnswerSource::kService;
+  std::string cubin;  // the entry's binary when at hand (EXACT, NEAREST)
+  // Where the answer came from and what went wrong on the way, for people:
+  // "the service did not answer (...); stored 2026-12-01T10:00:00Z by
+  // unix:///run/autotune.sock".
+  std::string note;
+  absl::Status error;  // no answer (the response is then empty)
+};
+
+class StartupLookup {
+ public:
+  // INVALID_ARGUMENT for bad client options; a local cache that cannot be
+  // opened is an error too, naming its directory.
+  static absl::StatusOr<std::unique_ptr<StartupLookup>> Create(const StartupOptions& options);
+
+  // One answer per request, in order. Never fails as a whole.
+  std::vector<StartupAnswer> LookupAll(const std::vector<v1::LookupRequest>& requests);
+
+  const LocalCache* local_cache() const { return local_ ? &*local_ : nullptr; }
+
+ private:
+  StartupLookup(StartupOptions options, std::unique_ptr<Client> client,
+                std::optional<LocalCache> local);
+  // The answers from the local cache when the service failed with `why`.
+  void FromLocalCache(const absl::Status& why, std::vector<StartupAnswer>& answers) const;
+  // Fills `answers[i].cubin` from the local cache or, for those it lacks,
+  // from the service before `deadline`.
+  void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers);
+  // Writes the answer and its cubin to the local cache; a failure is noted.
+  void Store(StartupAnswer& answer) const;
+
+  const StartupOptions options_;
+  std::unique_ptr<Client> client_;
+  std::optional<LocalCache> local_;
+};
+
+}  // namespace autotune::client
+
+#endif  // AUTOTUNE_CLIENT_STARTUP_LOOKUP_H_
