@@ -80,6 +80,7 @@ Command LookupCommand(CLI::App& root, Streams io) {
     std::string hash;
     bool exact = false;
     std::string cubin_out;
+    bool tune_on_miss = false;
     bool json = false;
     v1::LookupRequest request;
   };
@@ -95,6 +96,9 @@ Command LookupCommand(CLI::App& root, Streams io) {
   command.app->add_option("--hash", s->hash, "Family content hash; default: the current one");
   command.app->add_flag("--exact", s->exact, "Answer EXACT or MISS, never NEAREST");
   command.app->add_option("--cubin-out", s->cubin_out, "Write the entry's cubin to this file");
+  command.app->add_flag(
+      "--tune-on-miss", s->tune_on_miss,
+      "On a MISS, ask the daemon to tune the problem (deduplicated, rate-limited)");
   AddJsonFlag(command.app, s->json);
   command.prepare = [s]() -> absl::Status {
     ASSIGN_OR_RETURN(*s->request.mutable_problem(), ProblemFromFlags(s->problem));
@@ -121,9 +125,21 @@ Command LookupCommand(CLI::App& root, Streams io) {
         response.clear_cubin();
       }
     }
+    std::string tuning_note;
+    if (s->tune_on_miss && response.match() == v1::MISS) {
+      v1::RequestTuningRequest tune;
+      *tune.add_lookups() = s->request;
+      tune.mutable_lookups(0)->clear_include_cubin();
+      ASSIGN_OR_RETURN(v1::RequestTuningResponse tuning, client.RequestTuning(tune));
+      if (tuning.results_size() == 1) {
+        tuning_note = absl::StrCat(v1::TuningRequestState_Name(tuning.results(0).state()), ": ",
+                                   tuning.results(0).message());
+      }
+    }
     if (s->json) return PrintJson(response, io.out);
     PrintLookupResponse(s->request, response, io.out);
     if (!cubin_note.empty()) io.out << absl::StrFormat("  %-12s %s\n", "cubin", cubin_note);
+    if (!tuning_note.empty()) io.out << absl::StrFormat("  %-12s %s\n", "tuning", tuning_note);
     return absl::OkStatus();
   };
   return command;

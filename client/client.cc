@@ -92,6 +92,11 @@ absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLooku
   return Unary(&v1::Autotune::Stub::BatchLookup, request, timeout);
 }
 
+absl::StatusOr<v1::RequestTuningResponse> Client::RequestTuning(
+    const v1::RequestTuningRequest& request, absl::Duration timeout) {
+  return Unary(&v1::Autotune::Stub::RequestTuning, request, timeout);
+}
+
 absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels(const v1::ListKernelsRequest& request) {
   return Unary(&v1::Autotune::Stub::ListKernels, request);
 }

@@ -89,6 +89,11 @@ class Client {
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
                                                       absl::Duration timeout);
 
+  // Tune-on-miss: asks the daemon to queue the problems of lookups that
+  // missed (service/tune_on_miss.h says what each result means).
+  absl::StatusOr<v1::RequestTuningResponse> RequestTuning(
+      const v1::RequestTuningRequest& request, absl::Duration timeout = absl::ZeroDuration());
+
   absl::StatusOr<v1::ListKernelsResponse> ListKernels(const v1::ListKernelsRequest& request);
   absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
       const v1::RegisterKernelRequest& request);

@@ -98,6 +98,7 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     answer.note = absl::StrCat("answered by ", client_->address());
   }
   if (options_.cubins) AttachCubins(deadline, answers);
+  if (options_.tune_on_miss) RequestTuning(deadline, answers);
   for (StartupAnswer& answer : answers) {
     if (answer.error.ok()) Store(answer);
   }
@@ -145,6 +146,39 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
     } else {
       answer.cubin = it->second;
     }
+  }
+}
+
+void StartupLookup::RequestTuning(absl::Time deadline, std::vector<StartupAnswer>& answers) {
+  v1::RequestTuningRequest request;
+  std::vector<size_t> asked;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const StartupAnswer& answer = answers[i];
+    if (answer.error.ok() && answer.response.match() == v1::MISS &&
+        answer.response.miss_kind() != v1::MISS_DRIVER_TOO_OLD) {
+      *request.add_lookups() = answer.request;
+      asked.push_back(i);
+    }
+  }
+  if (asked.empty()) return;
+  const absl::Duration left = deadline - absl::Now();
+  absl::StatusOr<v1::RequestTuningResponse> response =
+      left > absl::ZeroDuration() ? client_->RequestTuning(request, left)
+                                  : absl::StatusOr<v1::RequestTuningResponse>(
+                                        absl::DeadlineExceededError("no time was left to ask"));
+  if (response.ok() && response->results_size() != request.lookups_size()) {
+    response = absl::InternalError("the service answered another number of tuning requests");
+  }
+  for (size_t k = 0; k < asked.size(); ++k) {
+    StartupAnswer& answer = answers[asked[k]];
+    if (!response.ok()) {
+      AddNote(answer, absl::StrCat("tune-on-miss not asked: ", response.status().message()));
+      continue;
+    }
+    const v1::TuningRequestResult& result = response->results(static_cast<int>(k));
+    answer.tuning = result;
+    AddNote(answer, absl::StrCat("tune-on-miss: ", v1::TuningRequestState_Name(result.state()),
+                                 ": ", result.message()));
   }
 }
 

@@ -55,6 +55,10 @@ struct StartupOptions {
   std::string driver_version;
   // Fetch the entries' cubins (false: configs only).
   bool cubins = true;
+  // Tune-on-miss: ask the service, within the deadline, to tune the
+  // problems it answered MISS (all kinds but MISS_DRIVER_TOO_OLD, which
+  // tuning does not mend), so that the next start finds them.
+  bool tune_on_miss = false;
 };
 
 enum class AnswerSource { kService, kLocalCache };
@@ -70,6 +74,9 @@ struct StartupAnswer {
   // unix:///run/autotune.sock".
   std::string note;
   absl::Status error;  // no answer (the response is then empty)
+  // Tune-on-miss: what the service did with this MISS (queued, already
+  // queued, rate limited, ...); unset when not asked or not answered.
+  std::optional<v1::TuningRequestResult> tuning;
 };
 
 class StartupLookup {
@@ -93,6 +100,8 @@ class StartupLookup {
   void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers);
   // Writes the answer and its cubin to the local cache; a failure is noted.
   void Store(StartupAnswer& answer) const;
+  // Asks the service to tune the misses, before `deadline`.
+  void RequestTuning(absl::Time deadline, std::vector<StartupAnswer>& answers);
 
   const StartupOptions options_;
   std::unique_ptr<Client> client_;

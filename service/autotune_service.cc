@@ -19,8 +19,19 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
 }  // namespace
 
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
+                                 TuneOnMiss* tune_on_miss,
                                  std::function<void(v1::StatsResponse*)> fill_stats)
-    : resolver_(resolver), admin_(admin), jobs_(jobs), fill_stats_(std::move(fill_stats)) {}
+    : resolver_(resolver),
+      admin_(admin),
+      jobs_(jobs),
+      tune_on_miss_(tune_on_miss),
+      fill_stats_(std::move(fill_stats)) {}
+
+grpc::Status AutotuneService::RequestTuning(grpc::ServerContext*,
+                                            const v1::RequestTuningRequest* request,
+                                            v1::RequestTuningResponse* response) {
+  return Answer(tune_on_miss_->Request(*request), response);
+}
 
 grpc::ServerUnaryReactor* AutotuneService::Lookup(grpc::CallbackServerContext* context,
                                                   const v1::LookupRequest* request,

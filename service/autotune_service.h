@@ -13,6 +13,7 @@
 #include "service/cache_admin.h"
 #include "service/job_runner.h"
 #include "service/lookup_resolver.h"
+#include "service/tune_on_miss.h"
 
 namespace autotune::service {
 
@@ -23,7 +24,7 @@ class AutotuneService final : public AutotuneServiceBase {
  public:
   // `fill_stats` adds what only the server knows (uptime, addresses).
   AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
-                  std::function<void(v1::StatsResponse*)> fill_stats);
+                  TuneOnMiss* tune_on_miss, std::function<void(v1::StatsResponse*)> fill_stats);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
@@ -32,6 +33,8 @@ class AutotuneService final : public AutotuneServiceBase {
                                         const v1::BatchLookupRequest* request,
                                         v1::BatchLookupResponse* response) override;
 
+  grpc::Status RequestTuning(grpc::ServerContext* context, const v1::RequestTuningRequest* request,
+                             v1::RequestTuningResponse* response) override;
   grpc::Status RegisterKernel(grpc::ServerContext* context,
                               const v1::RegisterKernelRequest* request,
                               v1::RegisterKernelResponse* response) override;
@@ -65,6 +68,7 @@ class AutotuneService final : public AutotuneServiceBase {
   const LookupResolver* resolver_;
   CacheAdmin* admin_;
   JobRunner* jobs_;
+  TuneOnMiss* tune_on_miss_;
   std::function<void(v1::StatsResponse*)> fill_stats_;
 };
 

@@ -608,6 +608,11 @@ void JobRunner::Compile(Running* running) {
       });
 }
 
+absl::StatusOr<std::vector<worker::v1::DeviceInfo>> JobRunner::Devices() {
+  ASSIGN_OR_RETURN(ProfilePool * gpus, Gpus());
+  return gpus->devices();
+}
+
 absl::StatusOr<ProfilePool*> JobRunner::Gpus() {
   absl::MutexLock lock(&gpus_mu_);
   if (gpus_ != nullptr) return gpus_.get();

@@ -116,6 +116,10 @@ class JobRunner {
   // job already stored are not measured again.
   absl::StatusOr<int> ResumeUnfinished();
 
+  // The GPUs jobs measure on (their workers are started on first use).
+  // FAILED_PRECONDITION with the reason when there is no usable GPU.
+  absl::StatusOr<std::vector<worker::v1::DeviceInfo>> Devices();
+
  private:
   struct Work;
   struct Running;

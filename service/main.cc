@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
                  "before the problem fails (a job may set its own; --force measures anyway)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--tune-on-miss-per-hour", options.tune_on_miss_per_hour,
+                 "problems a RequestTuning call (tune-on-miss) may queue per hour, over all "
+                 "clients; 0 turns it off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,
                  "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")

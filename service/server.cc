@@ -151,6 +151,7 @@ class Server::Impl {
   std::unique_ptr<CacheAdmin> admin_;
   std::unique_ptr<CompilePool> compile_pool_;
   std::unique_ptr<JobRunner> jobs_;
+  std::unique_ptr<TuneOnMiss> tune_on_miss_;
   std::unique_ptr<AutotuneService> service_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
@@ -247,8 +248,11 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   }
   jobs_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), pool_error,
                                       std::move(job_options));
+  tune_on_miss_ = std::make_unique<TuneOnMiss>(
+      store_.get(), jobs_.get(),
+      TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour});
   service_ = std::make_unique<AutotuneService>(
-      resolver_.get(), admin_.get(), jobs_.get(),
+      resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(),
       [this](v1::StatsResponse* response) { FillStats(response); });
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -337,6 +341,7 @@ void Server::Impl::Shutdown() {
     server_.reset();
   }
   service_.reset();
+  tune_on_miss_.reset();
   jobs_.reset();  // cancels running jobs and waits for them
   compile_pool_.reset();
   admin_.reset();

@@ -59,6 +59,8 @@ struct ServerOptions {
   // take none (only when no other autotune process shares the GPUs).
   std::string lease_dir = kDefaultLeaseDir;
   double quiet_wait_s = 600;  // serial phase: wait for a quiet GPU, when a job gives none
+  // Tune-on-miss (service/tune_on_miss.h): problems accepted per hour; 0 = off.
+  int tune_on_miss_per_hour = 60;
 };
 
 class Server {

@@ -224,5 +224,22 @@ TEST_F(StartupEndToEndTest, AnEntryBuiltForANewerDriverIsNotServedAsExact) {
   EXPECT_TRUE(answers[0].cubin.empty());
 }
 
+TEST_F(StartupEndToEndTest, TuneOnMissAsksForTheMissesOnlyAndSaysWhatTheServiceDid) {
+  StartupOptions options;
+  options.client.address = daemon_->address();
+  options.local_cache_dir = LocalDir();
+  options.device.set_name("NVIDIA H200");
+  options.tune_on_miss = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StartupLookup> lookup, StartupLookup::Create(options));
+  const std::vector<StartupAnswer> answers = lookup->LookupAll(ServerShapes());
+  ExpectServerShapesAnswered(answers, AnswerSource::kService);
+  EXPECT_FALSE(answers[0].tuning.has_value());  // EXACT
+  EXPECT_FALSE(answers[1].tuning.has_value());  // NEAREST
+  // This daemon has no GPU: the miss cannot be tuned here, and says why.
+  ASSERT_TRUE(answers[2].tuning.has_value());
+  EXPECT_EQ(answers[2].tuning->state(), v1::TUNING_REFUSED);
+  EXPECT_THAT(answers[2].note, HasSubstr("tune-on-miss: TUNING_REFUSED: this daemon cannot tune"));
+}
+
 }  // namespace
 }  // namespace autotune::testing
