@@ -26,6 +26,7 @@
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
+#include "client/server_configs.h"
 #include "client/warmup_report.h"
 #include "proto/problem.h"
 
@@ -421,6 +422,64 @@ Command ExportCommand(CLI::App& root, Streams io) {
   return command;
 }
 
+Command ExportConfigsCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string family;
+    std::string out_dir;
+    std::string device;
+    std::string hash;
+    ServerConfigOptions options;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "export-configs",
+      "Write a family's tuned configs as per-device JSON files in the layout vLLM and SGLang "
+      "read for fused-MoE kernels (keyed by the bucketed dimension)");
+  command.app->add_option("family", s->family, "Kernel family name")->required();
+  command.app->add_option("--out", s->out_dir, "Directory to write the files into")->required();
+  command.app->add_option("--device", s->device, "Only entries tuned on this device");
+  command.app->add_option("--hash", s->hash, "Family content hash; default: the current one");
+  command.app->add_option("--bucket", s->options.bucket,
+                          "Dimension the files are keyed by; default: the family's bucketed one");
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::ListKernelsResponse kernels, client.ListKernels({}));
+    const v1::KernelSummary* family = nullptr;
+    for (const v1::KernelSummary& kernel : kernels.kernels()) {
+      if (kernel.name() == s->family) family = &kernel;
+    }
+    if (family == nullptr) {
+      return absl::NotFoundError(absl::StrCat("unknown family '", s->family, "'"));
+    }
+    v1::ListEntriesRequest request;
+    request.mutable_filter()->set_family(s->family);
+    request.mutable_filter()->set_family_hash(s->hash.empty() ? family->content_hash() : s->hash);
+    request.mutable_filter()->set_device(s->device);
+    request.set_limit(1000);
+    std::vector<v1::Entry> entries;
+    while (true) {
+      request.set_offset(static_cast<int32_t>(entries.size()));
+      ASSIGN_OR_RETURN(v1::ListEntriesResponse page, client.ListEntries(request));
+      for (v1::Entry& entry : *page.mutable_entries()) entries.push_back(std::move(entry));
+      if (page.entries().empty() || static_cast<int64_t>(entries.size()) >= page.total()) break;
+    }
+    ASSIGN_OR_RETURN(std::vector<ConfigFile> files,
+                     ServerConfigFiles(*family, entries, s->options));
+    RETURN_IF_ERROR(MakeDirectories(s->out_dir, 0755));
+    int written = 0;
+    for (const ConfigFile& file : files) {
+      RETURN_IF_ERROR(WriteFileAtomically(s->out_dir + "/" + file.name, file.json, "config file"));
+      io.out << "  " << file.name << "  " << file.entries << " configs\n";
+      written += file.entries;
+    }
+    io.out << "wrote " << files.size() << " files (" << written << " configs of " << entries.size()
+           << " entries) to " << s->out_dir << "\n";
+    return absl::OkStatus();
+  };
+  return command;
+}
+
 Command ImportCommand(CLI::App& root, Streams io) {
   struct State {
     std::string file;
@@ -789,10 +848,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 
   const Streams io{out, err};
   const std::vector<Command> commands = {
-      LookupCommand(app, io),     ListCommand(app, io),   ShowCommand(app, io),
-      InvalidateCommand(app, io), StatsCommand(app, io),  KernelsCommand(app, io),
-      RegisterCommand(app, io),   JobsCommand(app, io),   GcCommand(app, io),
-      ExportCommand(app, io),     ImportCommand(app, io), WarmupCommand(app, io),
+      LookupCommand(app, io),        ListCommand(app, io),   ShowCommand(app, io),
+      InvalidateCommand(app, io),    StatsCommand(app, io),  KernelsCommand(app, io),
+      RegisterCommand(app, io),      JobsCommand(app, io),   GcCommand(app, io),
+      ExportCommand(app, io),        ImportCommand(app, io), WarmupCommand(app, io),
+      ExportConfigsCommand(app, io),
   };
 
   try {

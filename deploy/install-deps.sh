@@ -26,6 +26,9 @@ packages=(
   clang-14             # clang++-14: deploy/check-thread-safety.sh
   jq                   # reads compile_commands.json for that check
   clang-format-14      # deploy/check-format.sh
+  python3              # the Python client and the tests that read exported configs
+  python3-grpcio       # the Python client (client/python)
+  python3-protobuf
 )
 
 missing=()

@@ -2,10 +2,12 @@
 // through the autotune CLI and the C++ client library.
 #include <sqlite3.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_matchers.h"
 #include "base/version.h"
 #include "client/bundle.h"
@@ -184,6 +186,37 @@ TEST_F(CacheEndToEndTest, BatchLookupThroughTheClientLibraryShipsEachCubinOnce) 
   const std::string& sha = response.results(0).response().entry().binary_sha256();
   ASSERT_TRUE(response.binaries().contains(sha));
   EXPECT_EQ(response.binaries().at(sha), bundle_.binaries(0).cubin());
+}
+
+// The files servers read today, read back the way vLLM reads them.
+TEST_F(CacheEndToEndTest, ExportConfigsWritesTheJsonLayoutServersReadToday) {
+  ImportSample();
+  const std::string out = dir_.path() + "/configs";
+  CommandResult exported = Cli({"export-configs", "vector_scale", "--out", out});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_THAT(exported.out, HasSubstr("wrote 1 files (3 configs of 3 entries)"));
+  const std::string file = out + "/n=4096,device_name=NVIDIA_H200,dtype=bf16.json";
+  const auto config_of = [&](int64_t batch) {
+    for (const v1::Entry& entry : bundle_.entries()) {
+      if (entry.problem().dims().at("batch") != batch) continue;
+      std::map<std::string, int64_t> params(entry.config().params().begin(),
+                                            entry.config().params().end());
+      std::vector<std::string> fields;
+      for (const auto& [name, value] : params)
+        fields.push_back(absl::StrCat("\"", name, "\": ", value));
+      return absl::StrCat("{", absl::StrJoin(fields, ", "), "}\n");
+    }
+    return std::string("none");
+  };
+  for (auto [m, tuned] : {std::pair<int64_t, int64_t>{1, 1}, {12, 8}, {40, 64}, {500, 64}}) {
+    CommandResult read = RunCommand(
+        {PYTHON3_EXECUTABLE, AUTOTUNE_TESTS_DIR "/vllm_config_reader.py", file, absl::StrCat(m)});
+    ASSERT_EQ(read.exit_code, 0) << read.err;
+    EXPECT_EQ(read.out, config_of(tuned)) << "M=" << m;
+  }
+  CommandResult unknown = Cli({"export-configs", "nope", "--out", out});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown family 'nope'"));
 }
 
 TEST_F(CacheEndToEndTest, InvalidateRemovesExactlyWhatItNames) {

@@ -1,0 +1,87 @@
+#include "client/server_configs.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "proto/problem.h"
+
+namespace autotune::client {
+
+absl::StatusOr<std::vector<ConfigFile>> ServerConfigFiles(const v1::KernelSummary& family,
+                                                          const std::vector<v1::Entry>& entries,
+                                                          const ServerConfigOptions& options) {
+  std::string bucket = options.bucket;
+  if (bucket.empty()) {
+    std::vector<std::string> bucketed;
+    for (const v1::ProblemDimension& dim : family.dims()) {
+      if (dim.bucketed()) bucketed.push_back(dim.name());
+    }
+    if (bucketed.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "family ", family.name(), " has ", bucketed.size(), " bucketed dimensions",
+          bucketed.empty() ? "" : absl::StrCat(" (", absl::StrJoin(bucketed, ", "), ")"),
+          "; name the one to key the files by (--bucket)"));
+    }
+    bucket = bucketed.front();
+  } else {
+    bool known = false;
+    for (const v1::ProblemDimension& dim : family.dims()) known = known || dim.name() == bucket;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--bucket ", bucket, " is not a dimension of family ", family.name()));
+    }
+  }
+  // File name -> bucket value -> params.
+  std::map<std::string, std::map<int64_t, const v1::Entry*>> files;
+  for (const v1::Entry& entry : entries) {
+    if (entry.family() != family.name()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an entry of family ", entry.family(), " among those of ", family.name()));
+    }
+    std::vector<std::string> parts;
+    int64_t key = 0;
+    bool has_key = false;
+    for (const auto& [name, value] : entry.problem().dims()) {
+      if (name == bucket) {
+        key = value;
+        has_key = true;
+      }
+    }
+    if (!has_key) continue;
+    // Dims in name order, as FormatDims writes them.
+    std::map<std::string, int64_t> others(entry.problem().dims().begin(),
+                                          entry.problem().dims().end());
+    others.erase(bucket);
+    for (const auto& [name, value] : others) parts.push_back(absl::StrCat(name, "=", value));
+    parts.push_back(absl::StrCat(
+        "device_name=", absl::StrReplaceAll(entry.device().name(), {{" ", "_"}, {"/", "_"}})));
+    parts.push_back(absl::StrCat("dtype=", DTypeName(entry.problem().dtype())));
+    const v1::Entry*& slot = files[absl::StrCat(absl::StrJoin(parts, ","), ".json")][key];
+    // Several versions or NVRTCs of one problem: the newest tuning wins.
+    if (slot == nullptr || entry.tuned_at() > slot->tuned_at()) slot = &entry;
+  }
+  std::vector<ConfigFile> out;
+  for (const auto& [name, by_key] : files) {
+    ConfigFile file;
+    file.name = name;
+    std::vector<std::string> items;
+    for (const auto& [key, entry] : by_key) {
+      std::map<std::string, int64_t> params(entry->config().params().begin(),
+                                            entry->config().params().end());
+      std::vector<std::string> fields;
+      for (const auto& [param, value] : params) {
+        fields.push_back(absl::StrCat("\"", param, "\": ", value));
+      }
+      items.push_back(absl::StrCat("  \"", key, "\": {", absl::StrJoin(fields, ", "), "}"));
+    }
+    file.json = absl::StrCat("{\n", absl::StrJoin(items, ",\n"), "\n}\n");
+    file.entries = static_cast<int>(by_key.size());
+    out.push_back(std::move(file));
+  }
+  return out;
+}
+
+}  // namespace autotune::client
