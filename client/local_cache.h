@@ -46,8 +46,9 @@ class LocalCache {
   //   "autotune-lookup 1\n" family "\n" family_hash "\n" dims "\n" dtype "\n"
   //   device.name "\n" device.compute_capability "\n" device.sm_count "\n"
   //   exact_only "\n" driver_version "\n"
-  // with dims as FormatDims writes them ("batch=8,n=4096"), dtype, the
-  // numbers and exact_only (0 or 1) in decimal. include_cubin does not
+  // with dims as FormatDims writes them ("batch=8,n=4096"), dtype as its
+  // enum number (3 for BFLOAT16), the other numbers and exact_only (0 or 1)
+  // in decimal. include_cubin does not
   // count.
   static std::string AnswerKey(const v1::LookupRequest& request);
 

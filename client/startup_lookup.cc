@@ -1,10 +1,19 @@
 #include "client/startup_lookup.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/sha256.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "proto/problem.h"
 
 namespace autotune::client {
@@ -21,6 +30,21 @@ std::string NowText() {
 
 void AddNote(StartupAnswer& answer, absl::string_view note) {
   absl::StrAppend(&answer.note, answer.note.empty() ? "" : "; ", note);
+}
+
+// Runs fn(0..n-1) on a few threads: reading and hashing a thousand files
+// takes tens of milliseconds on one core.
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  const size_t threads =
+      std::min<size_t>(n / 64 + 1, std::max(1u, std::min(4u, std::thread::hardware_concurrency())));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < n; i += threads) fn(i);
+    });
+  }
+  for (size_t i = 0; i < n; i += threads) fn(i);
+  for (std::thread& thread : pool) thread.join();
 }
 
 bool HasBinary(const v1::LookupResponse& response) {
@@ -61,11 +85,36 @@ StartupLookup::StartupLookup(StartupOptions options, std::unique_ptr<Client> cli
                              std::optional<LocalCache> local)
     : options_(std::move(options)), client_(std::move(client)), local_(std::move(local)) {}
 
+StartupLookup::~StartupLookup() { (void)FlushLocalCache(); }
+
+absl::Status StartupLookup::FlushLocalCache() {
+  std::thread writer;
+  {
+    absl::MutexLock lock(&writer_mu_);
+    writer = std::move(writer_);
+  }
+  // Joined unlocked: the writer takes the lock to say how it did.
+  if (writer.joinable()) writer.join();
+  absl::MutexLock lock(&writer_mu_);
+  return write_status_;
+}
+
+std::map<std::string, absl::StatusOr<std::optional<std::string>>> StartupLookup::ReadCubins(
+    const std::vector<std::string>& shas) const {
+  std::map<std::string, absl::StatusOr<std::optional<std::string>>> found;
+  for (const std::string& sha : shas) found.emplace(sha, std::nullopt);
+  std::vector<std::pair<const std::string*, absl::StatusOr<std::optional<std::string>>*>> work;
+  for (auto& [sha, result] : found) work.emplace_back(&sha, &result);
+  ParallelFor(work.size(), [&](size_t i) { *work[i].second = local_->GetCubin(*work[i].first); });
+  return found;
+}
+
 std::vector<StartupAnswer> StartupLookup::LookupAll(
     const std::vector<v1::LookupRequest>& requests) {
   const absl::Time deadline = absl::Now() + options_.deadline;
   std::vector<StartupAnswer> answers(requests.size());
   v1::BatchLookupRequest batch;
+  int kept_locally = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     v1::LookupRequest& request = answers[i].request;
     request = requests[i];
@@ -75,6 +124,18 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     *batch.add_lookups() = request;
   }
   if (requests.empty()) return answers;
+  // A first start on this host (most answers not kept here, judged on up
+  // to 16 of them): the cubins come with the answers, in one call.
+  // Otherwise the answers alone, and the cubins the local cache lacks in a
+  // second call.
+  const size_t step = std::max<size_t>(1, answers.size() / 16);
+  int sampled = 0;
+  for (size_t i = 0; local_ && i < answers.size(); i += step, ++sampled) {
+    struct stat info;
+    if (stat(local_->AnswerPath(answers[i].request).c_str(), &info) == 0) ++kept_locally;
+  }
+  const bool cubins_now = options_.cubins && 2 * kept_locally < sampled;
+  batch.set_include_cubin(cubins_now);
 
   absl::StatusOr<v1::BatchLookupResponse> answered = client_->BatchLookup(batch, options_.deadline);
   if (answered.ok() && answered->results_size() != batch.lookups_size()) {
@@ -85,6 +146,17 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     FromLocalCache(answered.status(), answers);
     return answers;
   }
+  // The cubins sent with the answers, each checked once.
+  std::map<std::string, bool> sent_ok;
+  if (cubins_now) {
+    for (const auto& [sha, cubin] : answered->binaries()) sent_ok[sha] = false;
+    std::vector<std::pair<const std::string*, bool*>> checks;
+    for (auto& [sha, ok] : sent_ok) checks.emplace_back(&sha, &ok);
+    ParallelFor(checks.size(), [&](size_t i) {
+      *checks[i].second = Sha256Hex(answered->binaries().at(*checks[i].first)) == *checks[i].first;
+    });
+  }
+  std::vector<bool> fetched(answers.size(), false);
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
     v1::BatchLookupResult& result = *answered->mutable_results(static_cast<int>(i));
@@ -96,42 +168,112 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     }
     answer.response = std::move(*result.mutable_response());
     answer.note = absl::StrCat("answered by ", client_->address());
+    if (cubins_now && HasBinary(answer.response)) {
+      const std::string& sha = answer.response.entry().binary_sha256();
+      auto it = sent_ok.find(sha);
+      if (it == sent_ok.end()) {
+        AddNote(answer, "the service sent no cubin for it");
+      } else if (!it->second) {
+        AddNote(answer,
+                absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
+      } else {
+        answer.cubin = answered->binaries().at(sha);
+        fetched[i] = true;
+      }
+    }
   }
-  if (options_.cubins) AttachCubins(deadline, answers);
+  if (options_.cubins && !cubins_now) AttachCubins(deadline, answers, fetched);
   if (options_.tune_on_miss) RequestTuning(deadline, answers);
-  for (StartupAnswer& answer : answers) {
-    if (answer.error.ok()) Store(answer);
-  }
+  KeepInBackground(answers, fetched);
   return answers;
 }
 
-void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers) {
+void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
+                                     const std::vector<bool>& fetched) {
+  if (!local_) return;
+  struct Kept {
+    v1::LocalAnswer answer;
+    std::string cubin;  // fetched from the service now; empty = not to write
+  };
+  auto kept = std::make_shared<std::vector<Kept>>();
+  const std::string now = NowText();
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const StartupAnswer& answer = answers[i];
+    if (!answer.error.ok()) continue;
+    Kept k;
+    *k.answer.mutable_request() = answer.request;
+    *k.answer.mutable_response() = answer.response;
+    k.answer.set_server(client_->address());
+    k.answer.set_stored_at(now);
+    if (fetched[i]) k.cubin = answer.cubin;
+    kept->push_back(std::move(k));
+  }
+  (void)FlushLocalCache();  // one writer at a time
+  absl::MutexLock lock(&writer_mu_);
+  writer_ = std::thread([this, kept] {
+    absl::Status first;
+    int failed = 0;
+    std::set<std::string> cubins_written;
+    for (const Kept& k : *kept) {
+      // An answer the cache holds already is not written again.
+      absl::StatusOr<std::optional<v1::LocalAnswer>> there = local_->GetAnswer(k.answer.request());
+      absl::Status stored;
+      if (!there.ok() || !there->has_value() ||
+          !google::protobuf::util::MessageDifferencer::Equals((*there)->response(),
+                                                              k.answer.response())) {
+        stored = local_->PutAnswer(k.answer);
+      }
+      const std::string& sha = k.answer.response().entry().binary_sha256();
+      if (stored.ok() && !k.cubin.empty() && cubins_written.insert(sha).second) {
+        stored = local_->PutCubin(sha, k.cubin);
+      }
+      if (!stored.ok() && failed++ == 0) first = stored;
+    }
+    absl::MutexLock lock(&writer_mu_);
+    write_status_ =
+        failed == 0
+            ? absl::OkStatus()
+            : absl::Status(first.code(),
+                           absl::StrCat(failed, " answers not kept in the local cache; first: ",
+                                        first.message()));
+  });
+}
+
+void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,
+                                 std::vector<bool>& fetched) {
+  std::vector<std::string> wanted;
+  for (const StartupAnswer& answer : answers) {
+    if (answer.error.ok() && HasBinary(answer.response)) {
+      wanted.push_back(answer.response.entry().binary_sha256());
+    }
+  }
+  std::map<std::string, absl::StatusOr<std::optional<std::string>>> local;
+  if (local_) local = ReadCubins(wanted);
   v1::BatchLookupRequest fetch;
   fetch.set_include_cubin(true);
-  std::vector<size_t> fetched;
+  std::vector<size_t> to_fetch;
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
     if (!answer.error.ok() || !HasBinary(answer.response)) continue;
-    const std::string& sha = answer.response.entry().binary_sha256();
-    if (local_) {
-      absl::StatusOr<std::optional<std::string>> cubin = local_->GetCubin(sha);
-      if (cubin.ok() && cubin->has_value()) {
-        answer.cubin = **std::move(cubin);
-        continue;
-      }
-      if (!cubin.ok()) AddNote(answer, absl::StrCat(cubin.status().message(), "; fetched again"));
+    auto it = local.find(answer.response.entry().binary_sha256());
+    if (it != local.end() && it->second.ok() && it->second->has_value()) {
+      answer.cubin = **it->second;
+      continue;
+    }
+    if (it != local.end() && !it->second.ok()) {
+      AddNote(answer, absl::StrCat(it->second.status().message(), "; fetched again"));
     }
     *fetch.add_lookups() = answer.request;
-    fetched.push_back(i);
+    to_fetch.push_back(i);
   }
-  if (fetched.empty()) return;
+  if (to_fetch.empty()) return;
   const absl::Duration left = deadline - absl::Now();
   absl::StatusOr<v1::BatchLookupResponse> binaries =
       left > absl::ZeroDuration()
           ? client_->BatchLookup(fetch, left)
           : absl::StatusOr<v1::BatchLookupResponse>(
                 absl::DeadlineExceededError("no time was left for the cubins"));
-  for (size_t i : fetched) {
+  for (size_t i : to_fetch) {
     StartupAnswer& answer = answers[i];
     const std::string& sha = answer.response.entry().binary_sha256();
     if (!binaries.ok()) {
@@ -145,6 +287,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
       AddNote(answer, absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
     } else {
       answer.cubin = it->second;
+      fetched[i] = true;
     }
   }
 }
@@ -182,34 +325,23 @@ void StartupLookup::RequestTuning(absl::Time deadline, std::vector<StartupAnswer
   }
 }
 
-void StartupLookup::Store(StartupAnswer& answer) const {
-  if (!local_) return;
-  v1::LocalAnswer local;
-  *local.mutable_request() = answer.request;
-  *local.mutable_response() = answer.response;
-  local.set_server(client_->address());
-  local.set_stored_at(NowText());
-  absl::Status stored = local_->PutAnswer(local);
-  if (stored.ok() && !answer.cubin.empty()) {
-    stored = local_->PutCubin(answer.response.entry().binary_sha256(), answer.cubin);
-  }
-  if (!stored.ok()) {
-    // Serving this start is what matters; the next start asks the service.
-    AddNote(answer, absl::StrCat("not kept in the local cache: ", stored.message()));
-  }
-}
-
 void StartupLookup::FromLocalCache(const absl::Status& why,
                                    std::vector<StartupAnswer>& answers) const {
   const std::string service = absl::StrCat("the service did not answer (", why.message(), ")");
-  for (StartupAnswer& answer : answers) {
+  std::vector<absl::StatusOr<std::optional<v1::LocalAnswer>>> stored(answers.size(), std::nullopt);
+  if (local_) {
+    ParallelFor(answers.size(),
+                [&](size_t i) { stored[i] = local_->GetAnswer(answers[i].request); });
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    StartupAnswer& answer = answers[i];
     answer.source = AnswerSource::kLocalCache;
     if (!local_) {
       answer.error = absl::Status(why.code(), absl::StrCat(Context(answer.request), ": ", service,
                                                            " and there is no local cache"));
       continue;
     }
-    absl::StatusOr<std::optional<v1::LocalAnswer>> local = local_->GetAnswer(answer.request);
+    absl::StatusOr<std::optional<v1::LocalAnswer>>& local = stored[i];
     if (!local.ok() || !local->has_value()) {
       answer.error = absl::Status(
           local.ok() ? why.code() : local.status().code(),
@@ -221,15 +353,26 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
     answer.response = std::move(*(*local)->mutable_response());
     answer.note = absl::StrCat(service, "; answer stored ", (*local)->stored_at(), " by ",
                                (*local)->server());
-    if (!options_.cubins || !HasBinary(answer.response)) continue;
-    absl::StatusOr<std::optional<std::string>> cubin =
-        local_->GetCubin(answer.response.entry().binary_sha256());
+  }
+  if (!local_ || !options_.cubins) return;
+  std::vector<std::string> wanted;
+  for (const StartupAnswer& answer : answers) {
+    if (answer.error.ok() && HasBinary(answer.response)) {
+      wanted.push_back(answer.response.entry().binary_sha256());
+    }
+  }
+  const std::map<std::string, absl::StatusOr<std::optional<std::string>>> cubins =
+      ReadCubins(wanted);
+  for (StartupAnswer& answer : answers) {
+    if (!answer.error.ok() || !HasBinary(answer.response)) continue;
+    const absl::StatusOr<std::optional<std::string>>& cubin =
+        cubins.at(answer.response.entry().binary_sha256());
     if (!cubin.ok()) {
       AddNote(answer, cubin.status().message());
     } else if (!cubin->has_value()) {
       AddNote(answer, "its cubin is not in the local cache");
     } else {
-      answer.cubin = **std::move(cubin);
+      answer.cubin = **cubin;
     }
   }
 }

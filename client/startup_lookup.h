@@ -14,11 +14,16 @@
 //   }
 //
 // Cost: at most `deadline` waiting on the service, whatever it does (absent,
-// slow, hung): one BatchLookup without cubins, then one for the cubins the
-// local cache lacks or holds damaged (a damaged cubin is refused and fetched
-// again). Then only local reads. Each answer the service gives is written to
-// the local cache with its cubin, so the next start finds it when the
-// service is down; a failed write is said in the answer's note.
+// slow, hung). When the local cache holds most of the answers, one
+// BatchLookup without cubins, then one for the cubins the local cache lacks
+// or holds damaged (a damaged cubin is refused and fetched again); on a
+// first start one BatchLookup with the cubins. Local cubins are read and
+// checked on several threads. The answers the service gave, and the cubins
+// it sent, are written to the local cache by a background thread after
+// LookupAll returns (answers the cache holds already are not written
+// again), so the next start finds them when the service is down;
+// FlushLocalCache() waits for that and says what failed, and the
+// destructor waits too.
 //
 // Per item: an error from the service for one lookup (unknown family, bad
 // dims) is that answer's error; the service is not asked again and the
@@ -28,13 +33,16 @@
 #ifndef AUTOTUNE_CLIENT_STARTUP_LOOKUP_H_
 #define AUTOTUNE_CLIENT_STARTUP_LOOKUP_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/local_cache.h"
@@ -70,8 +78,8 @@ struct StartupAnswer {
   AnswerSource source = AnswerSource::kService;
   std::string cubin;  // the entry's binary when at hand (EXACT, NEAREST)
   // Where the answer came from and what went wrong on the way, for people:
-  // "the service did not answer (...); stored 2026-12-01T10:00:00Z by
-  // unix:///run/autotune.sock".
+  // "the service did not answer (...); answer stored 2026-12-01T10:00:00Z
+  // by unix:///run/autotune.sock".
   std::string note;
   absl::Status error;  // no answer (the response is then empty)
   // Tune-on-miss: what the service did with this MISS (queued, already
@@ -88,6 +96,11 @@ class StartupLookup {
   // One answer per request, in order. Never fails as a whole.
   std::vector<StartupAnswer> LookupAll(const std::vector<v1::LookupRequest>& requests);
 
+  // Waits for the local cache writes of the last LookupAll; the first
+  // failure, if any (a start is served anyway).
+  absl::Status FlushLocalCache();
+  ~StartupLookup();
+
   const LocalCache* local_cache() const { return local_ ? &*local_ : nullptr; }
 
  private:
@@ -96,16 +109,25 @@ class StartupLookup {
   // The answers from the local cache when the service failed with `why`.
   void FromLocalCache(const absl::Status& why, std::vector<StartupAnswer>& answers) const;
   // Fills `answers[i].cubin` from the local cache or, for those it lacks,
-  // from the service before `deadline`.
-  void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers);
-  // Writes the answer and its cubin to the local cache; a failure is noted.
-  void Store(StartupAnswer& answer) const;
+  // from the service before `deadline` (marking them `fetched`).
+  void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,
+                    std::vector<bool>& fetched);
+  // The local cubins `shas`, read and checked on a few threads.
+  std::map<std::string, absl::StatusOr<std::optional<std::string>>> ReadCubins(
+      const std::vector<std::string>& shas) const;
+  // Writes the answers, and the cubins `fetched` from the service, to the
+  // local cache on the writer thread.
+  void KeepInBackground(const std::vector<StartupAnswer>& answers,
+                        const std::vector<bool>& fetched);
   // Asks the service to tune the misses, before `deadline`.
   void RequestTuning(absl::Time deadline, std::vector<StartupAnswer>& answers);
 
   const StartupOptions options_;
   std::unique_ptr<Client> client_;
   std::optional<LocalCache> local_;
+  absl::Mutex writer_mu_;
+  std::thread writer_ ABSL_GUARDED_BY(writer_mu_);
+  absl::Status write_status_ ABSL_GUARDED_BY(writer_mu_);
 };
 
 }  // namespace autotune::client

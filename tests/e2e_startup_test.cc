@@ -111,7 +111,8 @@ TEST_F(StartupEndToEndTest, TheServiceAnswersAndTheLocalCacheKeepsTheAnswers) {
   ExpectServerShapesAnswered(answers, AnswerSource::kService);
   EXPECT_THAT(answers[3].error, StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_family")));
   EXPECT_THAT(answers[0].note, HasSubstr("answered by " + daemon_->address()));
-  // What a restart will find.
+  // What a restart will find, once written.
+  ASSERT_OK(lookup->FlushLocalCache());
   const client::LocalCache& local = *lookup->local_cache();
   ASSERT_OK_AND_ASSIGN(std::optional<v1::LocalAnswer> kept, local.GetAnswer(answers[0].request));
   ASSERT_TRUE(kept.has_value());
@@ -179,6 +180,7 @@ TEST_F(StartupEndToEndTest, AHungServiceCostsTheDeadlineAndNoMore) {
 TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   auto lookup = Lookup(daemon_->address(), LocalDir());
   lookup->LookupAll(ServerShapes());
+  ASSERT_OK(lookup->FlushLocalCache());
   const std::string cubin_path = lookup->local_cache()->CubinPath(Sha256Hex(SampleCubin()));
   {
     std::fstream file(cubin_path, std::ios::in | std::ios::out | std::ios::binary);
@@ -189,6 +191,7 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   ExpectServerShapesAnswered(answers, AnswerSource::kService);
   EXPECT_THAT(answers[0].note, HasSubstr("does not match its sha256"));
   EXPECT_THAT(answers[0].note, HasSubstr("fetched again"));
+  ASSERT_OK(lookup->FlushLocalCache());
   ASSERT_OK_AND_ASSIGN(std::optional<std::string> mended,
                        lookup->local_cache()->GetCubin(Sha256Hex(SampleCubin())));
   EXPECT_EQ(mended, SampleCubin());
