@@ -1,0 +1,300 @@
+"""What a lookup asks and what it answers, as plain Python values.
+
+    lookup = Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16", device="NVIDIA H200")
+    result = client.lookup(lookup, include_cubin=True)
+    result.match           # Match.EXACT, Match.NEAREST or Match.MISS
+    result.config          # {"BLOCK": 256, "ELEMS_PER_THREAD": 2}
+    result.launch          # LaunchDims(grid=(128,), block=(256,), dynamic_shared_bytes=0)
+    result.cubin           # bytes, sha256 checked, when asked for
+    result.miss_kind       # MissKind.NO_ENTRY ... for a MISS; MissKind.NONE otherwise
+    result.default_config  # for a MISS: what to run untuned, when the family names one
+
+The text forms follow proto/problem.cc: dims as "batch=8,n=4096" (sorted
+by name) and the dtype names "bf16" / "bfloat16".
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Optional, Union, cast
+
+from autotune_client.errors import AutotuneError, InvalidArgument
+from autotune_client.messages import pb
+
+
+class DType(enum.IntEnum):
+    """Data types, numbered as autotune.v1.DType."""
+
+    UNSPECIFIED = 0
+    FLOAT32 = 1
+    FLOAT16 = 2
+    BFLOAT16 = 3
+    FLOAT64 = 4
+    INT8 = 5
+    INT32 = 6
+    INT64 = 7
+    UINT8 = 8
+    FLOAT8_E4M3 = 9
+    FLOAT8_E5M2 = 10
+
+
+# (short name, long name) as in proto/problem.cc's dtype table.
+_DTYPE_NAMES: dict[DType, tuple[str, str]] = {
+    DType.FLOAT32: ("fp32", "float32"),
+    DType.FLOAT16: ("fp16", "float16"),
+    DType.BFLOAT16: ("bf16", "bfloat16"),
+    DType.FLOAT64: ("fp64", "float64"),
+    DType.INT8: ("int8", "int8"),
+    DType.INT32: ("int32", "int32"),
+    DType.INT64: ("int64", "int64"),
+    DType.UINT8: ("uint8", "uint8"),
+    DType.FLOAT8_E4M3: ("fp8e4m3", "float8_e4m3"),
+    DType.FLOAT8_E5M2: ("fp8e5m2", "float8_e5m2"),
+}
+
+
+def parse_dtype(value: Union[DType, str, int]) -> DType:
+    """A DType from itself, its number, or a name: "bf16", "bfloat16" or "BFLOAT16".
+
+    Raises InvalidArgument naming the known names for anything else.
+    """
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return DType(value)
+        except ValueError:
+            raise InvalidArgument(f"unknown dtype number {value}") from None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for dtype, names in _DTYPE_NAMES.items():
+            if text in names or text == dtype.name.lower():
+                return dtype
+    known = ", ".join(short for short, _ in _DTYPE_NAMES.values())
+    raise InvalidArgument(f"unknown dtype {value!r} (expected one of {known})")
+
+
+def dtype_name(dtype: int) -> str:
+    """The short name of a dtype number ("bf16"), as the C++ side prints it."""
+    if dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[DType(dtype)][0]
+    if dtype == DType.UNSPECIFIED:
+        return "unspecified"
+    return f"dtype {dtype}"
+
+
+def format_dims(dims: Mapping[str, int]) -> str:
+    """"batch=8,n=4096": sorted by name (byte order, as std::sort does), no spaces."""
+    ordered = sorted(dims.items(), key=lambda item: item[0].encode("utf-8"))
+    return ",".join(f"{name}={value}" for name, value in ordered)
+
+
+def describe_request(request: pb.LookupRequest) -> str:
+    """"vector_scale batch=8,n=4096 bf16", for messages."""
+    problem = request.problem
+    return f"{request.family} {format_dims(problem.dims)} {dtype_name(problem.dtype)}"
+
+
+def sha256_hex(data: bytes) -> str:
+    """The lower-case hex sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class Match(enum.IntEnum):
+    """How a lookup matched (autotune.v1.MatchKind)."""
+
+    EXACT = 1
+    NEAREST = 2
+    MISS = 3
+
+
+class MissKind(enum.IntEnum):
+    """Why a lookup is a MISS (autotune.v1.MissKind); NONE when it is not one."""
+
+    NONE = 0
+    NO_ENTRY = 1
+    OTHER_DEVICE = 2
+    OLDER_VERSION = 3
+    EXACT_ONLY = 4
+    DRIVER_TOO_OLD = 5
+    # A kind newer than this client; miss_reason says what it is.
+    UNRECOGNIZED = -1
+
+
+@dataclass(frozen=True)
+class Device:
+    """The GPU a lookup is for. An empty name accepts any device, as long as
+    only one matches; sm_count 0 is any."""
+
+    name: str = ""
+    compute_capability: int = 0  # major*10 + minor, e.g. 90
+    sm_count: int = 0
+
+    def to_proto(self) -> pb.Device:
+        return pb.Device(
+            name=self.name, compute_capability=self.compute_capability, sm_count=self.sm_count
+        )
+
+
+@dataclass
+class Lookup:
+    """One problem of one kernel family to look up.
+
+    `device` may be a Device, a device name, or None (unset: the start-up
+    lookup fills in its own device; a plain lookup then accepts any).
+    `driver_version` is the CUDA version the driver supports ("12.8"), so
+    that a binary built by a newer NVRTC is not served; empty = not checked.
+    """
+
+    family: str
+    dims: Mapping[str, int]
+    dtype: Union[DType, str, int]
+    device: Union[Device, str, None] = None
+    family_hash: str = ""  # empty = the family's current version
+    exact_only: bool = False  # never answer NEAREST
+    driver_version: str = ""
+
+    def to_request(self, include_cubin: bool = False) -> pb.LookupRequest:
+        """The LookupRequest message. Raises InvalidArgument for a dim that is
+        not an integer or an unknown dtype."""
+        for name, value in self.dims.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidArgument(
+                    f"{self.family}: dims['{name}'] is {value!r}, not an integer"
+                )
+        request = pb.LookupRequest(
+            family=self.family,
+            # DType is numbered as the proto's enum.
+            problem=pb.Problem(
+                dims=dict(self.dims), dtype=cast("pb.DType", int(parse_dtype(self.dtype)))
+            ),
+            family_hash=self.family_hash,
+            include_cubin=include_cubin,
+            exact_only=self.exact_only,
+            driver_version=self.driver_version,
+        )
+        if isinstance(self.device, Device):
+            request.device.CopyFrom(self.device.to_proto())
+        elif isinstance(self.device, str):
+            request.device.CopyFrom(pb.Device(name=self.device))
+        return request
+
+
+class LaunchDims(NamedTuple):
+    """Launch geometry: grid and block of 1 to 3 values each, and the dynamic
+    shared memory in bytes."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    dynamic_shared_bytes: int
+
+    @classmethod
+    def from_proto(cls, launch: pb.LaunchDims) -> LaunchDims:
+        return cls(tuple(launch.grid), tuple(launch.block), launch.dynamic_shared_bytes)
+
+
+class DimDistance(NamedTuple):
+    """For a NEAREST answer: one bucketed dimension that differs."""
+
+    name: str
+    requested: int
+    tuned: int
+
+
+@dataclass
+class LookupResult:
+    """One answer of the service.
+
+    `config`, `launch`, `function_name`, `binary_sha256` and `tuned_dims`
+    describe the entry: set for EXACT and NEAREST, and for a MISS of kind
+    DRIVER_TOO_OLD (its config still applies; no cubin is served). For
+    other misses they are empty, and `default_config` / `default_launch`
+    are what to run untuned when the family names a default that fits.
+    `cubin` is the entry's binary when it was asked for and sent, its
+    sha256 checked; None otherwise. `response` is the full message (its
+    cubin field cleared), for everything else an Entry holds (timing, NVRTC
+    version, ...).
+    """
+
+    match: Match
+    config: dict[str, int]
+    launch: Optional[LaunchDims]
+    function_name: str
+    binary_sha256: str
+    tuned_dims: dict[str, int]
+    distance: tuple[DimDistance, ...]
+    log2_distance: float
+    miss_kind: MissKind
+    miss_reason: str
+    default_config: dict[str, int]
+    default_launch: Optional[LaunchDims]
+    cubin: Optional[bytes] = None
+    response: pb.LookupResponse = field(default_factory=pb.LookupResponse, repr=False)
+
+    @property
+    def entry(self) -> pb.Entry:
+        """The tuned entry (an empty message for most misses)."""
+        return self.response.entry
+
+    @property
+    def has_binary(self) -> bool:
+        """An answer whose cubin can be loaded: EXACT or NEAREST with a binary."""
+        return self.match != Match.MISS and bool(self.binary_sha256)
+
+    @classmethod
+    def from_response(
+        cls, response: pb.LookupResponse, cubin: Optional[bytes] = None
+    ) -> LookupResult:
+        """The result for a response; `cubin` as already checked by the caller.
+
+        Raises AutotuneError (UNKNOWN) for a match kind this client does not
+        know: it cannot tell whether the entry may be used.
+        """
+        try:
+            match = Match(response.match)
+        except ValueError:
+            raise AutotuneError(
+                f"the service answered match kind {response.match}, which this client does "
+                "not know"
+            ) from None
+        try:
+            miss_kind = MissKind(response.miss_kind)
+        except ValueError:
+            miss_kind = MissKind.UNRECOGNIZED
+        kept = pb.LookupResponse()
+        kept.CopyFrom(response)
+        kept.ClearField("cubin")
+        entry = kept.entry
+        return cls(
+            match=match,
+            config=dict(entry.config.params),
+            launch=LaunchDims.from_proto(entry.launch) if entry.HasField("launch") else None,
+            function_name=entry.function_name,
+            binary_sha256=entry.binary_sha256,
+            tuned_dims=dict(entry.problem.dims),
+            distance=tuple(DimDistance(d.name, d.requested, d.tuned) for d in kept.distance),
+            log2_distance=kept.log2_distance,
+            miss_kind=miss_kind,
+            miss_reason=kept.miss_reason,
+            default_config=dict(kept.default_config.params),
+            default_launch=(
+                LaunchDims.from_proto(kept.default_launch)
+                if kept.HasField("default_launch")
+                else None
+            ),
+            cubin=cubin,
+            response=kept,
+        )
+
+
+@dataclass
+class BatchAnswer:
+    """One item of a batch lookup: a result, or the error the service gave for
+    this item alone (unknown family, bad dims) or a cubin that failed its
+    check (DataLoss)."""
+
+    request: pb.LookupRequest
+    result: Optional[LookupResult]
+    error: Optional[AutotuneError]

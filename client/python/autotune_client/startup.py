@@ -1,0 +1,343 @@
+"""Start-up lookups for inference servers, as client/startup_lookup.h does them.
+
+Every (family, problem) a server will run is asked in one batch with one
+deadline, answered by the service when it answers in time, else from the
+local cache (local_cache.py):
+
+    answers = startup_lookup(
+        [Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16")],
+        deadline=2.0,
+        device="NVIDIA H200",
+        driver_version="13.0",  # cuDriverGetVersion, as "major.minor"
+    )
+    for answer in answers:
+        if answer.error is not None:
+            ...  # nothing to go on: str(answer.error) says why
+        answer.source         # "service" or "local cache"
+        answer.result.match   # EXACT / NEAREST / MISS (miss_kind, default_config)
+        answer.result.cubin   # the entry's binary, sha256 checked, when at hand
+        answer.note           # where it came from, what went wrong on the way
+
+Cost: at most `deadline` seconds waiting on the service, whatever it does
+(absent, slow, hung): one BatchLookup without cubins, then one for the
+cubins the local cache lacks or holds damaged (a damaged cubin is refused
+and fetched again). Then only local reads. Each answer the service gives is
+written to the local cache with its cubin, so the next start finds it when
+the service is down; a failed write is said in the answer's note.
+
+Per item: an error from the service for one lookup (unknown family, bad
+dims) is that answer's error; the service is not asked again and the local
+cache not read for it. When the service cannot answer, an item with no
+usable local answer gets an error naming the service's failure and the
+local cache's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Optional, Sequence, Union
+
+from autotune_client.client import Client, error_from_code_number
+from autotune_client.errors import AutotuneError, InvalidArgument, error_for_code
+from autotune_client.lookups import Device, Lookup, LookupResult, describe_request, sha256_hex
+from autotune_client.local_cache import LocalCache
+from autotune_client.messages import pb
+
+SOURCE_SERVICE = "service"
+SOURCE_LOCAL_CACHE = "local cache"
+
+# The value of `local_cache` that keeps no local cache, as in the C++ options.
+NO_LOCAL_CACHE = "none"
+
+
+@dataclass
+class StartupAnswer:
+    """The answer to one start-up lookup.
+
+    `request` is the request as sent (device and driver version filled in).
+    `result` is None exactly when `error` is set. `source` is SOURCE_SERVICE
+    or SOURCE_LOCAL_CACHE. `note`, for people, says where the answer came
+    from and what went wrong on the way: "the service did not answer (...);
+    answer stored 2026-12-01T10:00:00Z by unix:///run/autotune.sock".
+    """
+
+    request: pb.LookupRequest
+    result: Optional[LookupResult] = None
+    source: str = SOURCE_SERVICE
+    note: str = ""
+    error: Optional[AutotuneError] = None
+
+    def add_note(self, note: str) -> None:
+        self.note = f"{self.note}; {note}" if self.note else note
+
+
+class _Pending:
+    """One answer while it is being put together: the response message and
+    the cubin arrive separately."""
+
+    def __init__(self, request: pb.LookupRequest) -> None:
+        self.answer = StartupAnswer(request=request)
+        self.response: Optional[pb.LookupResponse] = None
+        self.cubin: Optional[bytes] = None
+
+    def binary_sha256(self) -> str:
+        """The sha256 of the entry's binary; empty when the answer has none to
+        load (an error, a MISS, an entry without a binary)."""
+        if self.response is None or self.response.match == pb.MISS:
+            return ""
+        return self.response.entry.binary_sha256
+
+    def finish(self) -> StartupAnswer:
+        if self.answer.error is None and self.response is not None:
+            try:
+                self.answer.result = LookupResult.from_response(self.response, self.cubin)
+            except AutotuneError as error:
+                self.answer.error = error
+        return self.answer
+
+
+def _now_text() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StartupLookup:
+    """Start-up lookups against one service and one local cache. Thread-safe:
+    lookup_all may be called from several threads at once."""
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        deadline: float = 2.0,
+        local_cache: Union[LocalCache, str, os.PathLike[str], None] = None,
+        device: Union[Device, str, None] = None,
+        driver_version: str = "",
+        cubins: bool = True,
+        client: Optional[Client] = None,
+    ) -> None:
+        """`address`: the service (None = $AUTOTUNE_SERVER, else the default
+        socket), or pass a `client`. `deadline`: seconds the service may cost
+        in all, both calls together. `local_cache`: a LocalCache, a
+        directory, None for the default directory, or NO_LOCAL_CACHE ("none")
+        for none. `device` and `driver_version` are set on every lookup that
+        leaves them unset. `cubins`: fetch the entries' binaries (False:
+        configs only).
+
+        Raises InvalidArgument for a deadline that is not positive, and
+        LocalCacheError / InvalidArgument ("local cache: ...") when the local
+        cache cannot be opened.
+        """
+        if deadline <= 0:
+            raise InvalidArgument("the start-up deadline must be positive")
+        self._deadline = deadline
+        self._device = Device(name=device) if isinstance(device, str) else device
+        self._driver_version = driver_version
+        self._cubins = cubins
+        self._local: Optional[LocalCache]
+        if isinstance(local_cache, LocalCache):
+            self._local = local_cache
+        elif local_cache is not None and os.fspath(local_cache) == NO_LOCAL_CACHE:
+            self._local = None
+        else:
+            try:
+                self._local = LocalCache(local_cache)
+            except AutotuneError as error:
+                raise error_for_code(error.code, f"local cache: {error.message}") from None
+        # A client handed in stays the caller's to close.
+        self._owns_client = client is None
+        self._client = client if client is not None else Client(address, timeout=deadline)
+
+    @property
+    def local_cache(self) -> Optional[LocalCache]:
+        return self._local
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def close(self) -> None:
+        """Closes the client this lookup made (not one it was given)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> StartupLookup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def lookup_all(self, lookups: Sequence[Union[Lookup, pb.LookupRequest]]) -> list[StartupAnswer]:
+        """One answer per lookup, in order. Never raises for the service or the
+        local cache: failures are in the answers. InvalidArgument only for a
+        lookup that cannot be made into a request (a dim that is not an
+        integer, an unknown dtype name)."""
+        deadline = time.monotonic() + self._deadline
+        pending = [_Pending(self._request(lookup)) for lookup in lookups]
+        if not pending:
+            return []
+        batch = pb.BatchLookupRequest()
+        for item in pending:
+            batch.lookups.append(item.answer.request)
+        try:
+            answered = self._client.raw_batch_lookup(batch, timeout=self._deadline)
+        except AutotuneError as why:
+            self._from_local_cache(why, pending)
+            return [item.finish() for item in pending]
+        for item, result in zip(pending, answered.results):
+            item.answer.source = SOURCE_SERVICE
+            if result.error_code != 0:
+                item.answer.error = error_from_code_number(result.error_code, result.error_message)
+                continue
+            item.response = result.response
+            item.answer.note = f"answered by {self._client.address}"
+        if self._cubins:
+            self._attach_cubins(deadline, pending)
+        for item in pending:
+            if item.answer.error is None:
+                self._store(item)
+        return [item.finish() for item in pending]
+
+    def _request(self, lookup: Union[Lookup, pb.LookupRequest]) -> pb.LookupRequest:
+        request = pb.LookupRequest()
+        if isinstance(lookup, Lookup):
+            request.CopyFrom(lookup.to_request())
+        else:
+            request.CopyFrom(lookup)
+        request.ClearField("include_cubin")
+        if not request.HasField("device") and self._device is not None:
+            request.device.CopyFrom(self._device.to_proto())
+        if not request.driver_version:
+            request.driver_version = self._driver_version
+        return request
+
+    def _attach_cubins(self, deadline: float, pending: list[_Pending]) -> None:
+        """Fills each item's cubin from the local cache or, for those it lacks,
+        from the service before `deadline`."""
+        fetch = pb.BatchLookupRequest(include_cubin=True)
+        fetched: list[_Pending] = []
+        for item in pending:
+            sha256 = item.binary_sha256()
+            if item.answer.error is not None or not sha256:
+                continue
+            if self._local is not None:
+                try:
+                    cubin = self._local.get_cubin(sha256)
+                except AutotuneError as error:
+                    item.answer.add_note(f"{error.message}; fetched again")
+                else:
+                    if cubin is not None:
+                        item.cubin = cubin
+                        continue
+            fetch.lookups.append(item.answer.request)
+            fetched.append(item)
+        if not fetched:
+            return
+        left = deadline - time.monotonic()
+        binaries = pb.BatchLookupResponse()
+        failure: Optional[AutotuneError] = None
+        if left > 0:
+            try:
+                binaries = self._client.raw_batch_lookup(fetch, timeout=left)
+            except AutotuneError as error:
+                failure = error
+        else:
+            failure = error_for_code("DEADLINE_EXCEEDED", "no time was left for the cubins")
+        for item in fetched:
+            sha256 = item.binary_sha256()
+            if failure is not None:
+                item.answer.add_note(f"its cubin was not fetched: {failure.message}")
+            elif sha256 not in binaries.binaries:
+                item.answer.add_note(
+                    "the service sent no cubin for it (the entry changed between the calls?)"
+                )
+            elif sha256_hex(binaries.binaries[sha256]) != sha256:
+                item.answer.add_note(
+                    f"the cubin the service sent does not match {sha256}; refused"
+                )
+            else:
+                item.cubin = binaries.binaries[sha256]
+
+    def _store(self, item: _Pending) -> None:
+        """Writes the answer and its cubin to the local cache; a failure is
+        noted: serving this start is what matters, the next asks again."""
+        if self._local is None or item.response is None:
+            return
+        sha256 = item.binary_sha256()
+        local = pb.LocalAnswer(
+            request=item.answer.request,
+            response=item.response,
+            server=self._client.address,
+            stored_at=_now_text(),
+        )
+        try:
+            self._local.put_answer(local)
+            if item.cubin is not None:
+                self._local.put_cubin(sha256, item.cubin)
+        except AutotuneError as error:
+            item.answer.add_note(f"not kept in the local cache: {error.message}")
+
+    def _from_local_cache(self, why: AutotuneError, pending: list[_Pending]) -> None:
+        """The answers from the local cache when the service failed with `why`."""
+        service = f"the service did not answer ({why.message})"
+        for item in pending:
+            answer = item.answer
+            answer.source = SOURCE_LOCAL_CACHE
+            context = describe_request(answer.request)
+            if self._local is None:
+                answer.error = error_for_code(
+                    why.code, f"{context}: {service} and there is no local cache"
+                )
+                continue
+            directory = self._local.directory
+            try:
+                local = self._local.get_answer(answer.request)
+            except AutotuneError as error:
+                answer.error = error_for_code(
+                    error.code,
+                    f"{context}: {service} and the local cache {directory}: {error.message}",
+                )
+                continue
+            if local is None:
+                answer.error = error_for_code(
+                    why.code,
+                    f"{context}: {service} and the local cache {directory} has no answer for it",
+                )
+                continue
+            item.response = local.response
+            answer.note = f"{service}; answer stored {local.stored_at} by {local.server}"
+            sha256 = item.binary_sha256()
+            if not self._cubins or not sha256:
+                continue
+            try:
+                cubin = self._local.get_cubin(sha256)
+            except AutotuneError as error:
+                answer.add_note(error.message)
+                continue
+            if cubin is None:
+                answer.add_note("its cubin is not in the local cache")
+            else:
+                item.cubin = cubin
+
+
+def startup_lookup(
+    lookups: Sequence[Union[Lookup, pb.LookupRequest]],
+    deadline: float = 2.0,
+    local_cache: Union[LocalCache, str, os.PathLike[str], None] = None,
+    device: Union[Device, str, None] = None,
+    driver_version: str = "",
+    address: Optional[str] = None,
+    cubins: bool = True,
+) -> list[StartupAnswer]:
+    """One StartupLookup.lookup_all with a client of its own, closed afterwards.
+    The arguments are StartupLookup's."""
+    with StartupLookup(
+        address=address,
+        deadline=deadline,
+        local_cache=local_cache,
+        device=device,
+        driver_version=driver_version,
+        cubins=cubins,
+    ) as lookup:
+        return lookup.lookup_all(lookups)

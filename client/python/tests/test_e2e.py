@@ -1,0 +1,303 @@
+"""End to end against the real autotuned holding the quick start's sample
+(vector_scale bf16 n=4096 at batch 1, 8 and 64 on an NVIDIA H200): plain
+lookups, and start-up lookups with the service up, stopped and hung.
+
+Skipped, saying which, when the C++ binaries are not built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from typing import Optional
+
+import support
+
+from autotune_client import (
+    SOURCE_LOCAL_CACHE,
+    SOURCE_SERVICE,
+    Client,
+    DimDistance,
+    InvalidArgument,
+    LaunchDims,
+    LocalCache,
+    Lookup,
+    Match,
+    MissKind,
+    NotFound,
+    ServiceUnavailable,
+    StartupAnswer,
+    StartupLookup,
+    startup_lookup,
+)
+
+DEVICE = "NVIDIA H200"
+SAMPLE_CUBIN = support.fake_cubin()
+SAMPLE_SHA256 = hashlib.sha256(SAMPLE_CUBIN).hexdigest()
+
+
+def vector_scale(batch: int, n: int = 4096, family: str = "vector_scale") -> Lookup:
+    return Lookup(family, {"batch": batch, "n": n}, "bf16")
+
+
+def server_shapes() -> list[Lookup]:
+    """EXACT, NEAREST, MISS (no entry for n=1000) and an unknown family."""
+    return [
+        vector_scale(8),
+        vector_scale(12),
+        vector_scale(8, 1000),
+        vector_scale(8, 4096, "no_such_family"),
+    ]
+
+
+class DaemonTestCase(unittest.TestCase):
+    """A fresh daemon with the sample imported, in a directory of its own;
+    both go when the test ends, however it ends."""
+
+    def setUp(self) -> None:
+        missing = support.missing_binaries()
+        if missing:
+            self.skipTest(
+                "the C++ binaries are not built (missing: "
+                + ", ".join(str(path) for path in missing)
+                + "); build the tree or set AUTOTUNED, AUTOTUNE_CLI, AUTOTUNE_MAKE_SAMPLE"
+            )
+        temp = tempfile.TemporaryDirectory(prefix="autotune-py-")
+        self.addCleanup(temp.cleanup)
+        self.dir = Path(temp.name)
+        self.daemon = support.Daemon(self.dir)
+        self.addCleanup(self.daemon.stop)
+        self.daemon.start()
+        self.daemon.import_sample(SAMPLE_CUBIN)
+        self.address = self.daemon.address
+        self.local_dir = self.dir / "local"
+
+    def stop_daemon(self) -> None:
+        self.assertEqual(self.daemon.stop(), 0, self.daemon.log_tail())
+
+    def lookup(
+        self, local_cache: Optional[Path] = None, deadline: float = 5.0, address: str = ""
+    ) -> StartupLookup:
+        lookup = StartupLookup(
+            address=address or self.address,
+            deadline=deadline,
+            local_cache=self.local_dir if local_cache is None else local_cache,
+            device=DEVICE,
+        )
+        self.addCleanup(lookup.close)
+        return lookup
+
+    def expect_server_shapes_answered(self, answers: list[StartupAnswer], source: str) -> None:
+        """The answers to server_shapes(), checked."""
+        self.assertEqual(len(answers), 4)
+        for index, answer in enumerate(answers[:3]):
+            self.assertIsNone(answer.error, index)
+            self.assertEqual(answer.source, source, index)
+        exact, nearest, miss = (answer.result for answer in answers[:3])
+        assert exact is not None and nearest is not None and miss is not None
+        self.assertEqual(exact.match, Match.EXACT)
+        self.assertEqual(exact.cubin, SAMPLE_CUBIN)
+        self.assertEqual(nearest.match, Match.NEAREST)
+        self.assertEqual(nearest.tuned_dims["batch"], 8)
+        self.assertEqual(nearest.cubin, SAMPLE_CUBIN)
+        # The miss carries what to run untuned.
+        self.assertEqual(miss.match, Match.MISS)
+        self.assertEqual(miss.miss_kind, MissKind.NO_ENTRY)
+        self.assertEqual(miss.default_config, {"BLOCK": 256, "ELEMS_PER_THREAD": 1})
+        self.assertIsNone(miss.cubin)
+
+
+class LookupEndToEndTest(DaemonTestCase):
+    def test_exact_nearest_and_miss(self) -> None:
+        with Client(self.address) as client:
+            exact = client.lookup(vector_scale(8), include_cubin=True)
+            self.assertEqual(exact.match, Match.EXACT)
+            self.assertEqual(exact.config, {"BLOCK": 256, "ELEMS_PER_THREAD": 2})
+            # 8 * 4096 elements, 256 threads of 2 each.
+            self.assertEqual(exact.launch, LaunchDims((64,), (256,), 0))
+            self.assertEqual(exact.cubin, SAMPLE_CUBIN)
+            self.assertEqual(exact.binary_sha256, SAMPLE_SHA256)
+            self.assertEqual(exact.miss_kind, MissKind.NONE)
+            self.assertEqual(exact.entry.device.name, DEVICE)
+
+            without = client.lookup(vector_scale(8))
+            self.assertIsNone(without.cubin)
+            self.assertEqual(without.binary_sha256, SAMPLE_SHA256)
+
+            nearest = client.lookup(vector_scale(12))
+            self.assertEqual(nearest.match, Match.NEAREST)
+            self.assertEqual(nearest.tuned_dims, {"batch": 8, "n": 4096})
+            self.assertEqual(nearest.distance, (DimDistance("batch", 12, 8),))
+            self.assertGreater(nearest.log2_distance, 0)
+
+            exact_only = Lookup("vector_scale", {"batch": 12, "n": 4096}, "bf16", exact_only=True)
+            self.assertEqual(client.lookup(exact_only).miss_kind, MissKind.EXACT_ONLY)
+
+            miss = client.lookup(vector_scale(8, 1000), include_cubin=True)
+            self.assertEqual(miss.match, Match.MISS)
+            self.assertEqual(miss.miss_kind, MissKind.NO_ENTRY)
+            self.assertIn("no entry", miss.miss_reason)
+            self.assertEqual(miss.default_config, {"BLOCK": 256, "ELEMS_PER_THREAD": 1})
+            self.assertEqual(miss.default_launch, LaunchDims((32,), (256,), 0))
+            self.assertEqual(miss.config, {})
+            self.assertIsNone(miss.cubin)
+
+    def test_errors_are_typed(self) -> None:
+        with Client(self.address) as client:
+            with self.assertRaisesRegex(NotFound, "no_such_family") as caught:
+                client.lookup(vector_scale(8, 4096, "no_such_family"))
+            self.assertEqual(caught.exception.code, "NOT_FOUND")
+            with self.assertRaisesRegex(InvalidArgument, "missing 'n'"):
+                client.lookup(Lookup("vector_scale", {"batch": 8}, "bf16"))
+        self.stop_daemon()
+        with Client(self.address) as client:
+            with self.assertRaisesRegex(ServiceUnavailable, "cannot reach autotuned at"):
+                client.lookup(vector_scale(8))
+
+    def test_a_batch_answers_each_item_on_its_own(self) -> None:
+        with Client(self.address) as client:
+            answers = client.batch_lookup(server_shapes(), include_cubin=True)
+        self.assertEqual([a.request.problem.dims["batch"] for a in answers], [8, 12, 8, 8])
+        results = [answer.result for answer in answers]
+        assert results[0] is not None and results[1] is not None and results[2] is not None
+        self.assertEqual(results[0].match, Match.EXACT)
+        self.assertEqual(results[0].cubin, SAMPLE_CUBIN)
+        self.assertEqual(results[1].match, Match.NEAREST)
+        self.assertEqual(results[1].cubin, SAMPLE_CUBIN)
+        self.assertEqual(results[2].match, Match.MISS)
+        self.assertIsNone(answers[3].result)
+        self.assertIsInstance(answers[3].error, NotFound)
+        self.assertIn("no_such_family", str(answers[3].error))
+
+    def test_an_entry_built_for_a_newer_driver_is_not_served_as_exact(self) -> None:
+        # The sample's binaries are NVRTC 13.0.
+        answers = startup_lookup(
+            [vector_scale(8)],
+            address=self.address,
+            local_cache="none",
+            device=DEVICE,
+            driver_version="12.8",
+        )
+        self.assertIsNone(answers[0].error)
+        result = answers[0].result
+        assert result is not None
+        self.assertEqual(result.match, Match.MISS)
+        self.assertEqual(result.miss_kind, MissKind.DRIVER_TOO_OLD)
+        self.assertEqual(result.config["BLOCK"], 256)
+        self.assertIsNone(result.cubin)
+        self.assertEqual(answers[0].request.driver_version, "12.8")
+
+
+class StartupEndToEndTest(DaemonTestCase):
+    def test_the_service_answers_and_the_local_cache_keeps_the_answers(self) -> None:
+        lookup = self.lookup()
+        answers = lookup.lookup_all(server_shapes())
+        self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
+        self.assertIsInstance(answers[3].error, NotFound)
+        self.assertIn("no_such_family", str(answers[3].error))
+        self.assertIn(f"answered by {self.address}", answers[0].note)
+        self.assertEqual(answers[0].request.device.name, DEVICE)
+        # What a restart will find, read by a cache of its own.
+        local = LocalCache(self.local_dir)
+        kept = local.get_answer(answers[0].request)
+        assert kept is not None
+        self.assertEqual(kept.server, self.address)
+        self.assertEqual(kept.response.match, Match.EXACT)
+        self.assertRegex(kept.stored_at, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertEqual(local.get_cubin(SAMPLE_SHA256), SAMPLE_CUBIN)
+        # Three answers kept (not the unknown family), one cubin.
+        self.assertEqual(len(list((self.local_dir / "answers").iterdir())), 3)
+        self.assertEqual(len(list((self.local_dir / "cubins").iterdir())), 1)
+
+    def test_with_the_service_down_a_warm_local_cache_answers(self) -> None:
+        self.lookup().lookup_all(server_shapes())
+        self.stop_daemon()
+        lookup = self.lookup()
+        start = time.monotonic()
+        answers = lookup.lookup_all(server_shapes())
+        self.assertLess(time.monotonic() - start, 2)
+        self.expect_server_shapes_answered(answers, SOURCE_LOCAL_CACHE)
+        self.assertIn("the service did not answer", answers[0].note)
+        self.assertIn("answer stored", answers[0].note)
+        self.assertIn(f"by {self.address}", answers[0].note)
+        # Never answered by the service, so never kept: an error that says both.
+        self.assertIsInstance(answers[3].error, ServiceUnavailable)
+        self.assertIn("has no answer for it", str(answers[3].error))
+
+    def test_with_the_service_down_a_cold_local_cache_fails_within_the_deadline(self) -> None:
+        self.stop_daemon()
+        lookup = self.lookup(local_cache=self.dir / "cold", deadline=1.0)
+        start = time.monotonic()
+        answers = lookup.lookup_all(server_shapes())
+        self.assertLess(time.monotonic() - start, 2)
+        self.assertEqual(len(answers), 4)
+        for answer in answers:
+            self.assertIsNone(answer.result)
+            self.assertEqual(answer.source, SOURCE_LOCAL_CACHE)
+            self.assertIsInstance(answer.error, ServiceUnavailable)
+            message = str(answer.error)
+            self.assertIn("the service did not answer", message)
+            self.assertIn(self.address, message)
+            self.assertIn("has no answer for it", message)
+        self.assertIn("vector_scale batch=8,n=4096 bf16", str(answers[0].error))
+
+    def test_a_hung_service_costs_the_deadline_and_no_more(self) -> None:
+        self.lookup().lookup_all(server_shapes())
+        # A socket that accepts connections and never says a word.
+        path = self.dir / "hung.sock"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(listener.close)
+        listener.bind(str(path))
+        listener.listen(16)
+        lookup = self.lookup(address=f"unix://{path}", deadline=0.5)
+        start = time.monotonic()
+        answers = lookup.lookup_all(server_shapes())
+        took = time.monotonic() - start
+        self.assertGreaterEqual(took, 0.4)
+        self.assertLess(took, 1.5)
+        self.expect_server_shapes_answered(answers, SOURCE_LOCAL_CACHE)
+        self.assertIn("the service did not answer", answers[0].note)
+
+    def test_a_damaged_local_cubin_is_refused_and_fetched_again(self) -> None:
+        lookup = self.lookup()
+        lookup.lookup_all(server_shapes())
+        assert lookup.local_cache is not None
+        cubin_path = lookup.local_cache.cubin_path(SAMPLE_SHA256)
+        with open(cubin_path, "r+b") as file:
+            file.seek(10)
+            file.write(b"X")
+        answers = lookup.lookup_all(server_shapes())
+        self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
+        self.assertIn("does not match its sha256", answers[0].note)
+        self.assertIn("fetched again", answers[0].note)
+        self.assertEqual(lookup.local_cache.get_cubin(SAMPLE_SHA256), SAMPLE_CUBIN)
+
+        # With the service down, a damaged cubin is refused, not served.
+        with open(cubin_path, "r+b") as file:
+            file.seek(10)
+            file.write(b"Y")
+        self.stop_daemon()
+        offline = self.lookup().lookup_all(server_shapes())
+        result = offline[0].result
+        assert result is not None
+        self.assertEqual(result.match, Match.EXACT)
+        self.assertIsNone(result.cubin)
+        self.assertIn("does not match its sha256", offline[0].note)
+
+    def test_without_cubins_only_configs_are_fetched(self) -> None:
+        lookup = StartupLookup(address=self.address, local_cache=self.local_dir, cubins=False)
+        self.addCleanup(lookup.close)
+        answers = lookup.lookup_all([vector_scale(8)])
+        result = answers[0].result
+        assert result is not None
+        self.assertEqual(result.match, Match.EXACT)
+        self.assertIsNone(result.cubin)
+        self.assertEqual(list((self.local_dir / "cubins").iterdir()), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
