@@ -4,6 +4,7 @@
 // must pick a correct config per problem, and not one lookup may fail or
 // wait on the job. Skips, saying why, where no GPU can be used.
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -16,9 +17,12 @@
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "client/client.h"
+#include "client/kernel_loader.h"
+#include "client/startup_lookup.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_driver.h"
 #include "kernels/profile_task.h"
 #include "proto/problem.h"
 #include "service/profile_pool.h"
@@ -155,6 +159,75 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     }
     EXPECT_GE(serial, entry.candidates());
   }
+
+  // The tuned kernels as an inference server gets them at start-up: one
+  // StartupLookup for every problem, each answer loaded by KernelLoader on
+  // this GPU, and the fault_race fp32 one launched and its output checked
+  // (y[i] = 2 * x[i ^ 31]; with every x equal, y = 2 x everywhere).
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::KernelLoader> gpu, client::KernelLoader::Open(0));
+  client::StartupOptions startup;
+  startup.client.address = daemon.address();
+  startup.local_cache_dir = dir.path() + "/local";
+  startup.device = gpu->device();
+  startup.driver_version = gpu->driver_version();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::StartupLookup> lookup,
+                       client::StartupLookup::Create(startup));
+  std::vector<v1::LookupRequest> requests;
+  for (const v1::Entry& entry : job.results()) {
+    v1::LookupRequest request;
+    request.set_family(entry.family());
+    *request.mutable_problem() = entry.problem();
+    requests.push_back(request);
+  }
+  const std::vector<client::StartupAnswer> answers = lookup->LookupAll(requests);
+  int loaded = 0;
+  int launched = 0;
+  for (const client::StartupAnswer& answer : answers) {
+    SCOPED_TRACE(ProblemContext(answer.request.family(), answer.request.problem()));
+    ASSERT_OK(answer.error);
+    EXPECT_EQ(answer.response.match(), v1::EXACT) << answer.note;
+    absl::StatusOr<client::LoadedKernel> kernel = gpu->Load(answer, answer.request.family());
+    ASSERT_OK(kernel.status());
+    ++loaded;
+    if (answer.request.family() != "fault_race" ||
+        answer.request.problem().dtype() != v1::FLOAT32) {
+      continue;
+    }
+    ASSERT_OK_AND_ASSIGN(const kernels::CudaDriver* driver, kernels::CudaDriver::Load());
+    const int64_t n = kFaultProblemElements;
+    ASSERT_OK_AND_ASSIGN(kernels::DeviceBuffer x,
+                         kernels::DeviceBuffer::Allocate(*driver, n * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(kernels::DeviceBuffer y,
+                         kernels::DeviceBuffer::Allocate(*driver, n * sizeof(float)));
+    ASSERT_OK(
+        driver->Check(driver->api().memset_d8_async(x.get(), 0x3f, n * sizeof(float), nullptr),
+                      "cuMemsetD8Async"));
+    ASSERT_OK(driver->Check(driver->api().memset_d8_async(y.get(), 0, n * sizeof(float), nullptr),
+                            "cuMemsetD8Async"));
+    CUdeviceptr x_ptr = x.get();
+    CUdeviceptr y_ptr = y.get();
+    long long count = n;
+    void* args[] = {&x_ptr, &y_ptr, &count};
+    ASSERT_OK(gpu->Launch(*kernel, args));
+    std::vector<float> out(static_cast<size_t>(n));
+    // To pageable memory: returns once the copy, and the kernel before it, are done.
+    ASSERT_OK(driver->Check(
+        driver->api().memcpy_dtoh_async(out.data(), y.get(), n * sizeof(float), nullptr),
+        "cuMemcpyDtoHAsync"));
+    float one_x = 0;
+    const unsigned int pattern = 0x3f3f3f3fu;
+    std::memcpy(&one_x, &pattern, sizeof(one_x));
+    int wrong = 0;
+    for (float value : out) wrong += value == 2 * one_x ? 0 : 1;
+    EXPECT_EQ(wrong, 0) << "of " << n << " elements";
+    ++launched;
+  }
+  EXPECT_EQ(loaded, job.results_size());
+  EXPECT_EQ(launched, 1);
+  ASSERT_OK(lookup->FlushLocalCache());
+  Summary("loader", absl::StrFormat("%d entries loaded by KernelLoader on %s (CUDA %s), %d "
+                                    "launched and checked",
+                                    loaded, gpu->device().name(), gpu->driver_version(), launched));
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
 }
 
