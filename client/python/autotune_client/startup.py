@@ -82,6 +82,7 @@ class _Pending:
         self.answer = StartupAnswer(request=request)
         self.response: Optional[pb.LookupResponse] = None
         self.cubin: Optional[bytes] = None
+        self.fetched = False  # the cubin came from the service now
 
     def binary_sha256(self) -> str:
         """The sha256 of the entry's binary; empty when the answer has none to
@@ -177,7 +178,12 @@ class StartupLookup:
         pending = [_Pending(self._request(lookup)) for lookup in lookups]
         if not pending:
             return []
-        batch = pb.BatchLookupRequest()
+        # A first start on this host (most answers not kept here, judged on
+        # up to 16 of them): the cubins come with the answers, in one call.
+        # Otherwise the answers alone, and the cubins the local cache lacks
+        # in a second call.
+        cubins_now = self._cubins and self._mostly_new(pending)
+        batch = pb.BatchLookupRequest(include_cubin=cubins_now)
         for item in pending:
             batch.lookups.append(item.answer.request)
         try:
@@ -192,7 +198,19 @@ class StartupLookup:
                 continue
             item.response = result.response
             item.answer.note = f"answered by {self._client.address}"
-        if self._cubins:
+            sha256 = item.binary_sha256()
+            if cubins_now and sha256:
+                cubin = answered.binaries.get(sha256)
+                if cubin is None:
+                    item.answer.add_note("the service sent no cubin for it")
+                elif sha256_hex(cubin) != sha256:
+                    item.answer.add_note(
+                        f"the cubin the service sent does not match {sha256}; refused"
+                    )
+                else:
+                    item.cubin = cubin
+                    item.fetched = True
+        if self._cubins and not cubins_now:
             self._attach_cubins(deadline, pending)
         for item in pending:
             if item.answer.error is None:
@@ -211,6 +229,15 @@ class StartupLookup:
         if not request.driver_version:
             request.driver_version = self._driver_version
         return request
+
+    def _mostly_new(self, pending: list[_Pending]) -> bool:
+        """Whether the local cache lacks most of these answers (a sample)."""
+        if self._local is None:
+            return True
+        step = max(1, len(pending) // 16)
+        sample = pending[::step]
+        kept = sum(1 for item in sample if self._local.answer_path(item.answer.request).exists())
+        return 2 * kept < len(sample)
 
     def _attach_cubins(self, deadline: float, pending: list[_Pending]) -> None:
         """Fills each item's cubin from the local cache or, for those it lacks,
@@ -258,6 +285,7 @@ class StartupLookup:
                 )
             else:
                 item.cubin = binaries.binaries[sha256]
+                item.fetched = True
 
     def _store(self, item: _Pending) -> None:
         """Writes the answer and its cubin to the local cache; a failure is
@@ -272,8 +300,15 @@ class StartupLookup:
             stored_at=_now_text(),
         )
         try:
-            self._local.put_answer(local)
-            if item.cubin is not None:
+            # An answer the cache holds already is not written again, nor a
+            # cubin it gave.
+            try:
+                there = self._local.get_answer(item.answer.request)
+            except AutotuneError:
+                there = None
+            if there is None or there.response != item.response:
+                self._local.put_answer(local)
+            if item.cubin is not None and item.fetched:
                 self._local.put_cubin(sha256, item.cubin)
         except AutotuneError as error:
             item.answer.add_note(f"not kept in the local cache: {error.message}")
