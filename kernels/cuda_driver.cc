@@ -173,6 +173,7 @@ absl::StatusOr<const CudaDriver*> CudaDriver::Load() {
         AUTOTUNE_CU_RESOLVE_(resolver, cuMemFree, api.mem_free);
         AUTOTUNE_CU_RESOLVE_(resolver, cuMemsetD8Async, api.memset_d8_async);
         AUTOTUNE_CU_RESOLVE_(resolver, cuMemcpyDtoHAsync, api.memcpy_dtoh_async);
+        AUTOTUNE_CU_RESOLVE_(resolver, cuMemcpyHtoDAsync, api.memcpy_htod_async);
         AUTOTUNE_CU_RESOLVE_(resolver, cuMemcpyDtoDAsync, api.memcpy_dtod_async);
         AUTOTUNE_CU_RESOLVE_(resolver, cuStreamCreate, api.stream_create);
         AUTOTUNE_CU_RESOLVE_(resolver, cuStreamDestroy, api.stream_destroy);

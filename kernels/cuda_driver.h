@@ -67,6 +67,7 @@ class CudaDriver {
     decltype(&::cuMemFree) mem_free = nullptr;
     decltype(&::cuMemsetD8Async) memset_d8_async = nullptr;
     decltype(&::cuMemcpyDtoHAsync) memcpy_dtoh_async = nullptr;
+    decltype(&::cuMemcpyHtoDAsync) memcpy_htod_async = nullptr;
     decltype(&::cuMemcpyDtoDAsync) memcpy_dtod_async = nullptr;
     decltype(&::cuStreamCreate) stream_create = nullptr;
     decltype(&::cuStreamDestroy) stream_destroy = nullptr;
