@@ -11,8 +11,9 @@
 
 Modules: client (Client), lookups (Lookup, LookupResult, the enums),
 local_cache (LocalCache, the on-disk format shared with the C++ client),
-startup (startup_lookup, StartupLookup), errors (the exceptions), paths
-(default locations).
+startup (startup_lookup, StartupLookup), server_configs (the JSON files
+vLLM and SGLang read, as `autotune export-configs` writes them), errors
+(the exceptions), paths (default locations).
 """
 
 from autotune_client.client import Client
@@ -45,6 +46,7 @@ from autotune_client.paths import (
     default_local_cache_directory,
     default_server_address,
 )
+from autotune_client.server_configs import export_server_configs, server_config_files
 from autotune_client.startup import (
     NO_LOCAL_CACHE,
     SOURCE_LOCAL_CACHE,
@@ -82,8 +84,10 @@ __all__ = [
     "client_server_address",
     "default_local_cache_directory",
     "default_server_address",
+    "export_server_configs",
     "format_dims",
     "parse_dtype",
     "pb",
+    "server_config_files",
     "startup_lookup",
 ]

@@ -110,6 +110,16 @@ class Client:
             request_serializer=pb.BatchLookupRequest.SerializeToString,
             response_deserializer=pb.BatchLookupResponse.FromString,
         )
+        self._list_kernels = self._channel.unary_unary(
+            f"{_SERVICE}/ListKernels",
+            request_serializer=pb.ListKernelsRequest.SerializeToString,
+            response_deserializer=pb.ListKernelsResponse.FromString,
+        )
+        self._list_entries = self._channel.unary_unary(
+            f"{_SERVICE}/ListEntries",
+            request_serializer=pb.ListEntriesRequest.SerializeToString,
+            response_deserializer=pb.ListEntriesResponse.FromString,
+        )
 
     @property
     def address(self) -> str:
@@ -172,6 +182,33 @@ class Client:
                 answers.append(BatchAnswer(request, None, error))
         return answers
 
+    def list_kernels(self, timeout: Optional[float] = None) -> list[pb.KernelSummary]:
+        """The kernel families the daemon knows, current versions."""
+        response: pb.ListKernelsResponse = _call(
+            self._list_kernels,
+            pb.ListKernelsRequest(),
+            self._timeout if timeout is None else timeout,
+            self._address,
+        )
+        return list(response.kernels)
+
+    def list_entries(
+        self, entry_filter: pb.EntryFilter, timeout: Optional[float] = None
+    ) -> list[pb.Entry]:
+        """Every cached entry `entry_filter` selects, page after page."""
+        entries: list[pb.Entry] = []
+        while True:
+            request = pb.ListEntriesRequest(filter=entry_filter, limit=1000, offset=len(entries))
+            page: pb.ListEntriesResponse = _call(
+                self._list_entries,
+                request,
+                self._timeout if timeout is None else timeout,
+                self._address,
+            )
+            entries.extend(page.entries)
+            if not page.entries or len(entries) >= page.total:
+                return entries
+
     def raw_lookup(
         self, request: pb.LookupRequest, timeout: Optional[float] = None
     ) -> pb.LookupResponse:
@@ -203,6 +240,13 @@ class Client:
                 "INTERNAL",
             )
         return response
+
+
+def _call(method, request, timeout, address):  # type: ignore[no-untyped-def]
+    try:
+        return method(request, timeout=timeout)
+    except grpc.RpcError as error:
+        raise error_from_rpc(error, address) from None
 
 
 def _checked_cubin(request: pb.LookupRequest, sha256: str, cubin: bytes) -> bytes:

@@ -299,5 +299,34 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertEqual(list((self.local_dir / "cubins").iterdir()), [])
 
 
+class ServerConfigsEndToEndTest(DaemonTestCase):
+    def test_the_files_are_those_of_the_cli_and_read_the_way_vllm_reads_them(self) -> None:
+        import json
+
+        from autotune_client import Client, InvalidArgument, NotFound, export_server_configs
+
+        python_dir = self.dir / "from-python"
+        with Client(self.address) as client:
+            written = export_server_configs(client, "vector_scale", python_dir)
+            with self.assertRaises(NotFound):
+                export_server_configs(client, "no_such_family", python_dir)
+            with self.assertRaises(InvalidArgument):
+                export_server_configs(client, "vector_scale", python_dir, bucket="rows")
+        name = "n=4096,device_name=NVIDIA_H200,dtype=bf16.json"
+        self.assertEqual(written, {name: 3})
+        cli_dir = self.dir / "from-cli"
+        exported = support.run(
+            [str(support.AUTOTUNE_CLI), "--server", self.address, "export-configs",
+             "vector_scale", "--out", str(cli_dir)]
+        )
+        self.assertEqual(exported.returncode, 0, exported.stderr)
+        self.assertEqual((python_dir / name).read_bytes(), (cli_dir / name).read_bytes())
+        # As vLLM reads its fused-MoE configs: integer keys, the nearest one.
+        configs = {int(key): value for key, value in json.loads((python_dir / name).read_text()).items()}
+        self.assertEqual(sorted(configs), [1, 8, 64])
+        nearest = configs[min(configs, key=lambda key: abs(key - 40))]
+        self.assertEqual(nearest, configs[64])
+
+
 if __name__ == "__main__":
     unittest.main()
