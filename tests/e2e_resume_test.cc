@@ -5,7 +5,6 @@
 // lasts long enough to be interrupted; compiles are real (NVRTC).
 #include <stdlib.h>
 
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -29,25 +29,22 @@ namespace {
 constexpr int kProblems = 6;
 constexpr int kVariants = 4;  // MODE 0 and 1 OK, 2 WRONG_RESULT, 6 UNSUPPORTED
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
 class ResumeAfterKillTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("FAKE_WORKER_SLEEP_MS", "150", 1);
     const std::string testdata = SERVICE_TESTDATA_DIR;
-    WriteText(Path("modes.textproto"),
-              absl::StrReplaceAll(ReadText(testdata + "/modes.textproto"),
-                                  {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", "values: [0, 1, 2, 6]"}}));
-    WriteText(Path("modes.cu"), ReadText(testdata + "/modes.cu"));
-    WriteText(Path("modes.manifest"),
-              "items { family: \"modes\" dims { name: \"n\" values: [256, 512, 1024, 2048, "
-              "4096, 8192] } dtypes: [FLOAT32] }\n");
+    ASSERT_OK_AND_ASSIGN(std::string family, ReadFile(testdata + "/modes.textproto"));
+    ASSERT_THAT(family, ::testing::HasSubstr("values: [0, 1, 2, 3, 4, 5, 6, 7]"));
+    ASSERT_OK(WriteFileAtomically(Path("modes.textproto"),
+                                  absl::StrReplaceAll(family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]",
+                                                                "values: [0, 1, 2, 6]"}})));
+    ASSERT_OK_AND_ASSIGN(std::string source, ReadFile(testdata + "/modes.cu"));
+    ASSERT_OK(WriteFileAtomically(Path("modes.cu"), source));
+    ASSERT_OK(WriteFileAtomically(
+        Path("modes.manifest"),
+        "items { family: \"modes\" dims { name: \"n\" values: [256, 512, 1024, 2048, "
+        "4096, 8192] } dtypes: [FLOAT32] }\n"));
     ASSERT_OK(StartDaemon());
     CommandResult registered = Cli({"register", Path("modes.textproto")});
     ASSERT_EQ(registered.exit_code, 0) << registered.err;
