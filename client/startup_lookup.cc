@@ -208,9 +208,11 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     if (fetched[i]) k.cubin = answer.cubin;
     kept->push_back(std::move(k));
   }
-  (void)FlushLocalCache();  // one writer at a time
   absl::MutexLock lock(&writer_mu_);
-  writer_ = std::thread([this, kept] {
+  // One writer at a time: the new one waits for the one before it (calls
+  // from several threads chain their writers, never overwrite one).
+  writer_ = std::thread([this, kept, previous = std::move(writer_)]() mutable {
+    if (previous.joinable()) previous.join();
     absl::Status first;
     int failed = 0;
     std::set<std::string> cubins_written;

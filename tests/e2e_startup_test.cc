@@ -6,8 +6,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -119,6 +121,26 @@ TEST_F(StartupEndToEndTest, TheServiceAnswersAndTheLocalCacheKeepsTheAnswers) {
   EXPECT_EQ(kept->server(), daemon_->address());
   ASSERT_OK_AND_ASSIGN(std::optional<std::string> cubin, local.GetCubin(Sha256Hex(SampleCubin())));
   EXPECT_EQ(cubin, SampleCubin());
+}
+
+TEST_F(StartupEndToEndTest, StartsFromSeveralThreadsAtOnceShareOneLookup) {
+  auto lookup = Lookup(daemon_->address(), LocalDir());
+  std::vector<std::thread> threads;
+  std::atomic<int> answered{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < 5; ++round) {
+        const std::vector<StartupAnswer> answers = lookup->LookupAll(ServerShapes());
+        if (answers.size() == 4 && answers[0].response.match() == v1::EXACT &&
+            answers[0].cubin == SampleCubin()) {
+          ++answered;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(answered.load(), 20);
+  ASSERT_OK(lookup->FlushLocalCache());
 }
 
 TEST_F(StartupEndToEndTest, WithTheServiceDownAWarmLocalCacheAnswers) {
