@@ -66,35 +66,19 @@ class ResumeAfterKillTest : public ::testing::Test {
     return RunCommand(args, absl::Minutes(2));
   }
 
-  // Polls the daemon's newest job until `done` accepts it.
-  v1::Job WaitForJob(const std::function<bool(const v1::Job&)>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job newest;
-    while (absl::Now() < deadline) {
-      CommandResult jobs = Cli({"jobs", "--json"});
-      v1::ListJobsResponse response;
-      if (jobs.exit_code == 0 &&
-          google::protobuf::util::JsonStringToMessage(jobs.out, &response).ok() &&
-          response.jobs_size() > 0) {
-        newest = response.jobs(0);
-        if (done(newest)) return newest;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return newest;
-  }
-
   // Starts a warmup, kills the daemon once `at` accepts the job, starts it
   // again and waits for the job to end there. Returns the job as it was
   // just before the kill, and as it ended.
   std::pair<v1::Job, v1::Job> KillWhen(const std::function<bool(const v1::Job&)>& at) {
     std::thread warmup([this] { Cli({"warmup", Path("modes.manifest")}); });
-    const v1::Job before = WaitForJob(at, absl::Minutes(1));
+    const v1::Job before =
+        WaitForNewestJob(daemon_->address(), at, absl::Minutes(1), absl::Milliseconds(50));
     daemon_->Kill();
     warmup.join();
     EXPECT_TRUE(at(before)) << "the job never got there: " << before.ShortDebugString();
     EXPECT_OK(StartDaemon());
-    const v1::Job after = WaitForJob(
+    const v1::Job after = WaitForNewestJob(
+        daemon_->address(),
         [&](const v1::Job& job) {
           return job.id() == before.id() &&
                  (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||

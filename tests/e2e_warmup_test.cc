@@ -207,25 +207,6 @@ TEST(BuiltinFamiliesEndToEndTest, TheDaemonRegistersItsBuiltinFamilies) {
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
-// Polls `autotune jobs --json` until `done` accepts the newest job.
-v1::Job WaitForJob(const std::string& address, const std::function<bool(const v1::Job&)>& done,
-                   absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  v1::Job newest;
-  while (absl::Now() < deadline) {
-    CommandResult jobs = RunCommand({AutotuneCliPath(), "--server", address, "jobs", "--json"});
-    v1::ListJobsResponse response;
-    if (jobs.exit_code == 0 &&
-        google::protobuf::util::JsonStringToMessage(jobs.out, &response).ok() &&
-        response.jobs_size() > 0) {
-      newest = response.jobs(0);
-      if (done(newest)) return newest;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  return newest;
-}
-
 TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
   TempDir dir;
   auto daemon =
@@ -239,7 +220,7 @@ TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
         {AutotuneCliPath(), "--server", daemon->address(), "warmup", manifest, "--compile-only"},
         absl::Minutes(10));
   });
-  v1::Job started = WaitForJob(
+  v1::Job started = WaitForNewestJob(
       daemon->address(),
       [](const v1::Job& job) {
         return job.state() == v1::COMPILING && job.counts().compiled() > 0;
@@ -252,7 +233,7 @@ TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
   auto restarted =
       std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
   ASSERT_OK(restarted->Start());
-  v1::Job finished = WaitForJob(
+  v1::Job finished = WaitForNewestJob(
       restarted->address(), [](const v1::Job& job) { return job.state() == v1::SUCCEEDED; },
       absl::Minutes(8));
   EXPECT_EQ(finished.id(), started.id());

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/posix_error.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
 
@@ -226,5 +227,24 @@ std::string EnvironmentOr(const char* name, const std::string& fallback) {
 std::string AutotunedPath() { return EnvironmentOr("AUTOTUNED", AUTOTUNE_AUTOTUNED_PATH); }
 std::string AutotuneCliPath() { return EnvironmentOr("AUTOTUNE_CLI", AUTOTUNE_CLI_PATH); }
 std::string MakeSamplePath() { return AUTOTUNE_MAKE_SAMPLE_PATH; }
+
+v1::Job WaitForNewestJob(const std::string& address,
+                         const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+                         absl::Duration every) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::Job newest;
+  while (absl::Now() < deadline) {
+    CommandResult jobs = RunCommand({AutotuneCliPath(), "--server", address, "jobs", "--json"});
+    v1::ListJobsResponse response;
+    if (jobs.exit_code == 0 &&
+        google::protobuf::util::JsonStringToMessage(jobs.out, &response).ok() &&
+        response.jobs_size() > 0) {
+      newest = response.jobs(0);
+      if (done(newest)) return newest;
+    }
+    absl::SleepFor(every);
+  }
+  return newest;
+}
 
 }  // namespace autotune::testing

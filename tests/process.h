@@ -5,12 +5,14 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/temp_dir.h"
+#include "proto/autotune.pb.h"
 
 namespace autotune::testing {
 
@@ -58,6 +60,13 @@ class Daemon {
   std::string log_path_;
   pid_t pid_ = -1;
 };
+
+// Polls `autotune --server address jobs --json` every `every` until `done`
+// accepts the newest job, or until `timeout`; returns the newest job seen
+// last (check it with `done` again when the deadline may have passed).
+v1::Job WaitForNewestJob(const std::string& address,
+                         const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+                         absl::Duration every = absl::Milliseconds(200));
 
 // The environment variable `name`, or `fallback` when it is unset or empty.
 // A bundle run on another machine names its paths this way.
