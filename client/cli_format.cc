@@ -416,6 +416,8 @@ std::string MissKindText(v1::MissKind kind) {
       return "exact-only (a nearest neighbour exists; --exact refused it)";
     case v1::MISS_DRIVER_TOO_OLD:
       return "driver-too-old (tuned, but its binary needs a newer driver; its config applies)";
+    case v1::MISS_NEAREST_UNFIT:
+      return "nearest-unfit (the nearest entry's config does not fit this problem)";
     default:
       return "unspecified (the server did not say)";
   }
@@ -443,7 +445,14 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
   if (response.match() == v1::NEAREST) {
     Field(out, "tuned for", FormatDims(response.entry().problem().dims()));
   }
-  PrintEntryFields(response.entry(), EntryDetail::kAnswer, out);
+  if (!response.has_launch()) {
+    PrintEntryFields(response.entry(), EntryDetail::kAnswer, out);
+    return;
+  }
+  // The launch for the requested problem, not the tuned one's.
+  v1::Entry entry = response.entry();
+  *entry.mutable_launch() = response.launch();
+  PrintEntryFields(entry, EntryDetail::kAnswer, out);
 }
 
 void PrintEntryDetail(const v1::GetEntryResponse& response, std::ostream& out) {

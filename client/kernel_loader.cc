@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
+#include "kernels/compiler.h"
 #include "kernels/cuda_driver.h"
 #include "proto/problem.h"
 
@@ -17,6 +19,33 @@ std::string Context(const StartupAnswer& answer) {
 }
 
 }  // namespace
+
+absl::StatusOr<LocalBinary> CompileRecipe(const v1::CompileRecipe& recipe, absl::string_view source,
+                                          absl::string_view arch) {
+  const std::string what = absl::StrCat(recipe.program_name(), " (", recipe.name_expression(), ")");
+  if (Sha256Hex(source) != recipe.source_sha256()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the source does not match the recipe's sha256 ", recipe.source_sha256()));
+  }
+  ASSIGN_OR_RETURN(const kernels::Nvrtc* nvrtc, kernels::Nvrtc::Load());
+  kernels::CompileRequest request;
+  request.source = std::string(source);
+  request.program_name = recipe.program_name();
+  request.name_expression = recipe.name_expression();
+  request.options.assign(recipe.options().begin(), recipe.options().end());
+  request.arch = std::string(arch);
+  kernels::CompileResult result = kernels::Compile(*nvrtc, request);
+  if (result.status != kernels::CompileStatus::kOk) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " does not compile with NVRTC ", nvrtc->version(), " for ", arch, ": ", result.log));
+  }
+  LocalBinary binary;
+  binary.cubin = std::move(result.cubin);
+  binary.function_name = std::move(result.lowered_name);
+  binary.nvrtc_version = nvrtc->version();
+  binary.log = std::move(result.log);
+  return binary;
+}
 
 struct LoadedKernel::Module {
   kernels::Module module;
@@ -74,41 +103,21 @@ absl::StatusOr<std::unique_ptr<KernelLoader>> KernelLoader::Open(int ordinal) {
   return loader;
 }
 
-absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
-                                                absl::string_view kernel_name) const {
-  if (!answer.error.ok()) return answer.error;
-  const v1::LookupResponse& response = answer.response;
-  const v1::Entry& entry = response.entry();
-  if (response.match() == v1::MISS) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Context(answer), ": no tuned binary to load (MISS, ",
-                     v1::MissKind_Name(response.miss_kind()), "): ", response.miss_reason()));
-  }
-  if (answer.cubin.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Context(answer), ": no cubin at hand (", answer.note, ")"));
-  }
+absl::StatusOr<LoadedKernel> KernelLoader::LoadCubin(const StartupAnswer& answer,
+                                                     const std::string& cubin,
+                                                     const std::string& function_name,
+                                                     const v1::LaunchDims& launch) const {
   RETURN_IF_ERROR(state_->context.MakeCurrent());
-  absl::StatusOr<kernels::Module> module =
-      kernels::Module::Load(*state_->driver, answer.cubin.data());
-  if (!module.ok()) {
-    return absl::Status(
-        module.status().code(),
-        absl::StrCat(Context(answer), ": its cubin (NVRTC ", entry.nvrtc_version(), ", ",
-                     entry.arch(), ") does not load on this driver (CUDA ", driver_version_,
-                     ") and device (", device_.name(), ", sm_", device_.compute_capability(),
-                     "): ", module.status().message()));
-  }
+  ASSIGN_OR_RETURN(kernels::Module module, kernels::Module::Load(*state_->driver, cubin.data()));
   LoadedKernel kernel;
-  kernel.function_name_ =
-      entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
-  absl::StatusOr<CUfunction> function = module->Function(kernel.function_name_);
+  kernel.function_name_ = function_name;
+  absl::StatusOr<CUfunction> function = module.Function(kernel.function_name_);
   if (!function.ok()) {
     return absl::Status(function.status().code(),
                         absl::StrCat(Context(answer), ": ", function.status().message()));
   }
   const kernels::CudaDriver::Api& cu = state_->driver->api();
-  const int64_t shared = entry.launch().dynamic_shared_bytes();
+  const int64_t shared = launch.dynamic_shared_bytes();
   if (shared > 48 * 1024) {
     RETURN_IF_ERROR(state_->driver->Check(
         cu.func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -117,10 +126,99 @@ absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
                      shared, ")")));
   }
   kernel.function_ = *function;
-  kernel.launch_ = entry.launch();
-  kernel.config_ = entry.config();
+  kernel.launch_ = launch;
   kernel.module_ = std::make_unique<LoadedKernel::Module>();
-  kernel.module_->module = *std::move(module);
+  kernel.module_->module = std::move(module);
+  return kernel;
+}
+
+absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
+                                                absl::string_view kernel_name) const {
+  if (!answer.error.ok()) return answer.error;
+  const v1::LookupResponse& response = answer.response;
+  const v1::Entry& entry = response.entry();
+  // The config to run and its launch for the requested problem.
+  const bool entry_applies =
+      response.match() != v1::MISS || response.miss_kind() == v1::MISS_DRIVER_TOO_OLD;
+  const v1::Config* config = nullptr;
+  v1::LaunchDims launch;
+  if (entry_applies) {
+    config = &entry.config();
+    if (response.has_launch()) {
+      launch = response.launch();
+    } else if (response.match() == v1::EXACT) {
+      launch = entry.launch();  // an answer stored before LookupResponse.launch
+    } else {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Context(answer), ": the answer (", v1::MatchKind_Name(response.match()),
+                       ") has no launch for the requested problem; look it up again"));
+    }
+  } else if (response.has_default_config()) {
+    config = &response.default_config();
+    launch = response.default_launch();
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(Context(answer), ": nothing to load (MISS, ",
+                                                      v1::MissKind_Name(response.miss_kind()),
+                                                      ", and the family has no default "
+                                                      "config that fits): ",
+                                                      response.miss_reason()));
+  }
+
+  // Why the served binary cannot be used, when it cannot.
+  std::string why_compile;
+  if (response.match() != v1::MISS && !answer.cubin.empty()) {
+    const std::string function_name =
+        entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
+    absl::StatusOr<LoadedKernel> served = LoadCubin(answer, answer.cubin, function_name, launch);
+    if (served.ok()) {
+      served->config_ = *config;
+      return served;
+    }
+    why_compile = absl::StrCat("its cubin (NVRTC ", entry.nvrtc_version(), ", ", entry.arch(),
+                               ") does not load on this driver (CUDA ", driver_version_,
+                               ") and device (", device_.name(), ", sm_",
+                               device_.compute_capability(), "): ", served.status().message());
+  } else if (response.match() != v1::MISS) {
+    why_compile = absl::StrCat("no cubin at hand (", answer.note, ")");
+  } else {
+    why_compile = absl::StrCat("a MISS (", v1::MissKind_Name(response.miss_kind()), ")");
+  }
+
+  const std::string* source = nullptr;
+  if (response.has_recipe()) {
+    if (answer.recipe_source != nullptr) {
+      source = answer.recipe_source.get();
+    } else if (!response.recipe().source().empty()) {
+      source = &response.recipe().source();
+    }
+  }
+  if (source == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Context(answer), ": ", why_compile, "; and no compile recipe with its source to build ",
+        entry_applies ? "the entry's" : "the default", " config here",
+        response.has_recipe() ? absl::StrCat(" (", answer.note, ")") : std::string()));
+  }
+  const std::string arch = absl::StrCat("sm_", device_.compute_capability());
+  absl::StatusOr<LocalBinary> compiled = CompileRecipe(response.recipe(), *source, arch);
+  if (!compiled.ok()) {
+    return absl::Status(compiled.status().code(),
+                        absl::StrCat(Context(answer), ": ", why_compile,
+                                     "; compiling it here failed: ", compiled.status().message()));
+  }
+  absl::StatusOr<LoadedKernel> kernel =
+      LoadCubin(answer, compiled->cubin, compiled->function_name, launch);
+  if (!kernel.ok()) {
+    return absl::Status(
+        kernel.status().code(),
+        absl::StrCat(Context(answer), ": ", why_compile, "; compiled here by NVRTC ",
+                     compiled->nvrtc_version, " for ", arch,
+                     ", it does not load either: ", kernel.status().message()));
+  }
+  kernel->config_ = *config;
+  kernel->origin_ = KernelOrigin::kCompiledHere;
+  kernel->note_ =
+      absl::StrCat(why_compile, ": ", entry_applies ? "the entry's" : "the default",
+                   " config compiled here by NVRTC ", compiled->nvrtc_version, " for ", arch);
   return kernel;
 }
 

@@ -16,11 +16,27 @@
 // what is missing. Nothing here includes cuda.h: functions and streams are
 // passed as void* (CUfunction, CUstream).
 //
-// Errors name the problem and what failed: FAILED_PRECONDITION when the
-// answer has nothing to load (a MISS, or no cubin at hand: its note says
-// why) or when the cubin does not load on this driver and device (built by
-// a newer NVRTC, for another architecture), with the driver's message;
-// NOT_FOUND when the function is not in the module.
+// What is loaded, and launched with which geometry:
+// - EXACT and NEAREST: the entry's config, with the launch for the
+//   requested problem (LookupResponse.launch; a NEAREST entry's own launch
+//   was computed for the dims it was tuned at).
+// - MISS_DRIVER_TOO_OLD: the entry's config, compiled here.
+// - Any other MISS: the family's default config (default_launch), compiled
+//   here.
+// "Compiled here": when the answer has no cubin that loads (none at hand,
+// or the driver refuses it: built by a newer NVRTC, for another
+// architecture) and it carries a compile recipe with its source
+// (StartupOptions.recipes), the config is compiled with the NVRTC found on
+// this host for this GPU (sm_<compute capability>) and that is loaded; the
+// LoadedKernel says so (origin, note). NVRTC is dlopen'ed like the driver
+// ($AUTOTUNE_NVRTC, libnvrtc.so.13, ...; kernels/compiler.h).
+//
+// Errors name the problem and what failed: FAILED_PRECONDITION when there is
+// nothing to load (a MISS without a default config, no cubin and no recipe:
+// the answer's note says why; no launch for the requested problem), when
+// the cubin does not load and there is no recipe or NVRTC to compile it
+// (the driver's message, and NVRTC's), or when the recipe does not compile
+// (NVRTC's log); NOT_FOUND when the function is not in the module.
 //
 // Thread-safe; a LoadedKernel may be launched from any thread.
 #ifndef AUTOTUNE_CLIENT_KERNEL_LOADER_H_
@@ -36,6 +52,27 @@
 
 namespace autotune::client {
 
+enum class KernelOrigin {
+  kServedBinary,  // the cubin the answer carried (from the service or local cache)
+  kCompiledHere,  // the answer's recipe, compiled on this host
+};
+
+// A cubin compiled here from a recipe.
+struct LocalBinary {
+  std::string cubin;
+  std::string function_name;  // the lowered name of the recipe's name expression
+  std::string nvrtc_version;  // "13.0"
+  std::string log;            // NVRTC's (warnings)
+};
+
+// Compiles `recipe` over `source` (its text: recipe.source() or the
+// answer's recipe_source) for `arch` ("sm_90") with this host's NVRTC.
+// FAILED_PRECONDITION when NVRTC cannot be loaded (every path tried) or the
+// source does not match recipe.source_sha256; INVALID_ARGUMENT with NVRTC's
+// log when it does not compile.
+absl::StatusOr<LocalBinary> CompileRecipe(const v1::CompileRecipe& recipe, absl::string_view source,
+                                          absl::string_view arch);
+
 // A loaded kernel. Move-only; unloads its module when destroyed.
 class LoadedKernel {
  public:
@@ -47,6 +84,11 @@ class LoadedKernel {
   const std::string& function_name() const { return function_name_; }
   const v1::LaunchDims& launch() const { return launch_; }
   const v1::Config& config() const { return config_; }
+  KernelOrigin origin() const { return origin_; }
+  // For people: why it was compiled here, and how ("the answer has no cubin
+  // (MISS_NO_ENTRY): the default config compiled here by NVRTC 13.0 for
+  // sm_90"); empty for a served binary.
+  const std::string& note() const { return note_; }
 
  private:
   friend class KernelLoader;
@@ -57,6 +99,8 @@ class LoadedKernel {
   std::string function_name_;
   v1::LaunchDims launch_;
   v1::Config config_;
+  KernelOrigin origin_ = KernelOrigin::kServedBinary;
+  std::string note_;
 };
 
 class KernelLoader {
@@ -72,9 +116,9 @@ class KernelLoader {
   // The CUDA version the driver supports: "13.0".
   const std::string& driver_version() const { return driver_version_; }
 
-  // Loads the answer's cubin. `kernel_name` is the family's kernel_name,
-  // used when the entry does not name its function (entries stored before
-  // Entry.function_name).
+  // Loads the answer's kernel (see above). `kernel_name` is the family's
+  // kernel_name, used when the entry does not name its function (entries
+  // stored before Entry.function_name).
   absl::StatusOr<LoadedKernel> Load(const StartupAnswer& answer,
                                     absl::string_view kernel_name) const;
 
@@ -86,6 +130,10 @@ class KernelLoader {
  private:
   struct State;
   explicit KernelLoader(std::unique_ptr<State> state);
+  // `cubin` loaded, `function_name` resolved, set up for `launch`.
+  absl::StatusOr<LoadedKernel> LoadCubin(const StartupAnswer& answer, const std::string& cubin,
+                                         const std::string& function_name,
+                                         const v1::LaunchDims& launch) const;
   std::unique_ptr<State> state_;
   v1::Device device_;
   std::string driver_version_;

@@ -56,7 +56,8 @@ absl::StatusOr<LocalCache> LocalCache::Open(std::string directory) {
     return absl::InvalidArgumentError(
         "no local cache directory: set AUTOTUNE_LOCAL_CACHE, XDG_CACHE_HOME or HOME");
   }
-  for (const std::string& dir : {directory, directory + "/answers", directory + "/cubins"}) {
+  for (const std::string& dir :
+       {directory, directory + "/answers", directory + "/cubins", directory + "/sources"}) {
     RETURN_IF_ERROR(MakeDirectories(dir, 0700));
   }
   return LocalCache(std::move(directory));
@@ -77,6 +78,10 @@ std::string LocalCache::AnswerPath(const v1::LookupRequest& request) const {
 
 std::string LocalCache::CubinPath(absl::string_view sha256) const {
   return absl::StrCat(directory_, "/cubins/", sha256, ".cubin");
+}
+
+std::string LocalCache::SourcePath(absl::string_view sha256) const {
+  return absl::StrCat(directory_, "/sources/", sha256, ".cu");
 }
 
 absl::Status LocalCache::PutAnswer(const v1::LocalAnswer& answer) const {
@@ -116,38 +121,60 @@ absl::StatusOr<std::optional<v1::LocalAnswer>> LocalCache::GetAnswer(
   return answer;
 }
 
-absl::Status LocalCache::PutCubin(absl::string_view sha256, absl::string_view cubin) const {
+namespace {
+
+// A content-addressed file: `path` named by the sha256 of its bytes.
+absl::Status PutAddressed(absl::string_view sha256, absl::string_view bytes,
+                          const std::string& path, absl::string_view what) {
   if (!IsHexSha256(sha256)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", sha256, "' is not a lower-case sha256 hex digest"));
   }
-  if (Sha256Hex(cubin) != sha256) {
+  if (Sha256Hex(bytes) != sha256) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the cubin's bytes do not hash to ", sha256, "; not stored"));
+        absl::StrCat("the ", what, "'s bytes do not hash to ", sha256, "; not stored"));
   }
-  const std::string path = CubinPath(sha256);
   struct stat info;
-  if (stat(path.c_str(), &info) == 0 && static_cast<size_t>(info.st_size) == cubin.size()) {
-    // Content-addressed: the same bytes are there already, unless the file
-    // was damaged in place; GetCubin checks that on read.
-    absl::StatusOr<std::optional<std::string>> there = GetCubin(sha256);
-    if (there.ok() && there->has_value()) return absl::OkStatus();
+  if (stat(path.c_str(), &info) == 0 && static_cast<size_t>(info.st_size) == bytes.size()) {
+    // The same bytes are there already, unless the file was damaged in
+    // place: check before keeping it.
+    absl::StatusOr<std::string> there = ReadFile(path, what);
+    if (there.ok() && Sha256Hex(*there) == sha256) return absl::OkStatus();
   }
-  return WriteFileAtomically(path, cubin, "local cubin");
+  return WriteFileAtomically(path, bytes, std::string(what));
+}
+
+absl::StatusOr<std::optional<std::string>> GetAddressed(absl::string_view sha256,
+                                                        const std::string& path,
+                                                        absl::string_view what) {
+  if (!IsHexSha256(sha256)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", sha256, "' is not a lower-case sha256 hex digest"));
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes, ReadIfPresent(path, what));
+  if (bytes.has_value() && Sha256Hex(*bytes) != sha256) {
+    return absl::DataLossError(
+        absl::StrCat(what, " ", path, " does not match its sha256 (corrupted); refused"));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::Status LocalCache::PutCubin(absl::string_view sha256, absl::string_view cubin) const {
+  return PutAddressed(sha256, cubin, CubinPath(sha256), "local cubin");
 }
 
 absl::StatusOr<std::optional<std::string>> LocalCache::GetCubin(absl::string_view sha256) const {
-  if (!IsHexSha256(sha256)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", sha256, "' is not a lower-case sha256 hex digest"));
-  }
-  const std::string path = CubinPath(sha256);
-  ASSIGN_OR_RETURN(std::optional<std::string> bytes, ReadIfPresent(path, "local cubin"));
-  if (bytes.has_value() && Sha256Hex(*bytes) != sha256) {
-    return absl::DataLossError(
-        absl::StrCat("local cubin ", path, " does not match its sha256 (corrupted); refused"));
-  }
-  return bytes;
+  return GetAddressed(sha256, CubinPath(sha256), "local cubin");
+}
+
+absl::Status LocalCache::PutSource(absl::string_view sha256, absl::string_view source) const {
+  return PutAddressed(sha256, source, SourcePath(sha256), "local source");
+}
+
+absl::StatusOr<std::optional<std::string>> LocalCache::GetSource(absl::string_view sha256) const {
+  return GetAddressed(sha256, SourcePath(sha256), "local source");
 }
 
 }  // namespace autotune::client

@@ -11,6 +11,8 @@
 //                           the line "autotune-answer 1 <sha256 hex of the rest>\n",
 //                           then the serialized LocalAnswer
 //   cubins/<sha256>.cubin   a binary, named by the sha256 of its bytes
+//   sources/<sha256>.cu     a family's source, named alike, for the compile
+//                           recipes answers carry (LookupResponse.recipe)
 //
 // Every file is written to a temporary name and renamed over the old one,
 // so processes and threads on one host may read and write one directory at
@@ -38,7 +40,7 @@ class LocalCache {
   // ~/.cache/autotune; empty when none can be found (no HOME).
   static std::string DefaultDirectory();
 
-  // Creates the directory and its answers/ and cubins/ (mode 0700) when
+  // Creates the directory and its answers/, cubins/ and sources/ (mode 0700) when
   // missing. Errors name the path.
   static absl::StatusOr<LocalCache> Open(std::string directory);
 
@@ -68,8 +70,13 @@ class LocalCache {
   // not match the name.
   absl::StatusOr<std::optional<std::string>> GetCubin(absl::string_view sha256) const;
 
+  // The same for a recipe's source text (sources/<sha256>.cu).
+  absl::Status PutSource(absl::string_view sha256, absl::string_view source) const;
+  absl::StatusOr<std::optional<std::string>> GetSource(absl::string_view sha256) const;
+
   std::string AnswerPath(const v1::LookupRequest& request) const;
   std::string CubinPath(absl::string_view sha256) const;
+  std::string SourcePath(absl::string_view sha256) const;
 
  private:
   explicit LocalCache(std::string directory) : directory_(std::move(directory)) {}

@@ -122,6 +122,27 @@ TEST_F(LocalCacheTest, CubinsAreCheckedOnTheWayInAndOut) {
   EXPECT_EQ(back, cubin);
 }
 
+TEST_F(LocalCacheTest, RecipeSourcesAreKeptLikeCubins) {
+  const std::string source = "extern \"C\" __global__ void k() {}\n";
+  const std::string sha = Sha256Hex(source);
+  EXPECT_THAT(cache_->PutSource(Sha256Hex("other"), source),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not hash to")));
+  ASSERT_OK(cache_->PutSource(sha, source));
+  EXPECT_EQ(cache_->SourcePath(sha), cache_->directory() + "/sources/" + sha + ".cu");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> back, cache_->GetSource(sha));
+  EXPECT_EQ(back, source);
+  {
+    std::fstream file(cache_->SourcePath(sha), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(2);
+    file.put('X');
+  }
+  EXPECT_THAT(cache_->GetSource(sha),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("local source")));
+  ASSERT_OK(cache_->PutSource(sha, source));  // mended: the damaged file is not kept
+  ASSERT_OK_AND_ASSIGN(back, cache_->GetSource(sha));
+  EXPECT_EQ(back, source);
+}
+
 TEST_F(LocalCacheTest, TwoProcessesWritingAtOnceNeverLeaveAPartialFile) {
   const std::string big(1 << 20, 'b');
   const std::string sha = Sha256Hex(big);

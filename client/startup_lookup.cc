@@ -136,6 +136,7 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   }
   const bool cubins_now = options_.cubins && 2 * kept_locally < sampled;
   batch.set_include_cubin(cubins_now);
+  batch.set_include_recipe(options_.recipes);
 
   absl::StatusOr<v1::BatchLookupResponse> answered = client_->BatchLookup(batch, options_.deadline);
   if (answered.ok() && answered->results_size() != batch.lookups_size()) {
@@ -156,6 +157,13 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
       *checks[i].second = Sha256Hex(answered->binaries().at(*checks[i].first)) == *checks[i].first;
     });
   }
+  // The recipes' sources, each checked once and shared by its answers.
+  std::map<std::string, std::shared_ptr<const std::string>> sources;
+  for (auto& [sha, text] : *answered->mutable_sources()) {
+    if (Sha256Hex(text) == sha) {
+      sources[sha] = std::make_shared<const std::string>(std::move(text));
+    }
+  }
   std::vector<bool> fetched(answers.size(), false);
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
@@ -168,6 +176,14 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     }
     answer.response = std::move(*result.mutable_response());
     answer.note = absl::StrCat("answered by ", client_->address());
+    if (answer.response.has_recipe()) {
+      auto source = sources.find(answer.response.recipe().source_sha256());
+      if (source != sources.end()) {
+        answer.recipe_source = source->second;
+      } else {
+        AddNote(answer, "the service sent no valid source for its recipe");
+      }
+    }
     if (cubins_now && HasBinary(answer.response)) {
       const std::string& sha = answer.response.entry().binary_sha256();
       auto it = sent_ok.find(sha);
@@ -194,6 +210,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
   struct Kept {
     v1::LocalAnswer answer;
     std::string cubin;  // fetched from the service now; empty = not to write
+    std::shared_ptr<const std::string> source;  // the recipe's, from the service
   };
   auto kept = std::make_shared<std::vector<Kept>>();
   const std::string now = NowText();
@@ -206,6 +223,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     k.answer.set_server(client_->address());
     k.answer.set_stored_at(now);
     if (fetched[i]) k.cubin = answer.cubin;
+    if (answer.source == AnswerSource::kService) k.source = answer.recipe_source;
     kept->push_back(std::move(k));
   }
   absl::MutexLock lock(&writer_mu_);
@@ -216,6 +234,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     absl::Status first;
     int failed = 0;
     std::set<std::string> cubins_written;
+    std::set<std::string> sources_written;
     for (const Kept& k : *kept) {
       // An answer the cache holds already is not written again.
       absl::StatusOr<std::optional<v1::LocalAnswer>> there = local_->GetAnswer(k.answer.request());
@@ -228,6 +247,10 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
       const std::string& sha = k.answer.response().entry().binary_sha256();
       if (stored.ok() && !k.cubin.empty() && cubins_written.insert(sha).second) {
         stored = local_->PutCubin(sha, k.cubin);
+      }
+      const std::string& source_sha = k.answer.response().recipe().source_sha256();
+      if (stored.ok() && k.source != nullptr && sources_written.insert(source_sha).second) {
+        stored = local_->PutSource(source_sha, *k.source);
       }
       if (!stored.ok() && failed++ == 0) first = stored;
     }
@@ -327,6 +350,32 @@ void StartupLookup::RequestTuning(absl::Time deadline, std::vector<StartupAnswer
   }
 }
 
+void StartupLookup::AttachLocalSources(std::vector<StartupAnswer>& answers) const {
+  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> sources;
+  for (StartupAnswer& answer : answers) {
+    if (!answer.error.ok() || !answer.response.has_recipe()) continue;
+    const std::string& sha = answer.response.recipe().source_sha256();
+    auto it = sources.find(sha);
+    if (it == sources.end()) {
+      absl::StatusOr<std::optional<std::string>> text = local_->GetSource(sha);
+      absl::StatusOr<std::shared_ptr<const std::string>> shared = nullptr;
+      if (!text.ok()) {
+        shared = text.status();
+      } else if (text->has_value()) {
+        shared = std::make_shared<const std::string>(**std::move(text));
+      }
+      it = sources.emplace(sha, std::move(shared)).first;
+    }
+    if (!it->second.ok()) {
+      AddNote(answer, it->second.status().message());
+    } else if (*it->second == nullptr) {
+      AddNote(answer, "its recipe's source is not in the local cache");
+    } else {
+      answer.recipe_source = *it->second;
+    }
+  }
+}
+
 void StartupLookup::FromLocalCache(const absl::Status& why,
                                    std::vector<StartupAnswer>& answers) const {
   const std::string service = absl::StrCat("the service did not answer (", why.message(), ")");
@@ -356,6 +405,7 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
     answer.note = absl::StrCat(service, "; answer stored ", (*local)->stored_at(), " by ",
                                (*local)->server());
   }
+  if (local_) AttachLocalSources(answers);
   if (!local_ || !options_.cubins) return;
   std::vector<std::string> wanted;
   for (const StartupAnswer& answer : answers) {

@@ -11,6 +11,7 @@
 //     answer.source             // SERVICE or LOCAL_CACHE
 //     answer.response.match()   // EXACT / NEAREST / MISS (miss_kind, default_config)
 //     answer.cubin              // the entry's binary, sha256 checked, when at hand
+//     answer.response.launch()  // the grid and block for the requested problem
 //   }
 //
 // Cost: at most `deadline` waiting on the service, whatever it does (absent,
@@ -63,6 +64,10 @@ struct StartupOptions {
   std::string driver_version;
   // Fetch the entries' cubins (false: configs only).
   bool cubins = true;
+  // Ask for each answer's compile recipe (LookupResponse.recipe) and keep
+  // its source, so that the kernel loader can compile the config here when
+  // no binary loads (or on a MISS with a default config).
+  bool recipes = true;
   // Tune-on-miss: ask the service, within the deadline, to tune the
   // problems it answered MISS (all kinds but MISS_DRIVER_TOO_OLD, which
   // tuning does not mend), so that the next start finds them.
@@ -77,6 +82,9 @@ struct StartupAnswer {
   v1::LookupResponse response;  // cubin cleared: see `cubin`
   AnswerSource source = AnswerSource::kService;
   std::string cubin;  // the entry's binary when at hand (EXACT, NEAREST)
+  // The source text of response.recipe when at hand (sha256 checked);
+  // answers of one family share it.
+  std::shared_ptr<const std::string> recipe_source;
   // Where the answer came from and what went wrong on the way, for people:
   // "the service did not answer (...); answer stored 2026-12-01T10:00:00Z
   // by unix:///run/autotune.sock".
@@ -108,6 +116,8 @@ class StartupLookup {
                 std::optional<LocalCache> local);
   // The answers from the local cache when the service failed with `why`.
   void FromLocalCache(const absl::Status& why, std::vector<StartupAnswer>& answers) const;
+  // Fills `recipe_source` of the answers with a recipe from the local cache.
+  void AttachLocalSources(std::vector<StartupAnswer>& answers) const;
   // Fills `answers[i].cubin` from the local cache or, for those it lacks,
   // from the service before `deadline` (marking them `fetched`).
   void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,

@@ -34,6 +34,25 @@ std::vector<std::string> DTypeMacros(v1::DType dtype) {
           absl::StrCat("-DAUTOTUNE_DTYPE_BYTES=", DTypeBytes(dtype))};
 }
 
+// The name expression and options of the config whose values (in params
+// order) are `values`; see the binding notes in the header.
+CompileInputs CompileInputsOf(const v1::KernelFamily& family, const std::vector<int64_t>& values,
+                              v1::DType dtype) {
+  CompileInputs inputs;
+  inputs.options.assign(family.compile_options().begin(), family.compile_options().end());
+  if (family.binding() == v1::TEMPLATE_ARGUMENTS) {
+    inputs.name_expression =
+        absl::StrCat(family.kernel_name(), "<", absl::StrJoin(values, ", "), ">");
+  } else {
+    inputs.name_expression = family.kernel_name();
+    for (int p = 0; p < family.params_size(); ++p) {
+      inputs.options.push_back(absl::StrCat("-D", family.params(p).name(), "=", values[p]));
+    }
+  }
+  for (std::string& macro : DTypeMacros(dtype)) inputs.options.push_back(std::move(macro));
+  return inputs;
+}
+
 // An expression of the descriptor with the path of the field it came from.
 struct Field {
   std::string path;
@@ -153,26 +172,12 @@ class ConfigResolver {
     }
 
     auto& config = *variant.config.mutable_params();
-    std::vector<std::string> values;
     for (int p = 0; p < family_.params_size(); ++p) {
       config[family_.params(p).name()] = param_values[p];
-      values.push_back(absl::StrCat(param_values[p]));
     }
-    variant.compile_options.assign(family_.compile_options().begin(),
-                                   family_.compile_options().end());
-    if (family_.binding() == v1::TEMPLATE_ARGUMENTS) {
-      variant.name_expression =
-          absl::StrCat(family_.kernel_name(), "<", absl::StrJoin(values, ", "), ">");
-    } else {
-      variant.name_expression = family_.kernel_name();
-      for (int p = 0; p < family_.params_size(); ++p) {
-        variant.compile_options.push_back(
-            absl::StrCat("-D", family_.params(p).name(), "=", values[p]));
-      }
-    }
-    for (std::string& macro : DTypeMacros(problem_.dtype())) {
-      variant.compile_options.push_back(std::move(macro));
-    }
+    CompileInputs inputs = CompileInputsOf(family_, param_values, problem_.dtype());
+    variant.name_expression = std::move(inputs.name_expression);
+    variant.compile_options = std::move(inputs.options);
     return variant;
   }
 
@@ -463,24 +468,30 @@ absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
   return space;
 }
 
-absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
-                                      const v1::Config& config, const DeviceLimits& limits) {
-  RETURN_IF_ERROR(ValidateProblem(family, problem));
-  std::vector<int64_t> values;
+namespace {
+
+// The config's values in params order, and its index among all configs.
+struct ConfigPosition {
   int64_t index = 0;
+  std::vector<int64_t> values;
+};
+
+absl::StatusOr<ConfigPosition> PositionOf(const v1::KernelFamily& family,
+                                          const v1::Config& config) {
+  ConfigPosition position;
   for (const v1::TunableParameter& param : family.params()) {
     const auto it = config.params().find(param.name());
     if (it == config.params().end()) {
       return absl::InvalidArgumentError(absl::StrCat("config: missing '", param.name(), "'"));
     }
-    const auto position = std::find(param.values().begin(), param.values().end(), it->second);
-    if (position == param.values().end()) {
+    const auto found = std::find(param.values().begin(), param.values().end(), it->second);
+    if (found == param.values().end()) {
       return absl::InvalidArgumentError(absl::StrCat("config: ", param.name(), "=", it->second,
                                                      " is not a value of the param (",
                                                      absl::StrJoin(param.values(), ", "), ")"));
     }
-    index = index * param.values_size() + (position - param.values().begin());
-    values.push_back(it->second);
+    position.index = position.index * param.values_size() + (found - param.values().begin());
+    position.values.push_back(it->second);
   }
   std::vector<std::string> extra;
   for (const auto& [name, value] : config.params()) {
@@ -494,6 +505,27 @@ absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::
     return absl::InvalidArgumentError(absl::StrCat(
         "config: '", extra.front(), "' is not a param of family '", family.name(), "'"));
   }
+  return position;
+}
+
+}  // namespace
+
+absl::StatusOr<CompileInputs> CompileInputsFor(const v1::KernelFamily& family,
+                                               const v1::Config& config, v1::DType dtype) {
+  if (FindDType(dtype) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", std::string(DTypeName(dtype)), " is not a known dtype"));
+  }
+  ASSIGN_OR_RETURN(ConfigPosition position, PositionOf(family, config));
+  return CompileInputsOf(family, position.values, dtype);
+}
+
+absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
+                                      const v1::Config& config, const DeviceLimits& limits) {
+  RETURN_IF_ERROR(ValidateProblem(family, problem));
+  ASSIGN_OR_RETURN(ConfigPosition position, PositionOf(family, config));
+  const int64_t index = position.index;
+  const std::vector<int64_t>& values = position.values;
   ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, problem, limits));
   RETURN_IF_ERROR(resolver.CheckProblem());
   int failed_constraint = -1;

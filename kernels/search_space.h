@@ -147,6 +147,18 @@ absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
 absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
                                       const v1::Config& config, const DeviceLimits& limits = {});
 
+// How one config of `family` is compiled for `dtype`: the same name
+// expression and options ExpandSearchSpace gives its variant (the binding
+// notes above), without evaluating any expression, so it is cheap enough for
+// every lookup. INVALID_ARGUMENT as ResolveConfig's for a config that lacks
+// a param, has one the family does not, or uses a value not listed.
+struct CompileInputs {
+  std::string name_expression;
+  std::vector<std::string> options;
+};
+absl::StatusOr<CompileInputs> CompileInputsFor(const v1::KernelFamily& family,
+                                               const v1::Config& config, v1::DType dtype);
+
 }  // namespace autotune::kernels
 
 #endif  // AUTOTUNE_KERNELS_SEARCH_SPACE_H_

@@ -349,6 +349,40 @@ TEST(ResolveConfigTest, RejectsConfigsTheSpaceWouldNotHold) {
                        "limit (1024)"));
 }
 
+// A recipe a client compiles must be what the job compiled: the same name
+// expression and options as each variant of the expansion, for both
+// bindings and every dtype.
+TEST(CompileInputsTest, AreTheExpansionsForEveryVariant) {
+  for (const auto& [file, problem] : std::vector<std::pair<std::string, v1::Problem>>{
+           {"good/axpy.textproto", Problem({{"n", 10000}}, v1::FLOAT32)},
+           {"good/axpy.textproto", Problem({{"n", 10000}}, v1::FLOAT16)},
+           {"good/row_scale.textproto", Problem({{"rows", 100}, {"cols", 300}}, v1::FLOAT32)}}) {
+    const v1::KernelFamily family = Load(file);
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(family, problem));
+    ASSERT_FALSE(space.variants.empty());
+    for (const Variant& variant : space.variants) {
+      ASSERT_OK_AND_ASSIGN(CompileInputs inputs,
+                           CompileInputsFor(family, variant.config, problem.dtype()));
+      EXPECT_EQ(inputs.name_expression, variant.name_expression) << file;
+      EXPECT_EQ(inputs.options, variant.compile_options) << file;
+    }
+  }
+}
+
+TEST(CompileInputsTest, RejectsWhatResolveConfigRejectsAboutTheConfig) {
+  const v1::KernelFamily family = Load("good/axpy.textproto");
+  v1::Config config;
+  (*config.mutable_params())["BLOCK"] = 96;
+  (*config.mutable_params())["ELEMS"] = 1;
+  EXPECT_THAT(CompileInputsFor(family, config, v1::FLOAT32),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "config: BLOCK=96 is not a value of the param (64, 128, 256, 512, 1024, "
+                       "2048)"));
+  (*config.mutable_params())["BLOCK"] = 64;
+  EXPECT_THAT(CompileInputsFor(family, config, v1::DTYPE_UNSPECIFIED),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("dtype")));
+}
+
 TEST(ConfigCountTest, IsTheProductOfValueCounts) {
   EXPECT_EQ(ConfigCount(Load("good/axpy.textproto")), 24);
   v1::KernelFamily huge;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
@@ -20,7 +21,9 @@ std::shared_ptr<const FamilyView> MakeView(cache::FamilyRecord record) {
   auto view = std::make_shared<FamilyView>();
   view->content_hash = std::move(record.content_hash);
   view->family = std::move(record.family);
+  view->source = std::move(*view->family.mutable_source());
   view->family.clear_source();
+  view->source_sha256 = Sha256Hex(view->source);
   for (const v1::ProblemDimension& dim : view->family.dims()) {
     if (dim.bucketed()) view->bucketed.push_back(dim.name());
   }
@@ -208,8 +211,32 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
 }
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
-                                                           absl::string_view field) const {
+                                                           absl::string_view field,
+                                                           bool include_recipe) const {
   ASSIGN_OR_RETURN(v1::LookupResponse response, ResolveEntry(request, field));
+  if (response.match() == v1::EXACT) {
+    *response.mutable_launch() = response.entry().launch();
+  } else if (response.match() == v1::NEAREST) {
+    // The family is known by now (ResolveEntry read it).
+    ASSIGN_OR_RETURN(std::shared_ptr<const FamilyView> family,
+                     Family(request.family(), request.family_hash()));
+    absl::StatusOr<kernels::Variant> fitted =
+        kernels::ResolveConfig(family->family, request.problem(), response.entry().config());
+    if (fitted.ok()) {
+      *response.mutable_launch() = fitted->launch;
+    } else {
+      counters_.nearest.fetch_sub(1, std::memory_order_relaxed);
+      counters_.miss.fetch_add(1, std::memory_order_relaxed);
+      v1::LookupResponse miss =
+          Miss(v1::MISS_NEAREST_UNFIT,
+               absl::StrCat("the nearest entry for ",
+                            Describe(request, response.entry().device().name()), " (tuned at ",
+                            FormatDims(response.entry().problem().dims()),
+                            ") does not fit the requested problem: ", fitted.status().message()));
+      *miss.mutable_entry() = std::move(*response.mutable_entry());
+      response = std::move(miss);
+    }
+  }
   if (response.match() != v1::MISS && !request.driver_version().empty()) {
     if (std::optional<std::string> why =
             DriverTooOld(request.driver_version(), response.entry().nvrtc_version())) {
@@ -222,6 +249,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
                             " cannot be served: ", *why,
                             "; its config applies: compile it for this driver"));
       *miss.mutable_entry() = std::move(*response.mutable_entry());
+      *miss.mutable_launch() = std::move(*response.mutable_launch());
       response = std::move(miss);
     }
   }
@@ -236,6 +264,34 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
         *response.mutable_default_config() = untuned->config;
         *response.mutable_default_launch() = untuned->launch;
       }
+    }
+  }
+  if (include_recipe) {
+    // The config the answer names: the entry's while it applies, else the
+    // default config.
+    const v1::Config* config = nullptr;
+    if (response.match() != v1::MISS || response.miss_kind() == v1::MISS_DRIVER_TOO_OLD) {
+      config = &response.entry().config();
+    } else if (response.has_default_config()) {
+      config = &response.default_config();
+    }
+    if (config != nullptr) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const FamilyView> family,
+                       Family(request.family(), request.family_hash()));
+      absl::StatusOr<kernels::CompileInputs> inputs =
+          kernels::CompileInputsFor(family->family, *config, request.problem().dtype());
+      if (!inputs.ok()) {
+        return absl::Status(inputs.status().code(),
+                            absl::StrCat(field, ": no recipe for the answer's config: ",
+                                         inputs.status().message()));
+      }
+      v1::CompileRecipe* recipe = response.mutable_recipe();
+      recipe->set_source_sha256(family->source_sha256);
+      recipe->set_source(family->source);
+      recipe->set_program_name(family->family.name() + ".cu");
+      recipe->set_name_expression(std::move(inputs->name_expression));
+      for (std::string& option : inputs->options) recipe->add_options(std::move(option));
+      *recipe->mutable_config() = *config;
     }
   }
   return response;
@@ -398,7 +454,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
 }
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupRequest& request) const {
-  ASSIGN_OR_RETURN(v1::LookupResponse response, Resolve(request, "request"));
+  ASSIGN_OR_RETURN(v1::LookupResponse response,
+                   Resolve(request, "request", request.include_recipe()));
   if (request.include_cubin() && response.match() != v1::MISS &&
       !response.entry().binary_sha256().empty()) {
     ASSIGN_OR_RETURN(v1::Binary binary, store_->GetBinary(response.entry().binary_sha256()));
@@ -418,7 +475,16 @@ absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
   for (int i = 0; i < request.lookups_size(); ++i) {
     const v1::LookupRequest& item = request.lookups(i);
     v1::BatchLookupResult* result = response.add_results();
-    absl::StatusOr<v1::LookupResponse> answer = Resolve(item, absl::StrCat("lookups[", i, "]"));
+    absl::StatusOr<v1::LookupResponse> answer = Resolve(
+        item, absl::StrCat("lookups[", i, "]"), request.include_recipe() || item.include_recipe());
+    if (answer.ok() && answer->has_recipe()) {
+      v1::CompileRecipe* recipe = answer->mutable_recipe();
+      auto& sources = *response.mutable_sources();
+      if (!sources.contains(recipe->source_sha256())) {
+        sources[recipe->source_sha256()] = std::move(*recipe->mutable_source());
+      }
+      recipe->clear_source();
+    }
     if (answer.ok() && (request.include_cubin() || item.include_cubin()) &&
         answer->match() != v1::MISS && !answer->entry().binary_sha256().empty()) {
       const std::string& sha = answer->entry().binary_sha256();

@@ -25,8 +25,17 @@
 // - With include_cubin the binary is read and checked against its sha256; a
 //   corrupt binary fails the lookup with DATA_LOSS and is never served.
 //
+// - EXACT and NEAREST answers carry `launch`, the entry's config resolved for
+//   the requested problem. A NEAREST entry whose config does not fit the
+//   requested dims (a constraint or a launch limit fails) is a MISS
+//   (MISS_NEAREST_UNFIT, with the entry and what failed).
+// - With include_recipe (on the request, or the batch) the answer carries
+//   the CompileRecipe of its config: the entry's, else on a MISS the
+//   default config. Single lookups hold the source in the recipe; a batch
+//   holds each source once in `sources`.
+//
 // Thread-safe. What a lookup needs of a family (its current content hash,
-// dimensions and dtypes; not its source) is kept in memory and read again
+// dimensions, dtypes and source) is kept in memory and read again
 // when the store's family generation moves; entries found by exact key are
 // kept until the store's entry generation moves (up to kMaxCachedEntries),
 // so a repeated EXACT lookup reads nothing from SQLite.
@@ -84,6 +93,8 @@ struct FamilyView {
   std::string content_hash;
   v1::KernelFamily family;  // without `source`
   std::vector<std::string> bucketed;
+  std::string source;  // family.source, kept apart for recipes
+  std::string source_sha256;
 };
 
 class LookupResolver {
@@ -104,7 +115,7 @@ class LookupResolver {
   // client's driver checked against it, and a MISS given the family's
   // default config.
   absl::StatusOr<v1::LookupResponse> Resolve(const v1::LookupRequest& request,
-                                             absl::string_view field) const;
+                                             absl::string_view field, bool include_recipe) const;
   absl::StatusOr<v1::LookupResponse> ResolveEntry(const v1::LookupRequest& request,
                                                   absl::string_view field) const;
 

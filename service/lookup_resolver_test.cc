@@ -5,10 +5,13 @@
 
 #include <filesystem>
 
+#include "base/sha256.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "kernels/search_space.h"
 #include "proto/problem.h"
 #include "tests/sample_bundle.h"
 
@@ -16,6 +19,7 @@ namespace autotune::service {
 namespace {
 
 using ::autotune::testing::StatusIs;
+using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
 
 v1::Problem MakeProblem(int64_t batch, int64_t n, v1::DType dtype = v1::BFLOAT16) {
@@ -155,6 +159,11 @@ TEST_F(LookupResolverStoreTest, AnEntryBuiltForANewerDriverIsNotServed) {
   old_driver.mutable_problem()->mutable_dims()->at("batch") = 40;
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(old_driver));
   EXPECT_EQ(nearest.miss_kind(), v1::MISS_DRIVER_TOO_OLD);
+  // What to launch, compiled here, is still for batch 40.
+  const auto& params = nearest.entry().config().params();
+  ASSERT_EQ(nearest.launch().grid_size(), 1);
+  EXPECT_EQ(nearest.launch().grid(0),
+            (40 * 4096) / (params.at("BLOCK") * params.at("ELEMS_PER_THREAD")));
   v1::LookupRequest new_driver = Request(8);
   new_driver.set_driver_version("13.0");
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse served, resolver_->Lookup(new_driver));
@@ -181,6 +190,98 @@ TEST_F(LookupResolverStoreTest, AMissCarriesTheFamilysDefaultConfigForTheProblem
   EXPECT_EQ(miss.default_launch().block(0), 256);
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
   EXPECT_FALSE(exact.has_default_config());
+}
+
+TEST_F(LookupResolverStoreTest, TheLaunchIsForTheRequestedProblem) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
+  EXPECT_TRUE(MessageDifferencer::Equals(exact.launch(), exact.entry().launch()));
+  // Tuned at batch 64, asked for 40: the grid covers 40 * 4096 elements.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(Request(40)));
+  ASSERT_EQ(nearest.match(), v1::NEAREST);
+  const auto& params = nearest.entry().config().params();
+  const int64_t per_block = params.at("BLOCK") * params.at("ELEMS_PER_THREAD");
+  ASSERT_EQ(nearest.launch().grid_size(), 1);
+  EXPECT_EQ(nearest.launch().grid(0), (40 * 4096 + per_block - 1) / per_block);
+  EXPECT_NE(nearest.launch().grid(0), nearest.entry().launch().grid(0));
+  EXPECT_EQ(nearest.launch().block(0), params.at("BLOCK"));
+}
+
+TEST_F(LookupResolverStoreTest, ANearestEntryWhoseConfigDoesNotFitIsAMiss) {
+  // A version of the family whose configs only run at batch 1 or >= 8.
+  testing::SampleBundleOptions options;
+  options.entries = testing::QuickstartEntries();
+  options.cubin_kind = testing::CubinKind::kSynthetic;
+  options.synthetic_cubin_bytes = 1024;
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+  v1::KernelFamily* family = bundle.mutable_families(0)->mutable_family();
+  family->add_constraints("batch == 1 || batch >= 8");
+  const std::string hash = FamilyContentHash(*family);
+  bundle.mutable_families(0)->set_content_hash(hash);
+  for (v1::Entry& entry : *bundle.mutable_entries()) entry.set_family_hash(hash);
+  for (v1::Binary& binary : *bundle.mutable_binaries()) binary.set_family_hash(hash);
+  for (v1::Measurement& m : *bundle.mutable_measurements()) m.set_family_hash(hash);
+  ASSERT_OK(store_->Import(bundle, /*replace=*/true).status());
+
+  v1::LookupRequest request = Request(4);  // nearest: batch 8
+  request.set_family_hash(hash);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(request));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_EQ(miss.miss_kind(), v1::MISS_NEAREST_UNFIT);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("tuned at batch=8"));
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("batch == 1 || batch >= 8"));
+  EXPECT_EQ(miss.entry().problem().dims().at("batch"), 8);
+  EXPECT_EQ(resolver_->counters().nearest.load(), 0);
+  EXPECT_EQ(resolver_->counters().miss.load(), 1);
+  request.mutable_problem()->mutable_dims()->at("batch") = 12;
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(request));
+  EXPECT_EQ(nearest.match(), v1::NEAREST);
+}
+
+TEST_F(LookupResolverStoreTest, ARecipeIsTheCompileOfTheAnswersConfig) {
+  ASSERT_OK_AND_ASSIGN(cache::FamilyRecord record, store_->GetFamily("vector_scale"));
+  v1::LookupRequest request = Request(8);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse plain, resolver_->Lookup(request));
+  EXPECT_FALSE(plain.has_recipe());
+
+  request.set_include_recipe(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(request));
+  ASSERT_TRUE(exact.has_recipe());
+  const v1::CompileRecipe& recipe = exact.recipe();
+  EXPECT_EQ(recipe.source(), record.family.source());
+  EXPECT_EQ(recipe.source_sha256(), Sha256Hex(record.family.source()));
+  EXPECT_EQ(recipe.program_name(), "vector_scale.cu");
+  EXPECT_TRUE(MessageDifferencer::Equals(recipe.config(), exact.entry().config()));
+  // What the job compiled for that config.
+  ASSERT_OK_AND_ASSIGN(
+      kernels::Variant variant,
+      kernels::ResolveConfig(record.family, request.problem(), exact.entry().config()));
+  EXPECT_EQ(recipe.name_expression(), variant.name_expression);
+  EXPECT_THAT(recipe.options(), ::testing::ElementsAreArray(variant.compile_options));
+
+  // A MISS: the default config; too old a driver: the entry's config.
+  v1::LookupRequest miss_request = Request(8, 1000);
+  miss_request.set_include_recipe(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver_->Lookup(miss_request));
+  EXPECT_TRUE(MessageDifferencer::Equals(miss.recipe().config(), miss.default_config()));
+  EXPECT_THAT(miss.recipe().options(), ::testing::Contains("-DBLOCK=256"));
+  request.set_driver_version("12.8");
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse old_driver, resolver_->Lookup(request));
+  EXPECT_EQ(old_driver.miss_kind(), v1::MISS_DRIVER_TOO_OLD);
+  EXPECT_TRUE(MessageDifferencer::Equals(old_driver.recipe().config(), exact.entry().config()));
+
+  // A batch holds each source once.
+  v1::BatchLookupRequest batch;
+  *batch.add_lookups() = Request(8);
+  *batch.add_lookups() = Request(40);
+  *batch.add_lookups() = Request(8, 1000);
+  batch.set_include_recipe(true);
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse answers, resolver_->BatchLookup(batch));
+  ASSERT_EQ(answers.sources_size(), 1);
+  EXPECT_EQ(answers.sources().at(recipe.source_sha256()), record.family.source());
+  for (const v1::BatchLookupResult& result : answers.results()) {
+    EXPECT_EQ(result.response().recipe().source_sha256(), recipe.source_sha256());
+    EXPECT_TRUE(result.response().recipe().source().empty());
+  }
 }
 
 TEST_F(LookupResolverStoreTest, UnknownFamilyIsNotFound) {

@@ -380,6 +380,11 @@ ProfileResult ProfilePool::Reservation::Profile(const wv1::ProfileTask& task,
   return pool_.RunOn(gpu_, task, on_variant, on_lease_wait);
 }
 
+int ProfilePool::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(waiting_.size());
+}
+
 std::unique_ptr<ProfilePool::Reservation> ProfilePool::Reserve() {
   absl::MutexLock lock(&mu_);
   // First come, first served: a free GPU goes to the oldest waiter, so the

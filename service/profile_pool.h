@@ -115,6 +115,8 @@ class ProfilePool {
   };
   // Waits for a free GPU and holds it.
   std::unique_ptr<Reservation> Reserve();
+  // Reserve() callers waiting for a GPU now.
+  int waiting() const;
 
   // The deadline for one variant of `task` (exposed for tests).
   static absl::Duration VariantDeadline(const worker::v1::ProfileTask& task, absl::Duration grace);

@@ -176,7 +176,9 @@ TEST(ProfilePoolTest, AGreedyCallerDoesNotPassAWaitingOne) {
     std::unique_ptr<ProfilePool::Reservation> gpu = pool->Reserve();
     turns_before_waiter = greedy_turns.load();
   });
-  absl::SleepFor(absl::Milliseconds(200));  // the waiter is queued by now
+  // Until the waiter is queued (a loaded machine may take a while to run it).
+  for (int i = 0; i < 2000 && pool->waiting() < 1; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(pool->waiting(), 1);
   std::thread greedy([&] {
     first.reset();
     for (int i = 0; i < 50 && turns_before_waiter < 0; ++i) {

@@ -17,6 +17,7 @@
 #include "base/sha256.h"
 #include "base/status_matchers.h"
 #include "client/bundle.h"
+#include "client/kernel_loader.h"
 #include "client/local_cache.h"
 #include "client/startup_lookup.h"
 #include "gmock/gmock.h"
@@ -231,6 +232,56 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   EXPECT_EQ(offline[0].response.match(), v1::EXACT);
   EXPECT_TRUE(offline[0].cubin.empty());
   EXPECT_THAT(offline[0].note, HasSubstr("does not match its sha256"));
+}
+
+// Each answer carries the recipe of its config, and its source comes from
+// the service or, with the service down, from the local cache: what a
+// kernel loader compiles here when no binary loads.
+TEST_F(StartupEndToEndTest, AnswersCarryRecipesWhoseSourceTheLocalCacheKeeps) {
+  const std::string& source = bundle_.families(0).family().source();
+  auto lookup = Lookup(daemon_->address(), LocalDir());
+  const std::vector<StartupAnswer> answers = lookup->LookupAll(ServerShapes());
+  ExpectServerShapesAnswered(answers, AnswerSource::kService);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(answers[i].response.has_recipe()) << i;
+    ASSERT_NE(answers[i].recipe_source, nullptr) << i;
+    EXPECT_EQ(*answers[i].recipe_source, source);
+  }
+  EXPECT_EQ(answers[0].recipe_source, answers[2].recipe_source);  // one copy, shared
+  // The MISS's recipe builds the default config, the others the entry's.
+  EXPECT_THAT(answers[2].response.recipe().options(), ::testing::Contains("-DBLOCK=256"));
+  EXPECT_THAT(answers[0].response.recipe().options(),
+              ::testing::Contains(absl::StrCat(
+                  "-DBLOCK=", answers[0].response.entry().config().params().at("BLOCK"))));
+  // The recipe compiles with this host's NVRTC (when there is one).
+  absl::StatusOr<client::LocalBinary> compiled =
+      client::CompileRecipe(answers[2].response.recipe(), *answers[2].recipe_source, "sm_90");
+  if (!absl::IsFailedPrecondition(compiled.status())) {
+    ASSERT_OK(compiled.status());
+    EXPECT_EQ(compiled->function_name, "vector_scale");
+  }
+  ASSERT_OK(lookup->FlushLocalCache());
+  const std::string path =
+      lookup->local_cache()->SourcePath(answers[0].response.recipe().source_sha256());
+  lookup.reset();  // its open channel would hold the daemon's shutdown up
+
+  const std::string address = daemon_->address();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  daemon_.reset();
+  const std::vector<StartupAnswer> offline = Lookup(address, LocalDir())->LookupAll(ServerShapes());
+  ExpectServerShapesAnswered(offline, AnswerSource::kLocalCache);
+  ASSERT_NE(offline[2].recipe_source, nullptr);
+  EXPECT_EQ(*offline[2].recipe_source, source);
+
+  // A damaged source is refused, not compiled.
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(3);
+    file.put('#');
+  }
+  const std::vector<StartupAnswer> damaged = Lookup(address, LocalDir())->LookupAll(ServerShapes());
+  EXPECT_EQ(damaged[2].recipe_source, nullptr);
+  EXPECT_THAT(damaged[2].note, HasSubstr("does not match its sha256"));
 }
 
 TEST_F(StartupEndToEndTest, AnEntryBuiltForANewerDriverIsNotServedAsExact) {

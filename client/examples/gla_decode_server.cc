@@ -36,6 +36,7 @@ namespace {
 namespace v1 = ::autotune::v1;
 using autotune::client::AnswerSourceName;
 using autotune::client::KernelLoader;
+using autotune::client::KernelOrigin;
 using autotune::client::LoadedKernel;
 using autotune::client::StartupAnswer;
 using autotune::client::StartupLookup;
@@ -193,11 +194,14 @@ int Run(const Flags& flags) {
         Decode(**gpu, kernels[i], dims.at("batch"), dims.at("heads"), dims.at("dim"), flags.steps);
     const bool right = error.ok() && *error <= 1e-4;
     const bool from_expected = flags.expect_source.empty() || flags.expect_source == source;
-    std::cout << absl::StrFormat("%-5s %s: %s from %s, %s; %d steps, max error %s\n",
+    const std::string kernel_origin =
+        kernels[i].origin() == KernelOrigin::kCompiledHere ? " (compiled here)" : "";
+    std::cout << absl::StrFormat("%-5s %s: %s from %s, %s%s; %d steps, max error %s\n",
                                  right && from_expected ? "OK" : "WRONG",
                                  autotune::ProblemContext("gla_decode", answer.request.problem()),
                                  v1::MatchKind_Name(answer.response.match()), source,
-                                 autotune::FormatDims(kernels[i].config().params()), flags.steps,
+                                 autotune::FormatDims(kernels[i].config().params()), kernel_origin,
+                                 flags.steps,
                                  error.ok() ? absl::StrFormat("%.2g (at most 1e-4)", *error)
                                             : std::string(error.status().message()));
     if (!right || !from_expected) ++failed;

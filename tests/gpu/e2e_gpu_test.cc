@@ -179,55 +179,101 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     *request.mutable_problem() = entry.problem();
     requests.push_back(request);
   }
-  const std::vector<client::StartupAnswer> answers = lookup->LookupAll(requests);
-  int loaded = 0;
-  int launched = 0;
-  for (const client::StartupAnswer& answer : answers) {
-    SCOPED_TRACE(ProblemContext(answer.request.family(), answer.request.problem()));
-    ASSERT_OK(answer.error);
-    EXPECT_EQ(answer.response.match(), v1::EXACT) << answer.note;
-    absl::StatusOr<client::LoadedKernel> kernel = gpu->Load(answer, answer.request.family());
-    ASSERT_OK(kernel.status());
-    ++loaded;
-    if (answer.request.family() != "fault_race" ||
-        answer.request.problem().dtype() != v1::FLOAT32) {
-      continue;
-    }
-    ASSERT_OK_AND_ASSIGN(const kernels::CudaDriver* driver, kernels::CudaDriver::Load());
-    const int64_t n = kFaultProblemElements;
-    ASSERT_OK_AND_ASSIGN(kernels::DeviceBuffer x,
-                         kernels::DeviceBuffer::Allocate(*driver, n * sizeof(float)));
-    ASSERT_OK_AND_ASSIGN(kernels::DeviceBuffer y,
-                         kernels::DeviceBuffer::Allocate(*driver, n * sizeof(float)));
-    ASSERT_OK(
-        driver->Check(driver->api().memset_d8_async(x.get(), 0x3f, n * sizeof(float), nullptr),
-                      "cuMemsetD8Async"));
-    ASSERT_OK(driver->Check(driver->api().memset_d8_async(y.get(), 0, n * sizeof(float), nullptr),
-                            "cuMemsetD8Async"));
-    CUdeviceptr x_ptr = x.get();
-    CUdeviceptr y_ptr = y.get();
+  // fault_race over n elements: y[i] = 2 * x[i ^ 31]; with every x equal,
+  // y = 2 x everywhere. Returns the elements that are not.
+  auto run_fault_race = [&](const client::LoadedKernel& kernel, int64_t n) -> int64_t {
+    absl::StatusOr<const kernels::CudaDriver*> driver = kernels::CudaDriver::Load();
+    EXPECT_OK(driver.status());
+    if (!driver.ok()) return n;
+    absl::StatusOr<kernels::DeviceBuffer> x =
+        kernels::DeviceBuffer::Allocate(**driver, n * sizeof(float));
+    absl::StatusOr<kernels::DeviceBuffer> y =
+        kernels::DeviceBuffer::Allocate(**driver, n * sizeof(float));
+    EXPECT_OK(x.status());
+    EXPECT_OK(y.status());
+    if (!x.ok() || !y.ok()) return n;
+    const kernels::CudaDriver::Api& cu = (*driver)->api();
+    EXPECT_OK((*driver)->Check(cu.memset_d8_async(x->get(), 0x3f, n * sizeof(float), nullptr),
+                               "cuMemsetD8Async"));
+    EXPECT_OK((*driver)->Check(cu.memset_d8_async(y->get(), 0, n * sizeof(float), nullptr),
+                               "cuMemsetD8Async"));
+    CUdeviceptr x_ptr = x->get();
+    CUdeviceptr y_ptr = y->get();
     long long count = n;
     void* args[] = {&x_ptr, &y_ptr, &count};
-    ASSERT_OK(gpu->Launch(*kernel, args));
+    EXPECT_OK(gpu->Launch(kernel, args));
     std::vector<float> out(static_cast<size_t>(n));
     // To pageable memory: returns once the copy, and the kernel before it, are done.
-    ASSERT_OK(driver->Check(
-        driver->api().memcpy_dtoh_async(out.data(), y.get(), n * sizeof(float), nullptr),
-        "cuMemcpyDtoHAsync"));
+    EXPECT_OK(
+        (*driver)->Check(cu.memcpy_dtoh_async(out.data(), y->get(), n * sizeof(float), nullptr),
+                         "cuMemcpyDtoHAsync"));
     float one_x = 0;
     const unsigned int pattern = 0x3f3f3f3fu;
     std::memcpy(&one_x, &pattern, sizeof(one_x));
-    int wrong = 0;
+    int64_t wrong = 0;
     for (float value : out) wrong += value == 2 * one_x ? 0 : 1;
-    EXPECT_EQ(wrong, 0) << "of " << n << " elements";
+    return wrong;
+  };
+
+  // Besides the tuned problems: fault_race fp32 at half the elements, which
+  // nothing was tuned for (a MISS: its default config is compiled here).
+  const int64_t untuned_n = kFaultProblemElements / 2;
+  {
+    v1::LookupRequest request;
+    request.set_family("fault_race");
+    *request.mutable_problem() = FaultProblem(v1::FLOAT32, untuned_n);
+    requests.push_back(request);
+  }
+  const std::vector<client::StartupAnswer> answers = lookup->LookupAll(requests);
+  int loaded = 0;
+  int launched = 0;
+  int compiled_here = 0;
+  for (const client::StartupAnswer& answer : answers) {
+    SCOPED_TRACE(ProblemContext(answer.request.family(), answer.request.problem()));
+    ASSERT_OK(answer.error);
+    const bool fault_race_fp32 =
+        answer.request.family() == "fault_race" && answer.request.problem().dtype() == v1::FLOAT32;
+    const int64_t n = answer.request.problem().dims().at("n");
+    if (fault_race_fp32 && n == untuned_n) {
+      EXPECT_EQ(answer.response.match(), v1::MISS);
+      ASSERT_OK_AND_ASSIGN(client::LoadedKernel kernel, gpu->Load(answer, "fault_race"));
+      EXPECT_EQ(kernel.origin(), client::KernelOrigin::kCompiledHere);
+      EXPECT_THAT(kernel.note(), HasSubstr("the default config compiled here"));
+      EXPECT_EQ(kernel.config().params().at("SYNC"), 1);
+      EXPECT_EQ(run_fault_race(kernel, n), 0) << "of " << n << " elements";
+      ++compiled_here;
+      ++launched;
+      continue;
+    }
+    EXPECT_EQ(answer.response.match(), v1::EXACT) << answer.note;
+    absl::StatusOr<client::LoadedKernel> kernel = gpu->Load(answer, answer.request.family());
+    ASSERT_OK(kernel.status());
+    EXPECT_EQ(kernel->origin(), client::KernelOrigin::kServedBinary);
+    ++loaded;
+    if (!fault_race_fp32) continue;
+    EXPECT_EQ(run_fault_race(*kernel, n), 0) << "of " << n << " elements";
+    ++launched;
+
+    // The same answer with a cubin the driver refuses: its recipe is
+    // compiled here, and computes the same.
+    client::StartupAnswer refused = answer;
+    refused.cubin = "not a cubin";
+    ASSERT_OK_AND_ASSIGN(client::LoadedKernel rebuilt, gpu->Load(refused, "fault_race"));
+    EXPECT_EQ(rebuilt.origin(), client::KernelOrigin::kCompiledHere);
+    EXPECT_THAT(rebuilt.note(), HasSubstr("does not load"));
+    EXPECT_EQ(run_fault_race(rebuilt, n), 0) << "of " << n << " elements";
+    ++compiled_here;
     ++launched;
   }
   EXPECT_EQ(loaded, job.results_size());
-  EXPECT_EQ(launched, 1);
+  EXPECT_EQ(launched, 3);
+  EXPECT_EQ(compiled_here, 2);
   ASSERT_OK(lookup->FlushLocalCache());
-  Summary("loader", absl::StrFormat("%d entries loaded by KernelLoader on %s (CUDA %s), %d "
-                                    "launched and checked",
-                                    loaded, gpu->device().name(), gpu->driver_version(), launched));
+  Summary("loader", absl::StrFormat("%d entries loaded by KernelLoader on %s (CUDA %s); %d "
+                                    "compiled here (a MISS, a refused cubin); %d launched and "
+                                    "checked",
+                                    loaded, gpu->device().name(), gpu->driver_version(),
+                                    compiled_here, launched));
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
 }
 

@@ -119,6 +119,7 @@ class MissKind(enum.IntEnum):
     OLDER_VERSION = 3
     EXACT_ONLY = 4
     DRIVER_TOO_OLD = 5
+    NEAREST_UNFIT = 6
     # A kind newer than this client; miss_reason says what it is.
     UNRECOGNIZED = -1
 
@@ -207,9 +208,11 @@ class DimDistance(NamedTuple):
 class LookupResult:
     """One answer of the service.
 
-    `config`, `launch`, `function_name`, `binary_sha256` and `tuned_dims`
-    describe the entry: set for EXACT and NEAREST, and for a MISS of kind
-    DRIVER_TOO_OLD (its config still applies; no cubin is served). For
+    `config`, `function_name`, `binary_sha256` and `tuned_dims` describe
+    the entry: set for EXACT and NEAREST, and for a MISS of kind
+    DRIVER_TOO_OLD (its config still applies; no cubin is served). `launch`
+    is that config's grid and block for the requested problem (a NEAREST
+    entry was tuned at other dims: its own launch does not apply). For
     other misses they are empty, and `default_config` / `default_launch`
     are what to run untuned when the family names a default that fits.
     `cubin` is the entry's binary when it was asked for and sent, its
@@ -270,7 +273,7 @@ class LookupResult:
         return cls(
             match=match,
             config=dict(entry.config.params),
-            launch=LaunchDims.from_proto(entry.launch) if entry.HasField("launch") else None,
+            launch=_launch_for(match, kept),
             function_name=entry.function_name,
             binary_sha256=entry.binary_sha256,
             tuned_dims=dict(entry.problem.dims),
@@ -287,6 +290,16 @@ class LookupResult:
             cubin=cubin,
             response=kept,
         )
+
+
+def _launch_for(match: Match, response: pb.LookupResponse) -> Optional[LaunchDims]:
+    if response.HasField("launch"):
+        return LaunchDims.from_proto(response.launch)
+    # An answer without one (stored by an older client): the entry's own
+    # launch holds only for the problem it was tuned at.
+    if match == Match.EXACT and response.entry.HasField("launch"):
+        return LaunchDims.from_proto(response.entry.launch)
+    return None
 
 
 @dataclass

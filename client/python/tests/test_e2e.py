@@ -133,6 +133,8 @@ class LookupEndToEndTest(DaemonTestCase):
             self.assertEqual(nearest.tuned_dims, {"batch": 8, "n": 4096})
             self.assertEqual(nearest.distance, (DimDistance("batch", 12, 8),))
             self.assertGreater(nearest.log2_distance, 0)
+            # Launched for batch 12: 12 * 4096 elements, 256 threads of 2 each.
+            self.assertEqual(nearest.launch, LaunchDims((96,), (256,), 0))
 
             exact_only = Lookup("vector_scale", {"batch": 12, "n": 4096}, "bf16", exact_only=True)
             self.assertEqual(client.lookup(exact_only).miss_kind, MissKind.EXACT_ONLY)
