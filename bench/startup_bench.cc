@@ -59,6 +59,7 @@ struct Options {
   int64_t entries = 1000;
   int64_t cubin_bytes = 16384;
   int rounds = 10;
+  bool recipes = true;  // StartupOptions.recipes
   bool require_goals = false;
 };
 
@@ -159,6 +160,7 @@ int Run(const Options& options) {
     startup.client.address = at;
     startup.local_cache_dir = local;
     startup.deadline = absl::Seconds(10);
+    startup.recipes = options.recipes;
     auto lookup = client::StartupLookup::Create(startup);
     if (!lookup.ok()) return std::vector<client::StartupAnswer>();
     std::vector<client::StartupAnswer> answers = (*lookup)->LookupAll(requests);
@@ -272,8 +274,9 @@ int Run(const Options& options) {
   if (getloadavg(load, 3) < 0) load[0] = -1;
   std::cout << absl::StrFormat(
       "start-up lookups of %d (family, problem) pairs, cubins of %d B each (%d JSON files); "
-      "%d rounds; %ld cores, load %.2f; %s\n",
+      "%d rounds; recipes %s; %ld cores, load %.2f; %s\n",
       options.entries, options.cubin_bytes, files->size(), options.rounds,
+      options.recipes ? "on" : "off",
       sysconf(_SC_NPROCESSORS_ONLN), load[0],
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()));
   std::cout << absl::StrFormat("%-22s %10s %10s %10s  %s\n", "path", "median ms", "max ms",
@@ -309,6 +312,7 @@ int main(int argc, char** argv) {
   app.add_option("--entries", options.entries, "(family, problem) pairs")->capture_default_str();
   app.add_option("--cubin-bytes", options.cubin_bytes, "bytes of each synthetic cubin")
       ->capture_default_str();
+  app.add_flag("!--no-recipes", options.recipes, "start-up lookups without compile recipes");
   app.add_option("--rounds", options.rounds, "rounds; each path runs once per round")
       ->capture_default_str();
   app.add_flag("--require-goals", options.require_goals, "exit 3 when a goal is missed");
