@@ -64,14 +64,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
-                                 absl::string_view what) {
+                                 absl::string_view what, unsigned mode) {
   // Unique per process and call: threads and processes may write one path
   // at once, and the last rename wins whole.
   static std::atomic<uint64_t> calls{0};
   const std::string temp_path =
       absl::StrCat(path, ".tmp.", getpid(), ".", calls.fetch_add(1, std::memory_order_relaxed));
   const std::string context = Context("cannot write", what, path);
-  Fd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  Fd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
   if (fd.get() < 0) return PosixError(context, errno);
   int error = 0;
   for (size_t done = 0; done < contents.size();) {

@@ -28,9 +28,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 // the new one, never half of one, and writers racing on one path (threads or
 // processes) each replace it whole. Nothing is fsync'ed: the promise is to concurrent
 // readers, not across a crash. The temporary file is removed on failure.
-// Errors read "cannot write <what> <path>: <strerror>".
+// The file is created with `mode` (less the umask). Errors read "cannot
+// write <what> <path>: <strerror>".
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
-                                 absl::string_view what = {});
+                                 absl::string_view what = {}, unsigned mode = 0666);
 
 }  // namespace autotune
 

@@ -75,4 +75,10 @@ std::string FindBesideThisProgram(const std::string& name,
   return beside;
 }
 
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 }  // namespace autotune

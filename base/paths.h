@@ -36,6 +36,9 @@ std::string FindBesideThisProgram(const std::string& name,
 // as they are). Errors name the path and the reason.
 absl::Status MakeDirectories(const std::string& dir, unsigned mode);
 
+// The directory part of `path`: "a/b" for "a/b/c", "/" for "/c", "." for "c".
+std::string Dirname(const std::string& path);
+
 }  // namespace autotune
 
 #endif  // AUTOTUNE_BASE_PATHS_H_

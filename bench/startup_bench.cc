@@ -276,8 +276,7 @@ int Run(const Options& options) {
       "start-up lookups of %d (family, problem) pairs, cubins of %d B each (%d JSON files); "
       "%d rounds; recipes %s; %ld cores, load %.2f; %s\n",
       options.entries, options.cubin_bytes, files->size(), options.rounds,
-      options.recipes ? "on" : "off",
-      sysconf(_SC_NPROCESSORS_ONLN), load[0],
+      options.recipes ? "on" : "off", sysconf(_SC_NPROCESSORS_ONLN), load[0],
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()));
   std::cout << absl::StrFormat("%-22s %10s %10s %10s  %s\n", "path", "median ms", "max ms",
                                "vs JSON", "goal");

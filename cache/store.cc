@@ -999,7 +999,7 @@ absl::StatusOr<std::vector<v1::Measurement>> Store::ListMeasurements(const Entry
 
 // ---- Jobs ---------------------------------------------------------------------
 
-absl::StatusOr<v1::Job> Store::CreateJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> Store::CreateJob(const v1::JobSpec& spec, const std::string& submitted_by) {
   unsigned char random[8];
   if (RAND_bytes(random, sizeof(random)) != 1) {
     return absl::InternalError("cannot draw random bytes for a job id");
@@ -1008,6 +1008,7 @@ absl::StatusOr<v1::Job> Store::CreateJob(const v1::JobSpec& spec) {
   job.set_id(absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(random), sizeof(random))));
   *job.mutable_spec() = spec;
+  job.set_submitted_by(submitted_by);
   job.set_state(v1::QUEUED);
   const std::string now = Now();
   job.set_created_at(now);

@@ -258,7 +258,7 @@ class Store {
   // ---- Jobs ---------------------------------------------------------------
   // Creates a QUEUED job and returns it with its new id (16 random hex
   // digits) and created_at = updated_at = now (RFC 3339, UTC).
-  absl::StatusOr<v1::Job> CreateJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> CreateJob(const v1::JobSpec& spec, const std::string& submitted_by = "");
   // Replaces the stored job with `job` (matched by id); NOT_FOUND if absent,
   // INVALID_ARGUMENT for an empty id. An empty created_at keeps the stored
   // one; an empty updated_at becomes now.

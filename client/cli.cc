@@ -21,6 +21,7 @@
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
+#include "base/token.h"
 #include "base/version.h"
 #include "client/bundle.h"
 #include "client/cli_flags.h"
@@ -40,6 +41,10 @@ struct GlobalFlags {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  std::string token_file = [] {
+    const char* path = std::getenv("AUTOTUNE_TOKEN_FILE");
+    return std::string(path == nullptr ? "" : path);
+  }();
 };
 
 // One subcommand. CLI11 fills its flags; `prepare` checks them and builds the
@@ -417,6 +422,49 @@ Command ExportCommand(CLI::App& root, Streams io) {
            << " binaries (" << FormatBytes(binary_bytes) << "), " << bundle.entries_size()
            << " entries, " << bundle.measurements_size() << " measurements to " << s->out_path
            << "\n";
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+// `autotune token new`: a token for the daemon's token file; it asks the
+// daemon nothing.
+Command TokenCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string role;
+    std::string id;
+    std::string expires;
+    std::string out;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand("token", "Make bearer tokens for the daemon's --token-file");
+  CLI::App* create = command.app->add_subcommand(
+      "new", "Print a new token's line for the token file; write the token itself to --out");
+  command.app->require_subcommand(1);
+  create->add_option("--role", s->role, "reader, tuner or admin")
+      ->required()
+      ->check(CLI::IsMember({"reader", "tuner", "admin"}));
+  create->add_option("--id", s->id, "Names the holder in the audit log (no spaces)")->required();
+  create->add_option("--expires", s->expires, "RFC 3339 time after which it is refused");
+  create->add_option("--out", s->out, "File to write the token to (mode 0600)")->required();
+  command.prepare = [s]() -> absl::Status {
+    if (s->id.find_first_of(" \t#") != std::string::npos) {
+      return absl::InvalidArgumentError("--id: no spaces or '#'");
+    }
+    absl::Time expires;
+    std::string error;
+    if (!s->expires.empty() && !absl::ParseTime(absl::RFC3339_full, s->expires, &expires, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--expires '", s->expires, "' is not an RFC 3339 time: ", error));
+    }
+    return absl::OkStatus();
+  };
+  command.run = [s, io](Client&) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string token, NewToken());
+    RETURN_IF_ERROR(WriteFileAtomically(s->out, token + "\n", "token file", 0600));
+    io.out << s->role << " " << s->id << " " << TokenHash(token)
+           << (s->expires.empty() ? "" : " expires=" + s->expires) << "\n";
     return absl::OkStatus();
   };
   return command;
@@ -845,6 +893,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.add_option("--tls-ca", global.tls_ca, "PEM root certificates (implies --tls)");
   app.add_option("--tls-cert", global.tls_cert, "PEM client certificate (with --tls-key)");
   app.add_option("--tls-key", global.tls_key, "PEM client private key (with --tls-cert)");
+  app.add_option("--token-file", global.token_file,
+                 "File holding a bearer token for the daemon (env AUTOTUNE_TOKEN_FILE)");
 
   const Streams io{out, err};
   const std::vector<Command> commands = {
@@ -852,7 +902,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       InvalidateCommand(app, io),    StatsCommand(app, io),  KernelsCommand(app, io),
       RegisterCommand(app, io),      JobsCommand(app, io),   GcCommand(app, io),
       ExportCommand(app, io),        ImportCommand(app, io), WarmupCommand(app, io),
-      ExportConfigsCommand(app, io),
+      ExportConfigsCommand(app, io), TokenCommand(app, io),
   };
 
   try {
@@ -888,7 +938,17 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     err << "autotune: " << name << ": " << OneLine(prepared.message()) << "\n";
     return kExitUsage;
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(ClientOptionsFromFlags(global));
+  ClientOptions client_options = ClientOptionsFromFlags(global);
+  if (!global.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(global.token_file);
+    if (!token.ok()) {
+      err << "autotune: " << name << ": --token-file: " << OneLine(token.status().message())
+          << "\n";
+      return kExitUsage;
+    }
+    client_options.token = *std::move(token);
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
   if (!client.ok()) return ReportError(err, name, client.status());
   if (absl::Status status = selected->run(**client); !status.ok()) {
     out.flush();

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
@@ -38,11 +40,26 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
 
 ClientOptions::ClientOptions() : address(ClientServerAddress()) {}
 
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, "token file"));
+  const std::string token(absl::StripAsciiWhitespace(text));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
+  if (token.find_first_of(" \t\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file ", path, " holds more than one word; it should hold the token only"));
+  }
+  return token;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("empty server address");
   if (options.timeout <= absl::ZeroDuration() || options.transfer_timeout <= absl::ZeroDuration() ||
       options.job_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
+  }
+  if (options.token.find_first_of(" \t\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError("the token holds white space (read it with ReadTokenFile)");
   }
   if (options.max_receive_message_bytes <= 0) {
     return absl::InvalidArgumentError("max_receive_message_bytes must be positive");
@@ -65,6 +82,7 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout
   if (timeout != absl::InfiniteDuration()) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
+  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 template <typename Request, typename Response>

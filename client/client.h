@@ -60,10 +60,17 @@ struct ClientOptions {
   // Unset: plaintext, which is what a unix socket or a loopback daemon
   // started with --insecure expects.
   std::optional<TlsOptions> tls;
+  // A bearer token (service/auth.h): sent as "authorization: Bearer <token>"
+  // on every call. Empty = none (a Unix socket's owner needs none).
+  std::string token;
   // Largest response accepted. A BatchLookup with cubins of a thousand
   // kernels is tens of MB; gRPC's default (4 MiB) is far too small.
   int max_receive_message_bytes = 512 << 20;
 };
+
+// The token a token file holds (surrounding white space dropped). Errors
+// name the file: missing, unreadable, empty, more than one word.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 class Client {
  public:

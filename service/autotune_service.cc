@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/bundle_parts.h"
+#include "proto/problem.h"
 #include "service/grpc_status.h"
 
 namespace autotune::service {
@@ -16,28 +17,69 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
   return grpc::Status::OK;
 }
 
+// The caller's identity when it may call `method`; the refusal otherwise.
+#define AUTHORIZE_OR_RETURN(caller, context, method)                                   \
+  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*(context)), (method)); \
+  if (!caller.ok()) return ToGrpcStatus(caller.status())
+
+std::string FilterText(const v1::EntryFilter& filter) {
+  std::string text;
+  const auto add = [&text](absl::string_view name, const std::string& value) {
+    if (!value.empty()) absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
+  };
+  add("family", filter.family());
+  add("family_hash", filter.family_hash());
+  add("device", filter.device());
+  if (filter.has_problem()) add("problem", FormatDims(filter.problem().dims()));
+  add("nvrtc_older_than", filter.nvrtc_older_than());
+  return text.empty() ? "all entries" : text;
+}
+
 }  // namespace
 
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
-                                 TuneOnMiss* tune_on_miss,
+                                 TuneOnMiss* tune_on_miss, const Authenticator* auth,
+                                 AuditLog* audit,
                                  std::function<void(v1::StatsResponse*)> fill_stats)
     : resolver_(resolver),
       admin_(admin),
       jobs_(jobs),
       tune_on_miss_(tune_on_miss),
+      auth_(auth),
+      audit_(audit),
       fill_stats_(std::move(fill_stats)) {}
 
-grpc::Status AutotuneService::RequestTuning(grpc::ServerContext*,
+void AutotuneService::Audit(const Caller& caller, const std::string& method,
+                            const std::string& target, const absl::Status& result,
+                            const std::string& detail) {
+  if (audit_ != nullptr) audit_->Record(caller, method, target, result, detail);
+}
+
+grpc::Status AutotuneService::RequestTuning(grpc::ServerContext* context,
                                             const v1::RequestTuningRequest* request,
                                             v1::RequestTuningResponse* response) {
-  return Answer(tune_on_miss_->Request(*request), response);
+  AUTHORIZE_OR_RETURN(caller, context, "RequestTuning");
+  absl::StatusOr<v1::RequestTuningResponse> result = tune_on_miss_->Request(*request);
+  std::string detail;
+  if (result.ok()) {
+    int queued = 0;
+    for (const v1::TuningRequestResult& item : result->results()) {
+      queued += item.state() == v1::TUNING_QUEUED ? 1 : 0;
+    }
+    detail = absl::StrCat(queued, " queued");
+  }
+  Audit(*caller, "RequestTuning", absl::StrCat(request->lookups_size(), " problems"),
+        result.status(), detail);
+  return Answer(std::move(result), response);
 }
 
 grpc::ServerUnaryReactor* AutotuneService::Lookup(grpc::CallbackServerContext* context,
                                                   const v1::LookupRequest* request,
                                                   v1::LookupResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(Answer(resolver_->Lookup(*request), response));
+  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "Lookup");
+  reactor->Finish(caller.ok() ? Answer(resolver_->Lookup(*request), response)
+                              : ToGrpcStatus(caller.status()));
   return reactor;
 }
 
@@ -45,25 +87,41 @@ grpc::ServerUnaryReactor* AutotuneService::BatchLookup(grpc::CallbackServerConte
                                                        const v1::BatchLookupRequest* request,
                                                        v1::BatchLookupResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(Answer(resolver_->BatchLookup(*request), response));
+  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "BatchLookup");
+  reactor->Finish(caller.ok() ? Answer(resolver_->BatchLookup(*request), response)
+                              : ToGrpcStatus(caller.status()));
   return reactor;
 }
 
-grpc::Status AutotuneService::RegisterKernel(grpc::ServerContext*,
+grpc::Status AutotuneService::RegisterKernel(grpc::ServerContext* context,
                                              const v1::RegisterKernelRequest* request,
                                              v1::RegisterKernelResponse* response) {
-  return Answer(admin_->RegisterKernel(*request), response);
+  AUTHORIZE_OR_RETURN(caller, context, "RegisterKernel");
+  absl::StatusOr<v1::RegisterKernelResponse> result = admin_->RegisterKernel(*request);
+  Audit(*caller, "RegisterKernel",
+        absl::StrCat(request->family().name(), request->replace() ? " (replace)" : ""),
+        result.status(),
+        result.ok() ? absl::StrCat(result->changed() ? "new version " : "unchanged ",
+                                   result->kernel().content_hash())
+                    : "");
+  return Answer(std::move(result), response);
 }
 
-grpc::Status AutotuneService::ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
+grpc::Status AutotuneService::ListKernels(grpc::ServerContext* context,
+                                          const v1::ListKernelsRequest*,
                                           v1::ListKernelsResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "ListKernels");
   return Answer(admin_->ListKernels(), response);
 }
 
 grpc::Status AutotuneService::SubmitJob(grpc::ServerContext* context,
                                         const v1::SubmitJobRequest* request,
                                         grpc::ServerWriter<v1::JobProgress>* writer) {
-  absl::StatusOr<v1::Job> job = jobs_->Submit(request->spec());
+  AUTHORIZE_OR_RETURN(caller, context, "SubmitJob");
+  absl::StatusOr<v1::Job> job = jobs_->Submit(request->spec(), caller->id);
+  Audit(*caller, "SubmitJob",
+        absl::StrCat(request->spec().manifest().items_size(), " manifest items"), job.status(),
+        job.ok() ? absl::StrCat("job ", job->id()) : "");
   if (!job.ok()) return ToGrpcStatus(job.status());
   // The job goes on when the watcher leaves; GetJob and a new watch find it.
   absl::Status watched = jobs_->Watch(
@@ -73,42 +131,75 @@ grpc::Status AutotuneService::SubmitJob(grpc::ServerContext* context,
   return ToGrpcStatus(watched);
 }
 
-grpc::Status AutotuneService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status AutotuneService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                      v1::Job* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "GetJob");
   return Answer(admin_->GetJob(*request), response);
 }
 
-grpc::Status AutotuneService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+grpc::Status AutotuneService::ListJobs(grpc::ServerContext* context,
+                                       const v1::ListJobsRequest* request,
                                        v1::ListJobsResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "ListJobs");
   return Answer(admin_->ListJobs(*request), response);
 }
 
-grpc::Status AutotuneService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                                        v1::Job* response) {
-  if (request->id().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id is empty");
+grpc::Status AutotuneService::CancelJob(grpc::ServerContext* context,
+                                        const v1::CancelJobRequest* request, v1::Job* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "CancelJob");
+  absl::StatusOr<v1::Job> result = absl::InvalidArgumentError("id is empty");
+  if (!request->id().empty()) {
+    absl::Status allowed;
+    if (caller->role < Role::kAdmin) {
+      // A tuner cancels only what it submitted.
+      v1::GetJobRequest get;
+      get.set_id(request->id());
+      absl::StatusOr<v1::Job> job = admin_->GetJob(get);
+      if (!job.ok()) {
+        allowed = job.status();
+      } else if (job->submitted_by() != caller->id) {
+        allowed = absl::PermissionDeniedError(absl::StrCat(
+            "job ", request->id(), " was submitted by ",
+            job->submitted_by().empty() ? std::string("someone else") : job->submitted_by(),
+            "; only its submitter or an admin may cancel it"));
+      }
+    }
+    result = allowed.ok() ? jobs_->Cancel(request->id()) : absl::StatusOr<v1::Job>(allowed);
   }
-  return Answer(jobs_->Cancel(request->id()), response);
+  Audit(*caller, "CancelJob", absl::StrCat("job ", request->id()), result.status());
+  return Answer(std::move(result), response);
 }
 
-grpc::Status AutotuneService::ListEntries(grpc::ServerContext*,
+grpc::Status AutotuneService::ListEntries(grpc::ServerContext* context,
                                           const v1::ListEntriesRequest* request,
                                           v1::ListEntriesResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "ListEntries");
   return Answer(admin_->ListEntries(*request), response);
 }
 
-grpc::Status AutotuneService::GetEntry(grpc::ServerContext*, const v1::GetEntryRequest* request,
+grpc::Status AutotuneService::GetEntry(grpc::ServerContext* context,
+                                       const v1::GetEntryRequest* request,
                                        v1::GetEntryResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "GetEntry");
   return Answer(admin_->GetEntry(*request), response);
 }
 
-grpc::Status AutotuneService::Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* request,
+grpc::Status AutotuneService::Invalidate(grpc::ServerContext* context,
+                                         const v1::InvalidateRequest* request,
                                          v1::InvalidateResponse* response) {
-  return Answer(admin_->Invalidate(*request), response);
+  AUTHORIZE_OR_RETURN(caller, context, "Invalidate");
+  absl::StatusOr<v1::InvalidateResponse> result = admin_->Invalidate(*request);
+  Audit(*caller, "Invalidate",
+        absl::StrCat(request->all() ? "all entries" : FilterText(request->filter()),
+                     request->dry_run() ? " (dry run)" : ""),
+        result.status(),
+        result.ok() ? absl::StrCat(result->entries_removed(), " entries removed") : "");
+  return Answer(std::move(result), response);
 }
 
-grpc::Status AutotuneService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+grpc::Status AutotuneService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                     v1::StatsResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "Stats");
   absl::StatusOr<cache::StoreStats> stats = admin_->StoreStats();
   if (!stats.ok()) return ToGrpcStatus(stats.status());
   response->set_families(stats->families);
@@ -129,6 +220,7 @@ grpc::Status AutotuneService::Stats(grpc::ServerContext*, const v1::StatsRequest
 
 grpc::Status AutotuneService::Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                                      grpc::ServerWriter<v1::ExportResponse>* writer) {
+  AUTHORIZE_OR_RETURN(caller, context, "Export");
   absl::StatusOr<v1::CacheBundle> bundle = admin_->Export(*request);
   if (!bundle.ok()) return ToGrpcStatus(bundle.status());
   for (v1::CacheBundle& part : SplitBundle(*bundle)) {
@@ -147,37 +239,53 @@ grpc::Status AutotuneService::Export(grpc::ServerContext* context, const v1::Exp
 grpc::Status AutotuneService::Import(grpc::ServerContext* context,
                                      grpc::ServerReader<v1::ImportRequest>* reader,
                                      v1::ImportResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "Import");
   v1::CacheBundle bundle;
   v1::ImportRequest message;
   bool first = true;
   bool replace = false;
   int64_t bytes = 0;
-  while (reader->Read(&message)) {
+  absl::StatusOr<v1::ImportResponse> result = absl::UnknownError("not imported");
+  while (result.status().code() == absl::StatusCode::kUnknown && reader->Read(&message)) {
     if (first) replace = message.replace();
     first = false;
     bytes += static_cast<int64_t>(message.ByteSizeLong());
     if (bytes > kMaxImportBytes) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("import larger than ", kMaxImportBytes,
-                                       " bytes; split the bundle (nothing was imported)"));
+      result = absl::ResourceExhaustedError(
+          absl::StrCat("import larger than ", kMaxImportBytes,
+                       " bytes; split the bundle (nothing was imported)"));
     }
     MergeBundlePart(message.part(), &bundle);
   }
-  if (context->IsCancelled()) {
+  if (result.status().code() != absl::StatusCode::kUnknown) {
+    // refused above
+  } else if (context->IsCancelled()) {
     // A stream cut short must not import the parts that did arrive.
-    return grpc::Status(grpc::StatusCode::CANCELLED, "import cancelled; nothing was imported");
+    result = absl::CancelledError("import cancelled; nothing was imported");
+  } else if (first) {
+    result = absl::InvalidArgumentError("import stream carried no parts (nothing was imported)");
+  } else {
+    result = admin_->Import(bundle, replace);
   }
-  if (first) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "import stream carried no parts (nothing was imported)");
-  }
-  return Answer(admin_->Import(bundle, replace), response);
+  Audit(*caller, "Import",
+        absl::StrCat(bundle.entries_size(), " entries, ", bundle.binaries_size(), " binaries",
+                     replace ? " (replace)" : ""),
+        result.status(),
+        result.ok() ? absl::StrCat(result->entries(), " entries imported, ",
+                                   result->entries_skipped(), " skipped")
+                    : "");
+  return Answer(std::move(result), response);
 }
 
-grpc::Status AutotuneService::GarbageCollect(grpc::ServerContext*,
+grpc::Status AutotuneService::GarbageCollect(grpc::ServerContext* context,
                                              const v1::GarbageCollectRequest* request,
                                              v1::GarbageCollectResponse* response) {
-  return Answer(admin_->GarbageCollect(*request), response);
+  AUTHORIZE_OR_RETURN(caller, context, "GarbageCollect");
+  absl::StatusOr<v1::GarbageCollectResponse> result = admin_->GarbageCollect(*request);
+  Audit(*caller, "GarbageCollect", request->dry_run() ? "dry run" : "unreferenced binaries",
+        result.status(),
+        result.ok() ? absl::StrCat(result->binaries_removed(), " binaries removed") : "");
+  return Answer(std::move(result), response);
 }
 
 }  // namespace autotune::service

@@ -1,6 +1,8 @@
 // The gRPC face of the daemon: a thin adapter from autotune.v1.Autotune
-// calls to the LookupResolver and CacheAdmin core objects. No storage code
-// and no policy here; errors go through ToGrpcStatus().
+// calls to the LookupResolver and CacheAdmin core objects, each call
+// authorized first (service/auth.h) and each mutating one audited
+// (service/audit_log.h). No storage code here; errors go through
+// ToGrpcStatus().
 //
 // Lookup and BatchLookup use the callback API (they are the hot path that
 // inference servers hit at start-up); the rest use the synchronous API.
@@ -10,6 +12,8 @@
 #include <functional>
 
 #include "proto/autotune.grpc.pb.h"
+#include "service/audit_log.h"
+#include "service/auth.h"
 #include "service/cache_admin.h"
 #include "service/job_runner.h"
 #include "service/lookup_resolver.h"
@@ -23,8 +27,11 @@ using AutotuneServiceBase = v1::Autotune::WithCallbackMethod_Lookup<
 class AutotuneService final : public AutotuneServiceBase {
  public:
   // `fill_stats` adds what only the server knows (uptime, addresses).
+  // Every call is authorized by `auth` (service/auth.h) before anything
+  // else; mutating calls are recorded in `audit` (may be null: none).
   AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
-                  TuneOnMiss* tune_on_miss, std::function<void(v1::StatsResponse*)> fill_stats);
+                  TuneOnMiss* tune_on_miss, const Authenticator* auth, AuditLog* audit,
+                  std::function<void(v1::StatsResponse*)> fill_stats);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
@@ -69,7 +76,12 @@ class AutotuneService final : public AutotuneServiceBase {
   CacheAdmin* admin_;
   JobRunner* jobs_;
   TuneOnMiss* tune_on_miss_;
+  const Authenticator* auth_;
+  AuditLog* audit_;
   std::function<void(v1::StatsResponse*)> fill_stats_;
+
+  void Audit(const Caller& caller, const std::string& method, const std::string& target,
+             const absl::Status& result, const std::string& detail = "");
 };
 
 }  // namespace autotune::service

@@ -271,9 +271,10 @@ void SetPlannedCounts(int64_t problems, int64_t variants, int64_t compiles, int6
 
 }  // namespace
 
-absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
+                                          const std::string& submitted_by) {
   ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
-  ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec));
+  ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
   SetPlannedCounts(work->problems, work->plan.variants,
                    static_cast<int64_t>(work->plan.units.size()), work->cached_problems, &job);
   Start(job, std::move(work));

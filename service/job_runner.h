@@ -96,7 +96,7 @@ class JobRunner {
   // Checks the whole spec first (INVALID_ARGUMENT naming
   // "manifest.items[2].dims[0]" and the like, NOT_FOUND for an unknown
   // family), stores the job and starts it. Returns the QUEUED job.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& submitted_by = "");
 
   // Sends the job's state now and after every change until the job ends,
   // `on_progress` returns false, or `stop()` turns true. Changes that come

@@ -69,6 +69,22 @@ int main(int argc, char** argv) {
                  "clients; 0 turns it off")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--token-file", options.auth.token_file,
+                 "bearer tokens, one '<role> <id> sha256:<hex> [expires=<RFC 3339>]' per line "
+                 "(`autotune token new` makes one); read again on SIGHUP")
+      ->check(CLI::ExistingFile);
+  app.add_option("--peer-role", options.auth.peer_roles,
+                 "a role for Unix-socket peers: uid:N=ROLE or gid:N=ROLE (repeatable; the "
+                 "daemon's own uid is admin unless named)");
+  app.add_option("--cert-role", options.auth.cert_roles,
+                 "a role for TLS client certificates by common name: NAME=ROLE (repeatable)");
+  app.add_option("--anonymous-role", options.auth.anonymous_role,
+                 "the role of callers with no token, mapped peer or mapped certificate")
+      ->check(CLI::IsMember({"none", "reader", "tuner", "admin"}))
+      ->capture_default_str();
+  app.add_option("--audit-log", options.audit_log,
+                 "JSON lines, one per mutating call (default: audit.log beside the database; "
+                 "'none' for no audit log)");
   std::string socket_mode = "0600";
   app.add_option("--socket-mode", socket_mode,
                  "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")
@@ -95,6 +111,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto server = autotune::service::Server::BuildAndStart(options);
@@ -107,7 +124,17 @@ int main(int argc, char** argv) {
 
   std::thread stopper([&server, stop_signals] {
     int signal = 0;
-    sigwait(&stop_signals, &signal);
+    while (sigwait(&stop_signals, &signal) == 0 && signal == SIGHUP) {
+      absl::StatusOr<int> tokens = (*server)->ReloadTokens();
+      if (tokens.ok()) {
+        spdlog::info("received SIGHUP: {} tokens loaded", *tokens);
+      } else {
+        spdlog::error(
+            "received SIGHUP: the token file was not reloaded ({}); the tokens "
+            "loaded before stay",
+            std::string(tokens.status().message()));
+      }
+    }
     spdlog::info("received {}, finishing in-flight calls",
                  signal == SIGTERM ? "SIGTERM" : "SIGINT");
     (*server)->Shutdown();

@@ -28,12 +28,15 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/family_loader.h"
+#include "service/audit_log.h"
+#include "service/auth.h"
 #include "service/autotune_service.h"
 #include "service/cache_admin.h"
 #include "service/compile_pool.h"
 #include "service/job_runner.h"
 #include "service/listen_address.h"
 #include "service/lookup_resolver.h"
+#include "service/unix_listener.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -41,12 +44,6 @@ namespace {
 
 constexpr char kServiceName[] = "autotune.v1.Autotune";
 constexpr int kMaxReceiveBytes = 64 << 20;
-
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 // Makes `path` free for a new socket: refuses when a live server answers
 // there or when it is something other than a socket; removes a stale one.
@@ -135,6 +132,8 @@ class Server::Impl {
   void Wait() { done_.WaitForNotification(); }
   void Shutdown();
   ~Impl() { Shutdown(); }
+  absl::StatusOr<int> ReloadTokens() { return auth_->Reload(); }
+  const std::string& audit_path() const { return audit_path_; }
 
   std::vector<std::string> addresses_;
   std::string db_path_;
@@ -152,7 +151,11 @@ class Server::Impl {
   std::unique_ptr<CompilePool> compile_pool_;
   std::unique_ptr<JobRunner> jobs_;
   std::unique_ptr<TuneOnMiss> tune_on_miss_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<AuditLog> audit_;
+  std::string audit_path_;
   std::unique_ptr<AutotuneService> service_;
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -205,6 +208,14 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
     RETURN_IF_ERROR(ClaimSocketPath(address.path));
   }
 
+  AuthOptions auth_options = options.auth;
+  auth_options.daemon_uid = getuid();
+  ASSIGN_OR_RETURN(auth_, Authenticator::Create(auth_options));
+  if (options.audit_log != "none") {
+    audit_path_ = options.audit_log.empty() ? Dirname(db_path_) + "/audit.log" : options.audit_log;
+    ASSIGN_OR_RETURN(audit_, AuditLog::Open(audit_path_));
+  }
+
   cache::StoreOptions store_options;
   store_options.path = db_path_;
   store_options.readers = options.readers;
@@ -252,7 +263,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
       store_.get(), jobs_.get(),
       TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour});
   service_ = std::make_unique<AutotuneService>(
-      resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(),
+      resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), auth_.get(), audit_.get(),
       [this](v1::StatsResponse* response) { FillStats(response); });
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -264,7 +275,10 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   for (size_t i = 0; i < addresses.size(); ++i) {
     const ListenAddress& address = addresses[i];
     if (address.kind == ListenAddress::Kind::kUnix) {
-      builder.AddListeningPort(address.uri, grpc::InsecureServerCredentials(), &ports[i]);
+      // Accepted by our own listener, which learns each peer's uid first.
+      ASSIGN_OR_RETURN(std::unique_ptr<UnixListener> listener,
+                       UnixListener::Bind(address.path, options.socket_mode));
+      unix_listeners_.push_back(std::move(listener));
     } else {
       builder.AddListeningPort(address.uri, tcp_credentials, &ports[i]);
     }
@@ -273,14 +287,15 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   if (server_ == nullptr) {
     return absl::UnavailableError("could not bind the listen addresses (see the gRPC log above)");
   }
+  for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) {
+    listener->Start(server_.get(), [auth = auth_.get()](int fd, const PeerCredentials& peer) {
+      auth->AddPeer(fd, peer);
+    });
+  }
   for (size_t i = 0; i < addresses.size(); ++i) {
     const ListenAddress& address = addresses[i];
     if (address.kind == ListenAddress::Kind::kUnix) {
       socket_paths_.push_back(address.path);
-      if (chmod(address.path.c_str(), options.socket_mode) != 0) {
-        server_->Shutdown();
-        return PosixError(absl::StrCat("cannot set the mode of ", address.path), errno);
-      }
       addresses_.push_back(address.uri);
     } else {
       if (ports[i] == 0) {
@@ -334,6 +349,7 @@ void Server::Impl::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) listener->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     server_->Shutdown(absl::ToChronoTime(absl::Now() + shutdown_grace_));
@@ -368,5 +384,7 @@ const std::vector<std::string>& Server::addresses() const { return impl_->addres
 const std::string& Server::database_path() const { return impl_->db_path_; }
 void Server::Wait() { impl_->Wait(); }
 void Server::Shutdown() { impl_->Shutdown(); }
+absl::StatusOr<int> Server::ReloadTokens() { return impl_->ReloadTokens(); }
+const std::string& Server::audit_log_path() const { return impl_->audit_path(); }
 
 }  // namespace autotune::service

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "base/gpu_lease.h"
 #include "kernels/profile_task.h"
+#include "service/auth.h"
 
 namespace autotune::service {
 
@@ -61,6 +62,11 @@ struct ServerOptions {
   double quiet_wait_s = 600;  // serial phase: wait for a quiet GPU, when a job gives none
   // Tune-on-miss (service/tune_on_miss.h): problems accepted per hour; 0 = off.
   int tune_on_miss_per_hour = 60;
+  // Who may call what (service/auth.h); daemon_uid is filled in by the server.
+  AuthOptions auth;
+  // The audit log (service/audit_log.h): empty = audit.log beside the
+  // database; "none" = no audit log.
+  std::string audit_log;
 };
 
 class Server {
@@ -71,6 +77,12 @@ class Server {
   // The addresses actually bound (a TCP port 0 is replaced by the real one).
   const std::vector<std::string>& addresses() const;
   const std::string& database_path() const;
+
+  // Reads the token file again (SIGHUP); the tokens now loaded. On error
+  // the old tokens stay.
+  absl::StatusOr<int> ReloadTokens();
+  // The audit log's path; empty when there is none.
+  const std::string& audit_log_path() const;
 
   // Blocks until Shutdown() has finished.
   void Wait();

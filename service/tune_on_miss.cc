@@ -143,7 +143,7 @@ absl::StatusOr<v1::RequestTuningResponse> TuneOnMiss::Request(
     item->add_dtypes(lookup.problem().dtype());
   }
   absl::StatusOr<v1::Job> job = absl::UnknownError("nothing to submit");
-  if (!accepted.empty()) job = jobs_->Submit(spec);
+  if (!accepted.empty()) job = jobs_->Submit(spec, "tune-on-miss");
   for (const Accepted& a : accepted) {
     v1::TuningRequestResult& result = *response.mutable_results(a.index);
     const std::string context =

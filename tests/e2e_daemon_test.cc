@@ -232,7 +232,9 @@ TEST(DaemonTest, TcpNeedsTlsOrInsecureLoopback) {
   EXPECT_THAT(LastLine(no_flag.Stderr()), HasSubstr("--insecure"));
 
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  Daemon loopback(dir.path(), {"--listen", address, "--insecure"});
+  // Plaintext TCP carries no peer identity: callers without a token get the
+  // anonymous role.
+  Daemon loopback(dir.path(), {"--listen", address, "--insecure", "--anonymous-role", "reader"});
   ASSERT_OK(loopback.Start());
   CommandResult stats;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -265,8 +267,8 @@ TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
            "-CAcreateserial", "-out", d + "/server.pem", "-days", "1", "-copy_extensions", "copy"});
 
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  Daemon daemon(
-      d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
+  Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
+                    d + "/server.key", "--anonymous-role", "reader"});
   ASSERT_OK(daemon.Start());
   CommandResult secure;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -284,6 +286,63 @@ TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
   CommandResult untrusted =
       RunCommand({AutotuneCliPath(), "--server", address, "--tls", "--timeout", "2", "stats"});
   EXPECT_NE(untrusted.exit_code, 0);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// Client certificates name roles (--cert-role): a certificate's common name
+// is looked up; one the daemon does not map gets the anonymous role.
+TEST(DaemonTest, ClientCertificatesAreMappedToRoles) {
+  if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "openssl is not installed";
+  TempDir dir;
+  const std::string d = dir.path();
+  OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
+           d + "/ca.pem", "-days", "1", "-subj", "/CN=autotune test CA"});
+  const auto sign = [&](const std::string& name, const std::string& subject,
+                        const std::string& extension) {
+    OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/" + name + ".key", "-out",
+             d + "/" + name + ".csr", "-subj", subject, "-addext", extension});
+    OpenSsl({"x509", "-req", "-in", d + "/" + name + ".csr", "-CA", d + "/ca.pem", "-CAkey",
+             d + "/ca.key", "-CAcreateserial", "-out", d + "/" + name + ".pem", "-days", "1",
+             "-copy_extensions", "copy"});
+  };
+  sign("server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1");
+  sign("alice", "/CN=alice", "extendedKeyUsage=clientAuth");
+  sign("bob", "/CN=bob", "extendedKeyUsage=clientAuth");
+
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
+                    d + "/server.key", "--tls-client-ca", d + "/ca.pem", "--cert-role",
+                    "alice=admin", "--cert-role", "bob=reader"});
+  ASSERT_OK(daemon.Start());
+  const auto as = [&](const std::string& who, std::vector<std::string> command) {
+    std::vector<std::string> argv = {AutotuneCliPath(),
+                                     "--server",
+                                     address,
+                                     "--tls-ca",
+                                     d + "/ca.pem",
+                                     "--tls-cert",
+                                     d + "/" + who + ".pem",
+                                     "--tls-key",
+                                     d + "/" + who + ".key"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    return RunCommand(argv);
+  };
+  CommandResult stats;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    stats = as("bob", {"stats"});
+    if (stats.exit_code == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(stats.exit_code, 0) << stats.err << daemon.Stderr();
+  CommandResult bob = as("bob", {"invalidate", "--all", "--dry-run"});
+  EXPECT_NE(bob.exit_code, 0);
+  EXPECT_THAT(bob.err, HasSubstr("cert:bob has reader"));
+  CommandResult alice = as("alice", {"invalidate", "--all", "--dry-run"});
+  EXPECT_EQ(alice.exit_code, 0) << alice.err;
+  // Without a client certificate the handshake itself is refused.
+  CommandResult none = RunCommand({AutotuneCliPath(), "--server", address, "--tls-ca",
+                                   d + "/ca.pem", "--timeout", "2", "stats"});
+  EXPECT_NE(none.exit_code, 0);
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

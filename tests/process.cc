@@ -177,7 +177,12 @@ absl::Status Daemon::Start(absl::Duration timeout) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
     v1::StatsRequest request;
     v1::StatsResponse response;
-    if (stub->Stats(&context, request, &response).ok()) return absl::OkStatus();
+    // Refused is answered too: a daemon whose roles leave this uid out is up.
+    const grpc::Status answered = stub->Stats(&context, request, &response);
+    if (answered.ok() || answered.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        answered.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      return absl::OkStatus();
+    }
     absl::SleepFor(absl::Milliseconds(50));
   }
   return absl::DeadlineExceededError(absl::StrCat("autotuned did not answer within ",

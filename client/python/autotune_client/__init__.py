@@ -16,7 +16,7 @@ vLLM and SGLang read, as `autotune export-configs` writes them), errors
 (the exceptions), paths (default locations).
 """
 
-from autotune_client.client import Client
+from autotune_client.client import Client, read_token_file
 from autotune_client.errors import (
     AutotuneError,
     DataLoss,
@@ -24,7 +24,9 @@ from autotune_client.errors import (
     LocalCacheCorrupt,
     LocalCacheError,
     NotFound,
+    PermissionDenied,
     ServiceUnavailable,
+    Unauthenticated,
 )
 from autotune_client.local_cache import LocalCache, answer_key
 from autotune_client.lookups import (
@@ -75,11 +77,13 @@ __all__ = [
     "MissKind",
     "NO_LOCAL_CACHE",
     "NotFound",
+    "PermissionDenied",
     "SOURCE_LOCAL_CACHE",
     "SOURCE_SERVICE",
     "ServiceUnavailable",
     "StartupAnswer",
     "StartupLookup",
+    "Unauthenticated",
     "answer_key",
     "client_server_address",
     "default_local_cache_directory",
@@ -87,6 +91,7 @@ __all__ = [
     "export_server_configs",
     "format_dims",
     "parse_dtype",
+    "read_token_file",
     "pb",
     "server_config_files",
     "startup_lookup",

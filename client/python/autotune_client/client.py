@@ -74,12 +74,15 @@ class Client:
         timeout: float = 10.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        token: Optional[str] = None,
     ) -> None:
         """`address`: "unix:///path/to.sock" or "host:port"; None = $AUTOTUNE_SERVER,
         else the daemon's default socket. `timeout`: seconds each call may
         take unless it is given its own. `credentials`: TLS
         (grpc.ssl_channel_credentials); None = plaintext, what a unix socket
-        or a loopback daemon started with --insecure expects.
+        or a loopback daemon started with --insecure expects. `token`: a
+        bearer token (read_token_file), sent with every call; None = none
+        (the owner of a unix socket needs none).
 
         Raises InvalidArgument for an empty address or a timeout that is not
         positive.
@@ -92,6 +95,9 @@ class Client:
         if max_receive_message_bytes <= 0:
             raise InvalidArgument("max_receive_message_bytes must be positive")
         self._timeout = timeout
+        if token is not None and (not token or any(c.isspace() for c in token)):
+            raise InvalidArgument("the token is empty or holds white space")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options = [
             ("grpc.max_receive_message_length", max_receive_message_bytes),
             ("grpc.primary_user_agent", "autotune-client-python"),
@@ -189,6 +195,7 @@ class Client:
             pb.ListKernelsRequest(),
             self._timeout if timeout is None else timeout,
             self._address,
+            self._metadata,
         )
         return list(response.kernels)
 
@@ -204,6 +211,7 @@ class Client:
                 request,
                 self._timeout if timeout is None else timeout,
                 self._address,
+                self._metadata,
             )
             entries.extend(page.entries)
             if not page.entries or len(entries) >= page.total:
@@ -216,7 +224,9 @@ class Client:
         not checked here)."""
         try:
             response: pb.LookupResponse = self._lookup(
-                request, timeout=self._timeout if timeout is None else timeout
+                request,
+                timeout=self._timeout if timeout is None else timeout,
+                metadata=self._metadata,
             )
         except grpc.RpcError as error:
             raise error_from_rpc(error, self._address) from None
@@ -229,7 +239,9 @@ class Client:
         the service answers a different number of items than were asked."""
         try:
             response: pb.BatchLookupResponse = self._batch_lookup(
-                request, timeout=self._timeout if timeout is None else timeout
+                request,
+                timeout=self._timeout if timeout is None else timeout,
+                metadata=self._metadata,
             )
         except grpc.RpcError as error:
             raise error_from_rpc(error, self._address) from None
@@ -242,9 +254,20 @@ class Client:
         return response
 
 
-def _call(method, request, timeout, address):  # type: ignore[no-untyped-def]
+def read_token_file(path: str) -> str:
+    """The token a token file holds (`autotune token new --out`), surrounding
+    white space dropped. Raises InvalidArgument for an empty file or one
+    holding more than one word, OSError when it cannot be read."""
+    with open(path, encoding="utf-8") as file:
+        token = file.read().strip()
+    if not token or any(c.isspace() for c in token):
+        raise InvalidArgument(f"token file {path} should hold one token")
+    return token
+
+
+def _call(method, request, timeout, address, metadata=None):  # type: ignore[no-untyped-def]
     try:
-        return method(request, timeout=timeout)
+        return method(request, timeout=timeout, metadata=metadata)
     except grpc.RpcError as error:
         raise error_from_rpc(error, address) from None
 

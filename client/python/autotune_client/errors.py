@@ -55,6 +55,20 @@ class InvalidArgument(AutotuneError):
     default_code = "INVALID_ARGUMENT"
 
 
+class Unauthenticated(AutotuneError):
+    """UNAUTHENTICATED: the daemon does not know who is calling (no token, a
+    token it does not hold or one past its expiry)."""
+
+    default_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(AutotuneError):
+    """PERMISSION_DENIED: the caller's role is below what the call needs; the
+    message names both."""
+
+    default_code = "PERMISSION_DENIED"
+
+
 class DataLoss(AutotuneError):
     """DATA_LOSS: bytes that fail their check, e.g. a cubin whose sha256 does not
     match its name. Never served."""
@@ -81,6 +95,8 @@ _CLASS_BY_CODE: dict[str, type[AutotuneError]] = {
     "NOT_FOUND": NotFound,
     "INVALID_ARGUMENT": InvalidArgument,
     "DATA_LOSS": DataLoss,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
 }
 
 

@@ -25,7 +25,9 @@ from autotune_client import (
     Match,
     MissKind,
     NotFound,
+    PermissionDenied,
     ServiceUnavailable,
+    Unauthenticated,
     client_server_address,
     default_server_address,
     format_dims,
@@ -142,7 +144,9 @@ class ErrorTest(unittest.TestCase):
             ("NOT_FOUND", NotFound),
             ("INVALID_ARGUMENT", InvalidArgument),
             ("DATA_LOSS", DataLoss),
-            ("PERMISSION_DENIED", AutotuneError),
+            ("PERMISSION_DENIED", PermissionDenied),
+            ("UNAUTHENTICATED", Unauthenticated),
+            ("ABORTED", AutotuneError),
         ):
             error = error_for_code(code, "why")
             self.assertIs(type(error), kind, code)

@@ -8,6 +8,7 @@ Skipped, saying which, when the C++ binaries are not built.
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import tempfile
 import time
@@ -30,8 +31,10 @@ from autotune_client import (
     MissKind,
     NotFound,
     ServiceUnavailable,
+    Unauthenticated,
     StartupAnswer,
     StartupLookup,
+    read_token_file,
     startup_lookup,
 )
 
@@ -332,3 +335,37 @@ class ServerConfigsEndToEndTest(DaemonTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TokenEndToEndTest(unittest.TestCase):
+    """A daemon that gives this uid no role: only a token lets a client in."""
+
+    def test_a_token_names_the_callers_role(self) -> None:
+        missing = support.missing_binaries()
+        if missing:
+            self.skipTest("the C++ binaries are not built")
+        temp = tempfile.TemporaryDirectory(prefix="autotune-py-")
+        self.addCleanup(temp.cleanup)
+        directory = Path(temp.name)
+        token_path = directory / "reader.token"
+        made = support.run(
+            [str(support.AUTOTUNE_CLI), "token", "new", "--role", "reader", "--id", "py",
+             "--out", str(token_path)]
+        )  # fmt: skip
+        self.assertEqual(made.returncode, 0, made.stderr)
+        (directory / "tokens").write_text(made.stdout, encoding="utf-8")
+        daemon = support.Daemon(
+            directory,
+            ("--token-file", str(directory / "tokens"), "--peer-role", f"uid:{os.getuid()}=none"),
+        )
+        self.addCleanup(daemon.stop)
+        daemon.start()
+        with Client(daemon.address) as anonymous:
+            with self.assertRaises(Unauthenticated) as refused:
+                anonymous.list_kernels()
+            self.assertIn("needs the reader role", refused.exception.message)
+        with Client(daemon.address, token=read_token_file(str(token_path))) as reader:
+            self.assertEqual(reader.list_kernels(), [])
+        with Client(daemon.address, token="0" * 64) as wrong:
+            with self.assertRaises(Unauthenticated):
+                wrong.list_kernels()
