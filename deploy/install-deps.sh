@@ -29,6 +29,8 @@ packages=(
   python3              # the Python client and the tests that read exported configs
   python3-grpcio       # the Python client (client/python)
   python3-protobuf
+  python3-yaml         # deploy/test_deploy.py reads the Kubernetes manifests
+  systemd              # systemd-analyze verifies deploy/autotuned.service
 )
 
 missing=()

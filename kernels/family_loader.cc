@@ -109,6 +109,10 @@ class FamilyChecker {
                    absl::StrCat("'", family_.kernel_name(), "' is not a C++ identifier"));
     }
     if (family_.source().empty()) return Error("source", "must be set (the CUDA source text)");
+    if (static_cast<int64_t>(family_.source().size()) > kMaxSourceBytes) {
+      return Error("source", absl::StrCat(family_.source().size(),
+                                          " bytes, more than the limit of ", kMaxSourceBytes));
+    }
     return absl::OkStatus();
   }
 

@@ -67,6 +67,11 @@ namespace autotune::kernels {
 // Families whose parameter space is larger than this are rejected by
 // ValidateFamily (family_loader.h).
 inline constexpr int64_t kMaxConfigsPerFamily = int64_t{1} << 20;
+// A family's CUDA source may hold at most this many bytes (ValidateFamily).
+inline constexpr int64_t kMaxSourceBytes = int64_t{1} << 20;
+// A compiled variant's cubin may hold at most this many bytes; a larger one
+// is a COMPILE_ERROR saying so.
+inline constexpr int64_t kMaxCubinBytes = int64_t{64} << 20;
 
 // What the search space enforces about the device. The defaults are those
 // of sm_90 (H100/H200): 1024 threads per block and 227 KiB of dynamic

@@ -32,6 +32,14 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
     return end;
   }
   wv1::CompileOutcome outcome = pool.Compile(unit.task, options.timeout);
+  if (outcome.status() == wv1::CompileOutcome::OK &&
+      static_cast<int64_t>(outcome.cubin().size()) > kernels::kMaxCubinBytes) {
+    outcome.set_status(wv1::CompileOutcome::COMPILE_ERROR);
+    outcome.set_log(absl::StrCat(outcome.log(), outcome.log().empty() ? "" : "\n", "the cubin is ",
+                                 outcome.cubin().size(), " bytes, more than the limit of ",
+                                 kernels::kMaxCubinBytes, "; not kept"));
+    outcome.clear_cubin();
+  }
   end.log = outcome.log();
   switch (outcome.status()) {
     case wv1::CompileOutcome::OK:

@@ -97,6 +97,7 @@ struct JobRunner::Running {
   void EnterPhase(const std::string& next, int64_t total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Run() as its last step: the thread can be joined at once.
   std::atomic<bool> ended{false};
+  std::string submitted_by;    // set before the job starts, then read only
   std::shared_ptr<Work> work;  // released when the job ends
   std::thread thread;
 };
@@ -273,7 +274,36 @@ void SetPlannedCounts(int64_t problems, int64_t variants, int64_t compiles, int6
 
 absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
                                           const std::string& submitted_by) {
+  if (options_.max_unfinished_jobs_per_submitter > 0 && !submitted_by.empty()) {
+    std::vector<std::shared_ptr<Running>> theirs;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, running] : running_) {
+        if (!running->ended && running->submitted_by == submitted_by) theirs.push_back(running);
+      }
+    }
+    // By state: a job whose end a watcher has seen has ended, even while
+    // its thread is still finishing.
+    int unfinished = 0;
+    for (const std::shared_ptr<Running>& running : theirs) {
+      absl::MutexLock lock(&running->mu);
+      const v1::JobState state = running->job.state();
+      if (state != v1::SUCCEEDED && state != v1::FAILED && state != v1::CANCELLED) ++unfinished;
+    }
+    if (unfinished >= options_.max_unfinished_jobs_per_submitter) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(submitted_by, " has ", unfinished,
+                       " jobs that have not ended, the most one submitter "
+                       "may have (--max-jobs-per-submitter); wait for one or cancel one"));
+    }
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
+  if (options_.max_variants_per_job > 0 && work->plan.variants > options_.max_variants_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job has ", work->plan.variants, " variants, more than the ",
+        options_.max_variants_per_job,
+        " one job may have (--max-job-variants); split it with --shard or narrow the manifest"));
+  }
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
   SetPlannedCounts(work->problems, work->plan.variants,
                    static_cast<int64_t>(work->plan.units.size()), work->cached_problems, &job);
@@ -305,6 +335,7 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
   std::string id;
   {
     absl::MutexLock lock(&raw->mu);
+    raw->submitted_by = job.submitted_by();
     raw->job = std::move(job);
     raw->latest.set_message("queued");
     *raw->latest.mutable_job() = raw->job;

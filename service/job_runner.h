@@ -67,6 +67,9 @@ struct JobRunnerOptions {
   double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
   // How long a serial phase waits for a quiet GPU, when the job gives none.
   absl::Duration quiet_wait = absl::Minutes(10);
+  // Limits on what one job, and one submitter, may ask for; 0 = none.
+  int64_t max_variants_per_job = 500000;
+  int max_unfinished_jobs_per_submitter = 16;
 };
 
 // Wall seconds per unit of each phase (per distinct compile, per variant
@@ -96,6 +99,9 @@ class JobRunner {
   // Checks the whole spec first (INVALID_ARGUMENT naming
   // "manifest.items[2].dims[0]" and the like, NOT_FOUND for an unknown
   // family), stores the job and starts it. Returns the QUEUED job.
+  // RESOURCE_EXHAUSTED, naming the limit, for a job of more variants than
+  // max_variants_per_job, or when `submitted_by` (not empty) has
+  // max_unfinished_jobs_per_submitter jobs that have not ended.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& submitted_by = "");
 
   // Sends the job's state now and after every change until the job ends,

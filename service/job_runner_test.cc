@@ -105,9 +105,12 @@ class ScreenJobTest : public ::testing::Test {
     return last;
   }
 
-  void RestartRunner(const std::string& lease_dir = "") {
+  void RestartRunner(const std::string& lease_dir = "", int64_t max_variants = 0,
+                     int max_unfinished = 0) {
     runner_.reset();
     JobRunnerOptions options;
+    options.max_variants_per_job = max_variants;
+    options.max_unfinished_jobs_per_submitter = max_unfinished;
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
     options.profile.grace = absl::Seconds(1);
     options.profile.lease_dir = lease_dir;
@@ -723,6 +726,27 @@ TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
   EXPECT_LT(large_now.results_size(), 12);
   ASSERT_EQ(large_end.state(), v1::SUCCEEDED) << large_end.error();
   EXPECT_EQ(large_end.results_size(), 12);
+}
+
+TEST_F(ScreenJobTest, AJobTooLargeOrOneSubmitterTooManyIsRefusedNamingTheLimit) {
+  RestartRunner("", /*max_variants=*/1);
+  EXPECT_THAT(runner_->Submit(Spec(), "token:ci"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-job-variants")));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> none, store_->ListJobs(10));
+  EXPECT_THAT(none, SizeIs(0));  // nothing was stored
+
+  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "5");  // the first job still runs at the second
+  RestartRunner("", /*max_variants=*/0, /*max_unfinished=*/1);
+  ASSERT_OK_AND_ASSIGN(v1::Job first, runner_->Submit(Spec(), "token:ci"));
+  EXPECT_EQ(first.submitted_by(), "token:ci");
+  EXPECT_THAT(runner_->Submit(Spec(), "token:ci"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("token:ci has 1 jobs that have not ended")));
+  // Another submitter is not held back by it.
+  ASSERT_OK(runner_->Submit(Spec(), "token:nightly").status());
+  ASSERT_OK(runner_->Watch(first.id(), [](const v1::JobProgress&) { return true; }));
+  // Once its job has ended, the submitter may submit again.
+  ASSERT_OK(runner_->Submit(Spec(), "token:ci").status());
 }
 
 TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {

@@ -69,6 +69,15 @@ int main(int argc, char** argv) {
                  "clients; 0 turns it off")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--max-job-variants", options.max_job_variants,
+                 "most variants one job may plan; a larger one is refused (0 = no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-jobs-per-submitter", options.max_jobs_per_submitter,
+                 "most unfinished jobs one caller (token, uid, certificate) may have "
+                 "(0 = no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--token-file", options.auth.token_file,
                  "bearer tokens, one '<role> <id> sha256:<hex> [expires=<RFC 3339>]' per line "
                  "(`autotune token new` makes one); read again on SIGHUP")

@@ -241,6 +241,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   JobRunnerOptions job_options;
   job_options.variant_timeout_s = options.variant_timeout_s;
   job_options.quiet_wait = absl::Seconds(options.quiet_wait_s);
+  job_options.max_variants_per_job = options.max_job_variants;
+  job_options.max_unfinished_jobs_per_submitter = options.max_jobs_per_submitter;
   job_options.profile.lease_dir = options.lease_dir == "none" ? "" : options.lease_dir;
   if (options.gpus == "none") {
     job_options.profile_off_reason = "the daemon runs with --gpus none";

@@ -62,6 +62,9 @@ struct ServerOptions {
   double quiet_wait_s = 600;  // serial phase: wait for a quiet GPU, when a job gives none
   // Tune-on-miss (service/tune_on_miss.h): problems accepted per hour; 0 = off.
   int tune_on_miss_per_hour = 60;
+  // Limits on one job and on one submitter's unfinished jobs; 0 = none.
+  int64_t max_job_variants = 500000;
+  int max_jobs_per_submitter = 16;
   // Who may call what (service/auth.h); daemon_uid is filled in by the server.
   AuthOptions auth;
   // The audit log (service/audit_log.h): empty = audit.log beside the
