@@ -1299,6 +1299,17 @@ absl::StatusOr<StoreStats> Store::Stats() const {
     stats.measurements = select.ColumnInt(4);
     stats.jobs = select.ColumnInt(5);
   }
+  for (auto [query, counts] :
+       {std::pair{"SELECT state, COUNT(*) FROM jobs GROUP BY state", &stats.jobs_by_state},
+        std::pair{"SELECT status, COUNT(*) FROM measurements GROUP BY status",
+                  &stats.measurements_by_status}}) {
+    ASSIGN_OR_RETURN(Statement select, db->Prepare(query));
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, select.Step());
+      if (!row) break;
+      (*counts)[static_cast<int>(select.ColumnInt(0))] = select.ColumnInt(1);
+    }
+  }
   stats.database_bytes = FileSize(path()) + FileSize(absl::StrCat(path(), "-wal"));
   stats.schema_version = impl_->schema_version;
   return stats;

@@ -30,6 +30,7 @@
 #define AUTOTUNE_CACHE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,10 @@ struct StoreStats {
   int64_t jobs = 0;
   int64_t database_bytes = 0;  // main file + WAL
   int schema_version = 0;
+  // Jobs by v1::JobState and measurements by v1::VariantStatus (the enum
+  // numbers), each state or status that has any.
+  std::map<int, int64_t> jobs_by_state;
+  std::map<int, int64_t> measurements_by_status;
 };
 
 class Store {

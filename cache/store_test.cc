@@ -1083,6 +1083,10 @@ TEST_F(StoreTest, StatsCountWhatIsStored) {
   EXPECT_EQ(stats.binary_bytes, 15);
   EXPECT_EQ(stats.measurements, 1);
   EXPECT_EQ(stats.jobs, 1);
+  EXPECT_THAT(stats.jobs_by_state, ::testing::ElementsAre(::testing::Pair(v1::QUEUED, 1)));
+  EXPECT_THAT(stats.measurements_by_status,
+              ::testing::ElementsAre(
+                  ::testing::Pair(static_cast<int>(MeasurementFor(entry, 1).status()), 1)));
   EXPECT_EQ(stats.schema_version, kSchemaVersion);
   EXPECT_GE(stats.database_bytes, static_cast<int64_t>(std::filesystem::file_size(path_)));
   EXPECT_GT(stats.database_bytes, 0);

@@ -22,6 +22,7 @@ packages=(
   libcli11-dev
   libspdlog-dev
   libmuparser-dev      # expressions in kernel family descriptors
+  prometheus-cpp-dev   # the daemon's metrics over HTTP
   openssl              # the TLS end-to-end test makes its own certificates
   clang-14             # clang++-14: deploy/check-thread-safety.sh
   jq                   # reads compile_commands.json for that check

@@ -39,7 +39,7 @@ std::string FilterText(const v1::EntryFilter& filter) {
 
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                                  TuneOnMiss* tune_on_miss, const Authenticator* auth,
-                                 AuditLog* audit,
+                                 AuditLog* audit, Metrics* metrics,
                                  std::function<void(v1::StatsResponse*)> fill_stats)
     : resolver_(resolver),
       admin_(admin),
@@ -47,6 +47,7 @@ AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* adm
       tune_on_miss_(tune_on_miss),
       auth_(auth),
       audit_(audit),
+      metrics_(metrics),
       fill_stats_(std::move(fill_stats)) {}
 
 void AutotuneService::Audit(const Caller& caller, const std::string& method,
@@ -76,20 +77,24 @@ grpc::Status AutotuneService::RequestTuning(grpc::ServerContext* context,
 grpc::ServerUnaryReactor* AutotuneService::Lookup(grpc::CallbackServerContext* context,
                                                   const v1::LookupRequest* request,
                                                   v1::LookupResponse* response) {
+  const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "Lookup");
   reactor->Finish(caller.ok() ? Answer(resolver_->Lookup(*request), response)
                               : ToGrpcStatus(caller.status()));
+  if (metrics_ != nullptr) metrics_->ObserveLookup("Lookup", absl::Now() - start);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* AutotuneService::BatchLookup(grpc::CallbackServerContext* context,
                                                        const v1::BatchLookupRequest* request,
                                                        v1::BatchLookupResponse* response) {
+  const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "BatchLookup");
   reactor->Finish(caller.ok() ? Answer(resolver_->BatchLookup(*request), response)
                               : ToGrpcStatus(caller.status()));
+  if (metrics_ != nullptr) metrics_->ObserveLookup("BatchLookup", absl::Now() - start);
   return reactor;
 }
 

@@ -17,6 +17,7 @@
 #include "service/cache_admin.h"
 #include "service/job_runner.h"
 #include "service/lookup_resolver.h"
+#include "service/metrics.h"
 #include "service/tune_on_miss.h"
 
 namespace autotune::service {
@@ -28,10 +29,11 @@ class AutotuneService final : public AutotuneServiceBase {
  public:
   // `fill_stats` adds what only the server knows (uptime, addresses).
   // Every call is authorized by `auth` (service/auth.h) before anything
-  // else; mutating calls are recorded in `audit` (may be null: none).
+  // else; mutating calls are recorded in `audit` (may be null: none);
+  // lookups are timed into `metrics` (may be null).
   AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                   TuneOnMiss* tune_on_miss, const Authenticator* auth, AuditLog* audit,
-                  std::function<void(v1::StatsResponse*)> fill_stats);
+                  Metrics* metrics, std::function<void(v1::StatsResponse*)> fill_stats);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
@@ -78,6 +80,7 @@ class AutotuneService final : public AutotuneServiceBase {
   TuneOnMiss* tune_on_miss_;
   const Authenticator* auth_;
   AuditLog* audit_;
+  Metrics* metrics_;  // null: none
   std::function<void(v1::StatsResponse*)> fill_stats_;
 
   void Audit(const Caller& caller, const std::string& method, const std::string& target,

@@ -348,6 +348,18 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
   raw->thread = std::thread([this, raw] { Run(raw); });
 }
 
+JobRunner::Totals JobRunner::totals() {
+  Totals totals;
+  {
+    absl::MutexLock lock(&rates_mu_);
+    totals = totals_;
+  }
+  totals.workers_replaced = pool_ != nullptr ? pool_->replaced() : 0;
+  absl::MutexLock lock(&gpus_mu_);
+  if (gpus_ != nullptr) totals.workers_replaced += gpus_->replaced();
+  return totals;
+}
+
 PhaseRates PhaseRates::Of(const v1::Job& job) {
   const v1::JobTiming& timing = job.timing();
   const v1::JobCounts& counts = job.counts();
@@ -580,6 +592,11 @@ void JobRunner::Run(Running* running) {
     finished = running->job;
   }
   if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
+  {
+    absl::MutexLock lock(&rates_mu_);
+    totals_.compile_s += finished.timing().compile_s();
+    totals_.gpu_s += finished.timing().screen_s() + finished.timing().serial_s();
+  }
   Publish(running, nullptr, message);
   running->work.reset();
   running->ended = true;

@@ -117,6 +117,16 @@ class JobRunner {
   // returned as it is.
   absl::StatusOr<v1::Job> Cancel(absl::string_view id);
 
+  // What this runner's jobs have used since it started, for metrics: wall
+  // seconds of compile phases and of GPU phases (screen and serial) of the
+  // jobs that ended, and worker processes replaced (compile and GPU).
+  struct Totals {
+    double compile_s = 0;
+    double gpu_s = 0;
+    int64_t workers_replaced = 0;
+  };
+  Totals totals();
+
   // Starts again every stored job left QUEUED, COMPILING or SCREENING by a
   // daemon that stopped. Returns how many. Problems whose best entry this
   // job already stored are not measured again.
@@ -163,6 +173,7 @@ class JobRunner {
   std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
   absl::Mutex rates_mu_;
   std::optional<PhaseRates> rates_ ABSL_GUARDED_BY(rates_mu_);
+  Totals totals_ ABSL_GUARDED_BY(rates_mu_);  // workers_replaced unused here
   absl::Mutex mu_;
   // Jobs started by this runner and not yet forgotten (ended jobs are
   // dropped when the next one starts; the store keeps them).

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
                  "the role of callers with no token, mapped peer or mapped certificate")
       ->check(CLI::IsMember({"none", "reader", "tuner", "admin"}))
       ->capture_default_str();
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "serve Prometheus metrics over HTTP at host:port (GET /metrics); off by default");
   app.add_option("--audit-log", options.audit_log,
                  "JSON lines, one per mutating call (default: audit.log beside the database; "
                  "'none' for no audit log)");

@@ -36,6 +36,7 @@
 #include "service/job_runner.h"
 #include "service/listen_address.h"
 #include "service/lookup_resolver.h"
+#include "service/metrics.h"
 #include "service/unix_listener.h"
 #include "spdlog/spdlog.h"
 
@@ -57,12 +58,7 @@ absl::Status ClaimSocketPath(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
   }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return PosixError("socket()", errno);
   const int connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
@@ -134,6 +130,10 @@ class Server::Impl {
   ~Impl() { Shutdown(); }
   absl::StatusOr<int> ReloadTokens() { return auth_->Reload(); }
   const std::string& audit_path() const { return audit_path_; }
+  const std::string& metrics_address() const {
+    static const std::string kNone;
+    return metrics_ != nullptr ? metrics_->address() : kNone;
+  }
 
   std::vector<std::string> addresses_;
   std::string db_path_;
@@ -154,6 +154,7 @@ class Server::Impl {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<AuditLog> audit_;
   std::string audit_path_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AutotuneService> service_;
   std::vector<std::unique_ptr<UnixListener>> unix_listeners_;
   std::unique_ptr<grpc::Server> server_;
@@ -264,9 +265,15 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   tune_on_miss_ = std::make_unique<TuneOnMiss>(
       store_.get(), jobs_.get(),
       TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour});
+  if (!options.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(metrics_, Metrics::Serve(options.metrics_listen, {.resolver = resolver_.get(),
+                                                                       .store = store_.get(),
+                                                                       .jobs = jobs_.get()}));
+    spdlog::info("metrics served on http://{}/metrics", metrics_->address());
+  }
   service_ = std::make_unique<AutotuneService>(
       resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), auth_.get(), audit_.get(),
-      [this](v1::StatsResponse* response) { FillStats(response); });
+      metrics_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -359,6 +366,7 @@ void Server::Impl::Shutdown() {
     server_.reset();
   }
   service_.reset();
+  metrics_.reset();
   tune_on_miss_.reset();
   jobs_.reset();  // cancels running jobs and waits for them
   compile_pool_.reset();
@@ -388,5 +396,6 @@ void Server::Wait() { impl_->Wait(); }
 void Server::Shutdown() { impl_->Shutdown(); }
 absl::StatusOr<int> Server::ReloadTokens() { return impl_->ReloadTokens(); }
 const std::string& Server::audit_log_path() const { return impl_->audit_path(); }
+const std::string& Server::metrics_address() const { return impl_->metrics_address(); }
 
 }  // namespace autotune::service

@@ -12,20 +12,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/posix_error.h"
+#include "base/status_macros.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_posix.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
 
-absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path,
-                                                                 unsigned mode) {
+absl::StatusOr<sockaddr_un> UnixSocketAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path,
+                                                                 unsigned mode) {
+  ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return PosixError("socket()", errno);
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {

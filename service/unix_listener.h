@@ -18,6 +18,8 @@
 #ifndef AUTOTUNE_SERVICE_UNIX_LISTENER_H_
 #define AUTOTUNE_SERVICE_UNIX_LISTENER_H_
 
+#include <sys/un.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +33,10 @@ class Server;
 }
 
 namespace autotune::service {
+
+// The address of the Unix socket at `path`; INVALID_ARGUMENT when the path
+// is too long for one.
+absl::StatusOr<sockaddr_un> UnixSocketAddress(const std::string& path);
 
 class UnixListener {
  public:

@@ -253,18 +253,30 @@ void OpenSsl(std::vector<std::string> args) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
 }
 
+// A throwaway CA in `dir` (ca.pem, ca.key).
+void MakeCa(const std::string& dir) {
+  OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out",
+           dir + "/ca.pem", "-days", "1", "-subj", "/CN=autotune test CA"});
+}
+
+// <name>.pem and <name>.key in `dir`, for `subject`, with `extension`,
+// signed by MakeCa's CA.
+void SignCertificate(const std::string& dir, const std::string& name, const std::string& subject,
+                     const std::string& extension) {
+  const std::string base = dir + "/" + name;
+  OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", base + ".key", "-out", base + ".csr",
+           "-subj", subject, "-addext", extension});
+  OpenSsl({"x509", "-req", "-in", base + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
+           "-CAcreateserial", "-out", base + ".pem", "-days", "1", "-copy_extensions", "copy"});
+}
+
 TEST(DaemonTest, ServesTcpWithTlsAndRefusesPlaintextClients) {
   if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "openssl is not installed";
   TempDir dir;
   const std::string d = dir.path();
   // A throwaway CA and a server certificate for localhost / 127.0.0.1.
-  OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
-           d + "/ca.pem", "-days", "1", "-subj", "/CN=autotune test CA"});
-  OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/server.key", "-out",
-           d + "/server.csr", "-subj", "/CN=localhost", "-addext",
-           "subjectAltName=DNS:localhost,IP:127.0.0.1"});
-  OpenSsl({"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
-           "-CAcreateserial", "-out", d + "/server.pem", "-days", "1", "-copy_extensions", "copy"});
+  MakeCa(d);
+  SignCertificate(d, "server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1");
 
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
@@ -295,19 +307,10 @@ TEST(DaemonTest, ClientCertificatesAreMappedToRoles) {
   if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "openssl is not installed";
   TempDir dir;
   const std::string d = dir.path();
-  OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
-           d + "/ca.pem", "-days", "1", "-subj", "/CN=autotune test CA"});
-  const auto sign = [&](const std::string& name, const std::string& subject,
-                        const std::string& extension) {
-    OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/" + name + ".key", "-out",
-             d + "/" + name + ".csr", "-subj", subject, "-addext", extension});
-    OpenSsl({"x509", "-req", "-in", d + "/" + name + ".csr", "-CA", d + "/ca.pem", "-CAkey",
-             d + "/ca.key", "-CAcreateserial", "-out", d + "/" + name + ".pem", "-days", "1",
-             "-copy_extensions", "copy"});
-  };
-  sign("server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1");
-  sign("alice", "/CN=alice", "extendedKeyUsage=clientAuth");
-  sign("bob", "/CN=bob", "extendedKeyUsage=clientAuth");
+  MakeCa(d);
+  SignCertificate(d, "server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1");
+  SignCertificate(d, "alice", "/CN=alice", "extendedKeyUsage=clientAuth");
+  SignCertificate(d, "bob", "/CN=bob", "extendedKeyUsage=clientAuth");
 
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   Daemon daemon(d, {"--listen", address, "--tls-cert", d + "/server.pem", "--tls-key",
