@@ -1081,7 +1081,16 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(int limit) const {
 
 // ---- Bundles and maintenance --------------------------------------------------
 
-absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, bool replace) {
+bool MeasuredBetter(const v1::Entry& a, const v1::Entry& b) {
+  if (a.contended() != b.contended()) return !a.contended();
+  const double am = a.timing().median_us();
+  const double bm = b.timing().median_us();
+  if (am > 0 && bm > 0) return am < bm;
+  return am > 0 && bm <= 0;
+}
+
+absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, Merge merge) {
+  const bool replace = merge == Merge::kReplace;
   if (bundle.format_version() != kBundleFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("format_version is ", bundle.format_version(),
                                                    "; this build reads format_version ",
@@ -1185,7 +1194,28 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
     if (stored) response.set_binaries(response.binaries() + 1);
   }
   for (const v1::Entry& entry : bundle.entries()) {
-    ASSIGN_OR_RETURN(bool written, WriteEntry(db, impl_->schema_version, entry, replace));
+    bool overwrite = replace;
+    if (merge == Merge::kKeepBetter) {
+      ASSIGN_OR_RETURN(Statement select,
+                       db.Prepare("SELECT entry FROM entries WHERE family = ?1 AND family_hash = ?2"
+                                  " AND dims_key = ?3 AND dtype = ?4 AND device = ?5"));
+      select.BindText(1, entry.family())
+          .BindText(2, entry.family_hash())
+          .BindText(3, FormatDims(entry.problem().dims()))
+          .BindInt(4, entry.problem().dtype())
+          .BindText(5, entry.device().name());
+      ASSIGN_OR_RETURN(bool found, select.Step());
+      if (found) {
+        v1::Entry existing;
+        const absl::string_view blob = select.ColumnBlob(0);
+        if (!existing.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
+          return absl::DataLossError(
+              absl::StrCat("stored entry ", EntryKeyText(entry), " does not parse"));
+        }
+        overwrite = MeasuredBetter(entry, existing);
+      }
+    }
+    ASSIGN_OR_RETURN(bool written, WriteEntry(db, impl_->schema_version, entry, overwrite));
     if (written) {
       response.set_entries(response.entries() + 1);
     } else {

@@ -115,6 +115,11 @@ struct StoreStats {
   std::map<int, int64_t> measurements_by_status;
 };
 
+// Whether entry `a` was measured better than `b` for the same key: a clean
+// measurement beats a contended one; then the lower timing median (an entry
+// with no median loses to one with). False when neither is better.
+bool MeasuredBetter(const v1::Entry& a, const v1::Entry& b);
+
 class Store {
  public:
   // Opens (creating if missing, with mode 0600) and migrates the database.
@@ -298,7 +303,14 @@ class Store {
   // measurements = newly stored (identical ones already there are skipped;
   // a damaged stored binary is repaired); entries = written (new or
   // replaced), entries_skipped = existing ones kept.
-  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
+  // `merge` says what happens to an entry the store already has: kept,
+  // replaced, or whichever MeasuredBetter() prefers (the existing one on a
+  // tie). Families move their current version only with kReplace.
+  enum class Merge { kKeepExisting, kReplace, kKeepBetter };
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, Merge merge);
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace) {
+    return Import(bundle, replace ? Merge::kReplace : Merge::kKeepExisting);
+  }
   // Entries matching `filter` with the family versions and binaries they
   // use (and their measurements when asked: those of each exported entry's
   // scope). format_version is kBundleFormatVersion; entries come in

@@ -808,6 +808,57 @@ TEST_F(BundleTest, ExistingEntriesAreKeptUnlessReplace) {
   EXPECT_EQ(found->config().params().at("BLOCK"), 1024);
 }
 
+TEST(MeasuredBetterTest, CleanBeatsContendedThenTheLowerMedianWins) {
+  const auto entry = [](double median_us, bool contended) {
+    v1::Entry e;
+    e.mutable_timing()->set_median_us(median_us);
+    e.set_contended(contended);
+    return e;
+  };
+  EXPECT_TRUE(MeasuredBetter(entry(10, false), entry(12, false)));
+  EXPECT_FALSE(MeasuredBetter(entry(12, false), entry(10, false)));
+  EXPECT_FALSE(MeasuredBetter(entry(10, false), entry(10, false)));  // a tie keeps
+  EXPECT_TRUE(MeasuredBetter(entry(20, false), entry(10, true)));    // clean over contended
+  EXPECT_FALSE(MeasuredBetter(entry(5, true), entry(10, false)));
+  EXPECT_TRUE(MeasuredBetter(entry(10, false), entry(0, false)));  // a median over none
+  EXPECT_FALSE(MeasuredBetter(entry(0, false), entry(10, false)));
+}
+
+// What a fleet's warmup shards push with: per key, the better measurement
+// stays, whichever side it came from.
+TEST_F(BundleTest, KeepBetterKeepsTheBetterMeasuredEntryOfEachKey) {
+  Populate();
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, store_->Export({}, false));
+  ASSERT_GE(bundle.entries_size(), 3);
+  const double stored = bundle.entries(0).timing().median_us();
+  ASSERT_GT(stored, 0);
+  // entries[0]: faster; entries[1]: slower; entries[2]: faster but contended.
+  bundle.mutable_entries(0)->mutable_timing()->set_median_us(stored / 2);
+  (*bundle.mutable_entries(0)->mutable_config()->mutable_params())["BLOCK"] = 1024;
+  bundle.mutable_entries(1)->mutable_timing()->set_median_us(
+      bundle.entries(1).timing().median_us() * 2);
+  (*bundle.mutable_entries(1)->mutable_config()->mutable_params())["BLOCK"] = 1024;
+  bundle.mutable_entries(2)->mutable_timing()->set_median_us(
+      bundle.entries(2).timing().median_us() / 2);
+  bundle.mutable_entries(2)->set_contended(true);
+  (*bundle.mutable_entries(2)->mutable_config()->mutable_params())["BLOCK"] = 1024;
+
+  ASSERT_OK_AND_ASSIGN(v1::ImportResponse merged,
+                       store_->Import(bundle, Store::Merge::kKeepBetter));
+  EXPECT_EQ(merged.entries(), 1);
+  EXPECT_EQ(merged.entries_skipped(), bundle.entries_size() - 1);
+  ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> faster,
+                       store_->FindEntry(KeyOf(bundle.entries(0))));
+  EXPECT_EQ(faster->config().params().at("BLOCK"), 1024);
+  EXPECT_DOUBLE_EQ(faster->timing().median_us(), stored / 2);
+  for (int i : {1, 2}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> kept,
+                         store_->FindEntry(KeyOf(bundle.entries(i))));
+    EXPECT_NE(kept->config().params().at("BLOCK"), 1024) << i;
+    EXPECT_FALSE(kept->contended()) << i;
+  }
+}
+
 TEST_F(BundleTest, ImportedFamilyBecomesCurrentOnlyForANewNameOrWithReplace) {
   const std::string local = Register(MakeFamily("gemm", "local source"));
   const v1::KernelFamily remote = MakeFamily("gemm", "remote source");

@@ -532,6 +532,7 @@ Command ImportCommand(CLI::App& root, Streams io) {
   struct State {
     std::string file;
     bool replace = false;
+    bool keep_better = false;
     bool json = false;
   };
   auto s = std::make_shared<State>();
@@ -539,18 +540,29 @@ Command ImportCommand(CLI::App& root, Streams io) {
   command.app = root.add_subcommand("import", "Load a bundle file into the cache, all or nothing");
   command.app->add_option("file", s->file, "Bundle file written by export; - is stdin")->required();
   command.app->add_flag("--replace", s->replace, "Overwrite entries the cache already has");
+  command.app->add_flag("--keep-better", s->keep_better,
+                        "For entries the cache already has, keep whichever was measured better "
+                        "(clean over contended, then the lower median); the way warmup shards "
+                        "push to a central service");
   AddJsonFlag(command.app, s->json);
-  command.prepare = [] { return absl::OkStatus(); };
+  command.prepare = [s] {
+    if (s->replace && s->keep_better) {
+      return absl::InvalidArgumentError("--replace and --keep-better exclude each other");
+    }
+    return absl::OkStatus();
+  };
   command.run = [s, io](Client& client) -> absl::Status {
     ASSIGN_OR_RETURN(v1::CacheBundle bundle, ReadBundleFile(s->file));
-    ASSIGN_OR_RETURN(v1::ImportResponse response, client.Import(bundle, s->replace));
+    ASSIGN_OR_RETURN(v1::ImportResponse response,
+                     client.Import(bundle, s->replace, s->keep_better));
     if (s->json) return PrintJson(response, io.out);
     io.out << "imported " << response.families() << " families, " << response.binaries()
            << " binaries, " << response.entries() << " entries, " << response.measurements()
            << " measurements\n";
     if (response.entries_skipped() > 0) {
       io.out << "kept " << response.entries_skipped()
-             << " existing entries; --replace overwrites them\n";
+             << (s->keep_better ? " existing entries measured as well or better\n"
+                                : " existing entries; --replace overwrites them\n");
     }
     return absl::OkStatus();
   };

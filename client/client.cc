@@ -189,7 +189,8 @@ absl::StatusOr<v1::CacheBundle> Client::Export(const v1::ExportRequest& request)
   return bundle;
 }
 
-absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle, bool replace) {
+absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle, bool replace,
+                                                  bool keep_better) {
   grpc::ClientContext context;
   PrepareContext(context, options_.transfer_timeout);
   v1::ImportResponse response;
@@ -199,6 +200,7 @@ absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle,
     v1::ImportRequest request;
     *request.mutable_part() = std::move(part);
     request.set_replace(replace);
+    request.set_keep_better(keep_better);
     // A failed write means the server has ended the call; Finish says why.
     if (!writer->Write(request)) break;
   }

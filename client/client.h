@@ -126,7 +126,9 @@ class Client {
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request);
   // Streams `bundle` in parts of about 2 MB (SplitBundle). The server applies
   // it all or nothing. `replace` overwrites entries the server already has.
-  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
+  // `keep_better`: ImportRequest.keep_better (not with `replace`).
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace,
+                                            bool keep_better = false);
 
  private:
   Client(ClientOptions options, std::unique_ptr<v1::Autotune::Stub> stub);

@@ -249,10 +249,14 @@ grpc::Status AutotuneService::Import(grpc::ServerContext* context,
   v1::ImportRequest message;
   bool first = true;
   bool replace = false;
+  bool keep_better = false;
   int64_t bytes = 0;
   absl::StatusOr<v1::ImportResponse> result = absl::UnknownError("not imported");
   while (result.status().code() == absl::StatusCode::kUnknown && reader->Read(&message)) {
-    if (first) replace = message.replace();
+    if (first) {
+      replace = message.replace();
+      keep_better = message.keep_better();
+    }
     first = false;
     bytes += static_cast<int64_t>(message.ByteSizeLong());
     if (bytes > kMaxImportBytes) {
@@ -269,12 +273,17 @@ grpc::Status AutotuneService::Import(grpc::ServerContext* context,
     result = absl::CancelledError("import cancelled; nothing was imported");
   } else if (first) {
     result = absl::InvalidArgumentError("import stream carried no parts (nothing was imported)");
+  } else if (replace && keep_better) {
+    result = absl::InvalidArgumentError(
+        "replace and keep_better are set together; choose one (nothing was imported)");
   } else {
-    result = admin_->Import(bundle, replace);
+    result = admin_->Import(bundle, replace       ? cache::Store::Merge::kReplace
+                                    : keep_better ? cache::Store::Merge::kKeepBetter
+                                                  : cache::Store::Merge::kKeepExisting);
   }
   Audit(*caller, "Import",
         absl::StrCat(bundle.entries_size(), " entries, ", bundle.binaries_size(), " binaries",
-                     replace ? " (replace)" : ""),
+                     replace ? " (replace)" : "", keep_better ? " (keep better)" : ""),
         result.status(),
         result.ok() ? absl::StrCat(result->entries(), " entries imported, ",
                                    result->entries_skipped(), " skipped")

@@ -163,8 +163,9 @@ absl::StatusOr<v1::CacheBundle> CacheAdmin::Export(const v1::ExportRequest& requ
   return store_->Export(request.filter(), request.include_measurements());
 }
 
-absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle, bool replace) {
-  return store_->Import(bundle, replace);
+absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle,
+                                                      cache::Store::Merge merge) {
+  return store_->Import(bundle, merge);
 }
 
 absl::StatusOr<v1::GarbageCollectResponse> CacheAdmin::GarbageCollect(

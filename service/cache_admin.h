@@ -37,7 +37,8 @@ class CacheAdmin {
   absl::StatusOr<v1::InvalidateResponse> Invalidate(const v1::InvalidateRequest& request);
   absl::StatusOr<cache::StoreStats> StoreStats() const;
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request) const;
-  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace);
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle,
+                                            cache::Store::Merge merge);
   absl::StatusOr<v1::GarbageCollectResponse> GarbageCollect(
       const v1::GarbageCollectRequest& request);
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request) const;

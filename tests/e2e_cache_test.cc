@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "proto/problem.h"
 #include "tests/process.h"
 #include "tests/sample_bundle.h"
 
@@ -300,6 +301,39 @@ TEST_F(CacheEndToEndTest, FailedImportChangesNothing) {
   EXPECT_THAT(result.err, HasSubstr("entries[2]"));
   EXPECT_EQ(EntryCount(), 3);
   EXPECT_EQ(LookupJson("batch=1,n=8192", "bf16").match(), v1::MISS);
+}
+
+// How a fleet's warmup shards push: per entry the better measurement stays.
+TEST_F(CacheEndToEndTest, ImportKeepBetterKeepsTheBetterMeasurementOfEachEntry) {
+  ImportSample();
+  v1::CacheBundle pushed = bundle_;
+  ASSERT_GE(pushed.entries_size(), 2);
+  // The first entry measured faster elsewhere, the second slower.
+  v1::Entry& faster = *pushed.mutable_entries(0);
+  faster.mutable_timing()->set_median_us(faster.timing().median_us() / 2);
+  faster.set_job_id("shard-0");
+  v1::Entry& slower = *pushed.mutable_entries(1);
+  slower.mutable_timing()->set_median_us(slower.timing().median_us() * 2);
+  slower.set_job_id("shard-1");
+  const std::string path = dir_.path() + "/shard.json";
+  ASSERT_OK(client::WriteBundleFile(path, pushed));
+
+  CommandResult both = Cli({"import", "--replace", "--keep-better", path});
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_THAT(both.err, HasSubstr("exclude each other"));
+  CommandResult merged = Cli({"import", "--keep-better", path});
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_THAT(merged.out, HasSubstr("measured as well or better"));
+
+  CommandResult exported = Cli({"export", "--out", dir_.path() + "/after.json"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle after, client::ReadBundleFile(dir_.path() + "/after.json"));
+  std::map<std::string, std::string> job_by_dims;
+  for (const v1::Entry& entry : after.entries()) {
+    job_by_dims[FormatDims(entry.problem().dims())] = entry.job_id();
+  }
+  EXPECT_EQ(job_by_dims[FormatDims(faster.problem().dims())], "shard-0");
+  EXPECT_NE(job_by_dims[FormatDims(slower.problem().dims())], "shard-1");
 }
 
 TEST_F(CacheEndToEndTest, ExportThenImportIntoAFreshDaemonGivesTheSameAnswers) {
