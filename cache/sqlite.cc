@@ -1,11 +1,16 @@
 #include "cache/sqlite.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/posix_error.h"
 
 namespace autotune::cache::sqlite {
 
@@ -187,6 +192,39 @@ absl::Status Connection::Execute(absl::string_view sql) {
   const std::string text(sql);
   const int rc = sqlite3_exec(db_.get(), text.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return LastError(rc);
+  return absl::OkStatus();
+}
+
+absl::Status Connection::BackupTo(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return PosixError(absl::StrCat("cannot create the backup ", path), errno);
+  close(fd);
+  sqlite3* raw = nullptr;
+  const int opened = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
+  ConnectionHandle dest(raw);
+  if (opened != SQLITE_OK) {
+    unlink(path.c_str());
+    return absl::InternalError(absl::StrCat("cannot open the backup ", path, ": ",
+                                            raw != nullptr ? sqlite3_errmsg(raw) : "no memory"));
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(dest.get(), "main", db_.get(), "main");
+  if (backup == nullptr) {
+    const std::string why = sqlite3_errmsg(dest.get());
+    unlink(path.c_str());
+    return absl::InternalError(absl::StrCat("cannot start the backup to ", path, ": ", why));
+  }
+  int rc = SQLITE_OK;
+  do {
+    rc = sqlite3_backup_step(backup, -1);
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) sqlite3_sleep(10);
+  } while (rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED);
+  const int finished = sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE || finished != SQLITE_OK) {
+    const std::string why = sqlite3_errstr(rc != SQLITE_DONE ? rc : finished);
+    dest.reset();
+    unlink(path.c_str());
+    return absl::InternalError(absl::StrCat("the backup to ", path, " failed: ", why));
+  }
   return absl::OkStatus();
 }
 

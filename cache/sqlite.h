@@ -120,6 +120,10 @@ class Connection {
   // The first column of the first row of `sql`, e.g. "PRAGMA user_version".
   absl::StatusOr<int64_t> QueryInt(absl::string_view sql);
   absl::StatusOr<std::string> QueryText(absl::string_view sql);
+  // Copies this connection's database into the new file `path` (created
+  // 0600; ALREADY_EXISTS when it is there) with SQLite's online backup API,
+  // in one step: a consistent snapshot that does not block writers (WAL).
+  absl::Status BackupTo(const std::string& path);
 
   // An error from the last failed call on this connection (see Error above).
   absl::Status LastError(int code, absl::string_view context = {});

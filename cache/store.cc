@@ -1310,6 +1310,40 @@ absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
   return result;
 }
 
+absl::StatusOr<v1::BackupResponse> Store::Backup(const std::string& path) const {
+  if (path.empty() || path[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path: '", path,
+                     "' is not absolute (the backup is written on the daemon's "
+                     "host)"));
+  }
+  {
+    sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
+    RETURN_IF_ERROR(db->BackupTo(path));
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> copy =
+      Connection::Open(path, Connection::Mode::kReadOnly, absl::Seconds(5));
+  absl::StatusOr<std::string> check =
+      copy.ok() ? (*copy)->QueryText("PRAGMA integrity_check") : copy.status();
+  absl::StatusOr<int64_t> entries =
+      copy.ok() ? (*copy)->QueryInt("SELECT COUNT(*) FROM entries") : copy.status();
+  absl::StatusOr<int64_t> version =
+      copy.ok() ? (*copy)->QueryInt("PRAGMA user_version") : copy.status();
+  copy = absl::CancelledError("closed");  // before the file may be removed
+  if (!check.ok() || *check != "ok" || !entries.ok() || !version.ok()) {
+    unlink(path.c_str());
+    return absl::DataLossError(
+        absl::StrCat("the backup ", path, " failed its check (",
+                     check.ok() ? *check : std::string(check.status().message()), "); removed"));
+  }
+  v1::BackupResponse response;
+  response.set_path(path);
+  response.set_bytes(FileSize(path));
+  response.set_schema_version(static_cast<int32_t>(*version));
+  response.set_entries(*entries);
+  return response;
+}
+
 absl::StatusOr<StoreStats> Store::Stats() const {
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
   StoreStats stats;

@@ -324,6 +324,13 @@ class Store {
   absl::StatusOr<GarbageCollectResult> GarbageCollect(bool dry_run);
   absl::StatusOr<StoreStats> Stats() const;
 
+  // An online backup to the new file `path` (absolute, not yet there),
+  // taken from a pooled reader while writes go on, then opened and checked
+  // with PRAGMA integrity_check. INVALID_ARGUMENT for a relative path,
+  // ALREADY_EXISTS when the file exists, DATA_LOSS when the copy fails its
+  // check (the copy is removed on any failure).
+  absl::StatusOr<v1::BackupResponse> Backup(const std::string& path) const;
+
  private:
   class Impl;
   explicit Store(std::unique_ptr<Impl> impl);

@@ -808,6 +808,29 @@ TEST_F(BundleTest, ExistingEntriesAreKeptUnlessReplace) {
   EXPECT_EQ(found->config().params().at("BLOCK"), 1024);
 }
 
+TEST_F(BundleTest, AnOnlineBackupIsAConsistentCopyThatOpens) {
+  Populate();
+  const std::string copy = dir_.File("backup.db");
+  ASSERT_OK_AND_ASSIGN(v1::BackupResponse backup, store_->Backup(copy));
+  EXPECT_EQ(backup.path(), copy);
+  EXPECT_EQ(backup.entries(), 4);
+  EXPECT_EQ(backup.schema_version(), kSchemaVersion);
+  EXPECT_GT(backup.bytes(), 0);
+  EXPECT_EQ(std::filesystem::status(copy).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  // Writes after the backup are not in it; the copy opens as a store.
+  ASSERT_OK(
+      store_->PutEntry(MakeEntry("gemm", gemm_, MakeProblem({{"m", 4096}}, v1::BFLOAT16), "H200")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> restored, Store::Open(OptionsFor(copy)));
+  ASSERT_OK_AND_ASSIGN(StoreStats stats, restored->Stats());
+  EXPECT_EQ(stats.entries, 4);
+  EXPECT_EQ(stats.measurements, 4);
+
+  EXPECT_THAT(store_->Backup(copy), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(copy)));
+  EXPECT_THAT(store_->Backup("relative.db"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not absolute")));
+}
+
 TEST(MeasuredBetterTest, CleanBeatsContendedThenTheLowerMedianWins) {
   const auto entry = [](double median_us, bool contended) {
     v1::Entry e;

@@ -427,6 +427,32 @@ Command ExportCommand(CLI::App& root, Streams io) {
   return command;
 }
 
+// `autotune backup --out PATH`: an online backup written by the daemon.
+Command BackupCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string out;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "backup", "Copy the daemon's database to a new file while it serves (SQLite's backup API)");
+  command.app->add_option("--out", s->out, "New file on the daemon's host, absolute")->required();
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [] { return absl::OkStatus(); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::BackupRequest request;
+    request.set_path(s->out);
+    ASSIGN_OR_RETURN(v1::BackupResponse response, client.Backup(request));
+    if (s->json) return PrintJson(response, io.out);
+    io.out << "backed up " << response.entries() << " entries to " << response.path() << " ("
+           << response.bytes() << " bytes, schema " << response.schema_version()
+           << ", integrity ok)\n";
+    return absl::OkStatus();
+  };
+  return command;
+}
+
 // `autotune token new`: a token for the daemon's token file; it asks the
 // daemon nothing.
 Command TokenCommand(CLI::App& root, Streams io) {
@@ -914,7 +940,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       InvalidateCommand(app, io),    StatsCommand(app, io),  KernelsCommand(app, io),
       RegisterCommand(app, io),      JobsCommand(app, io),   GcCommand(app, io),
       ExportCommand(app, io),        ImportCommand(app, io), WarmupCommand(app, io),
-      ExportConfigsCommand(app, io), TokenCommand(app, io),
+      ExportConfigsCommand(app, io), TokenCommand(app, io),  BackupCommand(app, io),
   };
 
   try {

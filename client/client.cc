@@ -189,6 +189,10 @@ absl::StatusOr<v1::CacheBundle> Client::Export(const v1::ExportRequest& request)
   return bundle;
 }
 
+absl::StatusOr<v1::BackupResponse> Client::Backup(const v1::BackupRequest& request) {
+  return Unary(&v1::Autotune::Stub::Backup, request, options_.transfer_timeout);
+}
+
 absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle, bool replace,
                                                   bool keep_better) {
   grpc::ClientContext context;

@@ -126,6 +126,7 @@ class Client {
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request);
   // Streams `bundle` in parts of about 2 MB (SplitBundle). The server applies
   // it all or nothing. `replace` overwrites entries the server already has.
+  absl::StatusOr<v1::BackupResponse> Backup(const v1::BackupRequest& request);
   // `keep_better`: ImportRequest.keep_better (not with `replace`).
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace,
                                             bool keep_better = false);

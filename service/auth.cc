@@ -78,6 +78,7 @@ const std::map<std::string, Role>& MethodRoles() {
       {"CancelJob", Role::kTuner},     {"Import", Role::kTuner},
       {"RequestTuning", Role::kTuner}, {"RegisterKernel", Role::kAdmin},
       {"Invalidate", Role::kAdmin},    {"GarbageCollect", Role::kAdmin},
+      {"Backup", Role::kAdmin},
   };
   return *roles;
 }

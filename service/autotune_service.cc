@@ -291,6 +291,16 @@ grpc::Status AutotuneService::Import(grpc::ServerContext* context,
   return Answer(std::move(result), response);
 }
 
+grpc::Status AutotuneService::Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
+                                     v1::BackupResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "Backup");
+  absl::StatusOr<v1::BackupResponse> result = admin_->Backup(*request);
+  Audit(
+      *caller, "Backup", request->path(), result.status(),
+      result.ok() ? absl::StrCat(result->bytes(), " bytes, ", result->entries(), " entries") : "");
+  return Answer(std::move(result), response);
+}
+
 grpc::Status AutotuneService::GarbageCollect(grpc::ServerContext* context,
                                              const v1::GarbageCollectRequest* request,
                                              v1::GarbageCollectResponse* response) {

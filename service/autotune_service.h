@@ -69,6 +69,8 @@ class AutotuneService final : public AutotuneServiceBase {
                       grpc::ServerWriter<v1::ExportResponse>* writer) override;
   grpc::Status Import(grpc::ServerContext* context, grpc::ServerReader<v1::ImportRequest>* reader,
                       v1::ImportResponse* response) override;
+  grpc::Status Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
+                      v1::BackupResponse* response) override;
   grpc::Status GarbageCollect(grpc::ServerContext* context,
                               const v1::GarbageCollectRequest* request,
                               v1::GarbageCollectResponse* response) override;

@@ -163,6 +163,10 @@ absl::StatusOr<v1::CacheBundle> CacheAdmin::Export(const v1::ExportRequest& requ
   return store_->Export(request.filter(), request.include_measurements());
 }
 
+absl::StatusOr<v1::BackupResponse> CacheAdmin::Backup(const v1::BackupRequest& request) {
+  return store_->Backup(request.path());
+}
+
 absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle,
                                                       cache::Store::Merge merge) {
   return store_->Import(bundle, merge);

@@ -39,6 +39,7 @@ class CacheAdmin {
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request) const;
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle,
                                             cache::Store::Merge merge);
+  absl::StatusOr<v1::BackupResponse> Backup(const v1::BackupRequest& request);
   absl::StatusOr<v1::GarbageCollectResponse> GarbageCollect(
       const v1::GarbageCollectRequest& request);
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request) const;

@@ -119,6 +119,12 @@ std::map<std::string, Call> EveryMethod() {
     writer->WritesDone();
     return writer->Finish();
   };
+  calls["Backup"] = [](Stub& s, grpc::ClientContext& c) {
+    v1::BackupRequest request;  // a relative path: refused once authorized
+    request.set_path("not-absolute.db");
+    v1::BackupResponse response;
+    return s.Backup(&c, request, &response);
+  };
   calls["GarbageCollect"] = [](Stub& s, grpc::ClientContext& c) {
     v1::GarbageCollectRequest request;
     request.set_dry_run(true);
@@ -134,7 +140,8 @@ int NeededLevel(const std::string& method) {
       {"Lookup", 1},        {"BatchLookup", 1},    {"ListKernels", 1}, {"GetJob", 1},
       {"ListJobs", 1},      {"ListEntries", 1},    {"GetEntry", 1},    {"Stats", 1},
       {"Export", 1},        {"SubmitJob", 2},      {"CancelJob", 2},   {"Import", 2},
-      {"RequestTuning", 2}, {"RegisterKernel", 3}, {"Invalidate", 3},  {"GarbageCollect", 3}};
+      {"RequestTuning", 2}, {"RegisterKernel", 3}, {"Invalidate", 3},  {"GarbageCollect", 3},
+      {"Backup", 3}};
   auto it = levels.find(method);
   return it == levels.end() ? 99 : it->second;
 }

@@ -336,6 +336,29 @@ TEST_F(CacheEndToEndTest, ImportKeepBetterKeepsTheBetterMeasurementOfEachEntry) 
   EXPECT_NE(job_by_dims[FormatDims(slower.problem().dims())], "shard-1");
 }
 
+// An online backup taken from the running daemon, restored by starting a
+// daemon on it.
+TEST_F(CacheEndToEndTest, AnOnlineBackupRestoresIntoADaemonThatAnswersTheSame) {
+  ImportSample();
+  TempDir other;
+  const std::string copy = other.path() + "/restored.db";
+  CommandResult backup = Cli({"backup", "--out", copy});
+  ASSERT_EQ(backup.exit_code, 0) << backup.err;
+  EXPECT_THAT(backup.out, HasSubstr("backed up 3 entries"));
+  EXPECT_THAT(backup.out, HasSubstr("integrity ok"));
+  CommandResult again = Cli({"backup", "--out", copy});
+  EXPECT_NE(again.exit_code, 0);
+  ASSERT_EQ(daemon_->Stop(), 0);
+
+  daemon_ = std::make_unique<Daemon>(other.path(),
+                                     std::vector<std::string>{"--kernels", "none", "--db", copy});
+  ASSERT_OK(daemon_->Start());
+  EXPECT_EQ(EntryCount(), 3);
+  EXPECT_EQ(LookupJson("batch=8,n=4096", "bf16").match(), v1::EXACT);
+  EXPECT_EQ(daemon_->Stop(), 0);  // before its directory goes
+  daemon_.reset();
+}
+
 TEST_F(CacheEndToEndTest, ExportThenImportIntoAFreshDaemonGivesTheSameAnswers) {
   ImportSample();
   const std::string exported = dir_.path() + "/export.json";
