@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -579,6 +580,9 @@ class Store::Impl {
   // entry; see Store::entry_generation().
   std::atomic<int64_t> entry_generation{0};
   LockFile lock;  // released last, after every connection has closed
+  // The database file's identity when opened (CheckAvailable()).
+  dev_t device = 0;
+  ino_t inode = 0;
   absl::Mutex writer_mu;
   std::unique_ptr<Connection> writer ABSL_GUARDED_BY(writer_mu);
   // Declared after the writer so its connections close first and the writer,
@@ -622,6 +626,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   }
 
   auto impl = std::make_unique<Impl>(options);
+  {
+    struct stat file;
+    if (stat(path.c_str(), &file) != 0) {
+      return PosixError(absl::StrCat("cannot open database ", path), errno);
+    }
+    impl->device = file.st_dev;
+    impl->inode = file.st_ino;
+  }
   if (options.exclusive) {
     ASSIGN_OR_RETURN(impl->lock, LockFile::Acquire(path));
   }
@@ -1377,6 +1389,29 @@ absl::StatusOr<StoreStats> Store::Stats() const {
   stats.database_bytes = FileSize(path()) + FileSize(absl::StrCat(path(), "-wal"));
   stats.schema_version = impl_->schema_version;
   return stats;
+}
+
+absl::Status Store::CheckAvailable() const {
+  const std::string& file = path();
+  struct stat now;
+  if (stat(file.c_str(), &now) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", file, " is gone: the file was removed or renamed while open (",
+                     std::strerror(errno), ")"));
+  }
+  if (now.st_dev != impl_->device || now.st_ino != impl_->inode) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", file,
+                     " was replaced by another file while open; restart the daemon to use it"));
+  }
+  {
+    sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
+    RETURN_IF_ERROR(db->QueryInt("SELECT COUNT(*) FROM sqlite_master").status());
+  }
+  absl::MutexLock lock(&impl_->writer_mu);
+  ASSIGN_OR_RETURN(Transaction write,
+                   Transaction::Begin(*impl_->writer, Transaction::Kind::kWrite));
+  return absl::OkStatus();  // rolled back: nothing was written
 }
 
 }  // namespace autotune::cache

@@ -331,6 +331,14 @@ class Store {
   // check (the copy is removed on any failure).
   absl::StatusOr<v1::BackupResponse> Backup(const std::string& path) const;
 
+  // Whether the database answers now, for health checks: a read through a
+  // pooled reader, the write lock taken and given back within the busy
+  // timeout (another process holding it for longer fails this: ABORTED),
+  // and the file at path() still the one this store has open (removed,
+  // renamed or replaced: FAILED_PRECONDITION, since writes would go where no
+  // later start finds them). OK, or the reason naming the path.
+  absl::Status CheckAvailable() const;
+
  private:
   class Impl;
   explicit Store(std::unique_ptr<Impl> impl);

@@ -1,5 +1,8 @@
 #include "cache/store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -829,6 +832,35 @@ TEST_F(BundleTest, AnOnlineBackupIsAConsistentCopyThatOpens) {
   EXPECT_THAT(store_->Backup(copy), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(copy)));
   EXPECT_THAT(store_->Backup("relative.db"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not absolute")));
+}
+
+TEST(StoreAvailabilityTest, NamesAMovedOrReplacedFileAndAHeldWriteLockAndRecovers) {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  StoreOptions options = OptionsFor(path);
+  options.busy_timeout = absl::Milliseconds(100);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, Store::Open(options));
+  EXPECT_THAT(store->CheckAvailable(), IsOk());
+
+  const std::string moved = dir.File("moved.db");
+  ASSERT_EQ(rename(path.c_str(), moved.c_str()), 0);
+  EXPECT_THAT(store->CheckAvailable(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                AllOf(HasSubstr(path), HasSubstr("gone"))));
+  {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    close(fd);
+  }
+  EXPECT_THAT(store->CheckAvailable(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("replaced")));
+  ASSERT_EQ(rename(moved.c_str(), path.c_str()), 0);
+  EXPECT_THAT(store->CheckAvailable(), IsOk());
+
+  auto other = OpenRaw(path);
+  ASSERT_THAT(other->Execute("BEGIN IMMEDIATE"), IsOk());
+  EXPECT_THAT(store->CheckAvailable(), StatusIs(absl::StatusCode::kAborted, HasSubstr(path)));
+  ASSERT_THAT(other->Execute("ROLLBACK"), IsOk());
+  EXPECT_THAT(store->CheckAvailable(), IsOk());
 }
 
 TEST(MeasuredBetterTest, CleanBeatsContendedThenTheLowerMedianWins) {

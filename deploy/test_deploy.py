@@ -12,6 +12,8 @@
 - deploy/autotuned.service: its sandboxing and directories, and that
   `systemd-analyze verify` finds nothing wrong in it (skipped without
   systemd-analyze).
+- deploy/autotuned.textproto: autotuned reads it and takes every value in
+  it (--print-config), and it agrees with the unit's flags.
 - Every autotuned flag and every autotune command and flag these files use
   is one the built binaries' --help lists. The binaries come from $AUTOTUNED
   and $AUTOTUNE_CLI (ctest sets both); without them these checks are
@@ -38,6 +40,7 @@ DEPLOY = os.path.dirname(os.path.abspath(__file__))
 K8S = os.path.join(DEPLOY, "k8s")
 CONTAINERFILE = os.path.join(DEPLOY, "Containerfile")
 UNIT = os.path.join(DEPLOY, "autotuned.service")
+CONFIG = os.path.join(DEPLOY, "autotuned.textproto")
 GPU = "nvidia.com/gpu"
 SHELL_SEPARATORS = {";", "&", "&&", "||", "|", "(", ")", "{", "}", "!", "then", "do", "else"}
 
@@ -711,6 +714,34 @@ class SystemdUnit(unittest.TestCase):
                           r"Unknown (key|section)|Failed to parse|Invalid|is not executable|"
                           r"Missing '='|bad unit file setting", line)]
             self.assertEqual(errors, [], "systemd-analyze found errors in the unit file")
+
+
+# --- (d) The example config file -------------------------------------------
+
+
+class ExampleConfig(unittest.TestCase):
+
+    def test_autotuned_reads_it_and_every_value_is_in_effect(self):
+        daemon, _ = binaries_or_skip()
+        result = subprocess.run([daemon, "--config", CONFIG, "--print-config"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(CONFIG, encoding="utf-8") as f:
+            written = [line.strip() for line in f
+                       if line.strip() and not line.lstrip().startswith("#")]
+        printed = [line.strip() for line in result.stdout.splitlines()]
+        for line in written:
+            self.assertIn(line, printed, f"{CONFIG}: '{line}' is not what autotuned took")
+
+    def test_it_agrees_with_the_unit(self):
+        sections = unit_sections(UNIT)
+        args = shlex.split(unit_value(sections["Service"], "ExecStart"))
+        with open(CONFIG, encoding="utf-8") as f:
+            text = f.read()
+        for flag in ("--db", "--listen", "--socket-mode", "--peer-role"):
+            field = flag[2:].replace("-", "_")
+            self.assertIn(f'{field}: "{flag_value(args, flag)}"', text,
+                          f"{CONFIG} and {UNIT} differ on {flag}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -140,6 +142,8 @@ class Server::Impl {
 
  private:
   void FillStats(v1::StatsResponse* response) const;
+  // Checks the database every `interval` until Shutdown(); sets health.
+  void WatchDatabase(absl::Duration interval);
   absl::Status RegisterBuiltinFamilies(const std::string& dir_option);
 
   absl::Duration shutdown_grace_;
@@ -160,6 +164,8 @@ class Server::Impl {
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification stop_watching_;
+  std::thread database_watch_;
   absl::Notification done_;
 };
 
@@ -321,7 +327,25 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   server_->GetHealthCheckService()->SetServingStatus(true);
   started_ = absl::Now();
+  database_watch_ =
+      std::thread([this, interval = options.health_interval] { WatchDatabase(interval); });
   return absl::OkStatus();
+}
+
+void Server::Impl::WatchDatabase(absl::Duration interval) {
+  bool serving = true;
+  while (!stop_watching_.WaitForNotificationWithTimeout(interval)) {
+    const absl::Status available = store_->CheckAvailable();
+    if (available.ok() == serving) continue;
+    serving = available.ok();
+    server_->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
+    server_->GetHealthCheckService()->SetServingStatus(serving);
+    if (serving) {
+      spdlog::info("health: SERVING again; the database {} answers", db_path_);
+    } else {
+      spdlog::error("health: NOT_SERVING: {}", std::string(available.message()));
+    }
+  }
 }
 
 absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option) {
@@ -358,6 +382,8 @@ void Server::Impl::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  stop_watching_.Notify();
+  if (database_watch_.joinable()) database_watch_.join();
   for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) listener->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);

@@ -12,8 +12,11 @@
 // Unix socket path. A stale socket file from a dead daemon is replaced.
 // Without NVRTC (or without the worker executable) the daemon still starts
 // and serves lookups and admin calls; compile jobs are refused with the
-// reason. Files are created owner-only: the database 0600 in a 0700 directory, the
-// socket `socket_mode` (0600 unless the operator widens it).
+// reason. While the database is unavailable (removed or replaced under the
+// daemon, its write lock held elsewhere, unreadable) health is NOT_SERVING
+// and the reason is logged; calls still go on, each with its own error. Files are created
+// owner-only: the database 0600 in a 0700 directory, the socket `socket_mode` (0600 unless the
+// operator widens it).
 #ifndef AUTOTUNE_SERVICE_SERVER_H_
 #define AUTOTUNE_SERVICE_SERVER_H_
 
@@ -73,6 +76,10 @@ struct ServerOptions {
   // The audit log (service/audit_log.h): empty = audit.log beside the
   // database; "none" = no audit log.
   std::string audit_log;
+  // How often the database is checked (cache::Store::CheckAvailable());
+  // grpc.health.v1 says NOT_SERVING, for the whole server and for
+  // autotune.v1.Autotune, from a failed check until one passes.
+  absl::Duration health_interval = absl::Seconds(5);
 };
 
 class Server {

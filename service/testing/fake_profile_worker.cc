@@ -1,7 +1,9 @@
-// A stand-in for `autotune-worker profile`, for the daemon's unit tests on
-// machines without a GPU. It speaks the worker protocol and acts out what a
-// variant's label asks for, so the supervision code can be tested against
-// every way a real worker ends a variant:
+// A stand-in for `autotune-worker profile` (and, as `compile`, for a compile
+// worker whose every compile gives an ELF cubin of FAKE_WORKER_CUBIN_BYTES
+// bytes, default 1024, named by the task's name expression), for the
+// daemon's unit tests on machines without a GPU or NVRTC. It speaks the worker protocol and acts
+// out what a variant's label asks for, so the supervision code can be tested against every way a
+// real worker ends a variant:
 //   MODE=0  OK, median 10 us        MODE=1  OK, median 20 us
 //   MODE=2  WRONG_RESULT            MODE=3  hangs (never answers)
 //   MODE=4  the process dies        MODE=5  FAULT, then the process exits
@@ -25,6 +27,7 @@
 // (default: none); FAKE_WORKER_NO_NVML=1 answers probes with an NVML error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,7 +90,33 @@ wv1::DeviceState Probe(int probes) {
 
 }  // namespace
 
+// `compile`: OK for every task, with a cubin of the configured size.
+int Compile() {
+  const char* size_text = std::getenv("FAKE_WORKER_CUBIN_BYTES");
+  const size_t size = size_text != nullptr ? std::strtoull(size_text, nullptr, 10) : 1024;
+  wv1::WorkerResponse hello;
+  hello.mutable_hello()->set_pid(getpid());
+  hello.mutable_hello()->set_nvrtc_version("13.0");
+  if (!Send(hello)) return 1;
+  while (true) {
+    wv1::WorkerRequest request;
+    if (!ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request).ok()) return 0;
+    wv1::WorkerResponse response;
+    wv1::CompileOutcome* outcome = response.mutable_compile();
+    outcome->set_task_id(request.compile().task_id());
+    outcome->set_status(wv1::CompileOutcome::OK);
+    std::string cubin(std::max<size_t>(size, 4), '\0');
+    cubin.replace(0, 4,
+                  "\x7f"
+                  "ELF");
+    outcome->set_cubin(std::move(cubin));
+    outcome->set_lowered_name(request.compile().name_expression());
+    if (!Send(response)) return 1;
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "compile") == 0) return Compile();
   if (argc < 2 || std::strcmp(argv[1], "profile") != 0) return 2;
   wv1::WorkerResponse hello;
   hello.mutable_hello()->set_pid(getpid());

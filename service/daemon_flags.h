@@ -1,0 +1,67 @@
+// autotuned's command line and its config file, in one place so that the
+// two cannot drift apart.
+//
+//   DaemonFlags flags;
+//   CLI::App app{"autotuned: ..."};
+//   AddDaemonFlags(app, flags);      // every flag, --config FILE and
+//   app.parse(argc, argv);           //   --print-config; throws CLI::ParseError
+//   ServerOptions options = flags.server;
+//
+// The config file (proto/daemon_config.proto, protobuf text format) has one
+// field per flag, named like it with underscores. CLI11 reads it after the
+// command line and fills only the options the command line left empty:
+// flags win, a repeatable flag as a whole. Its values pass the same checks
+// as the flags' (ranges, existing files, role names). A file that does not
+// parse is a CLI::ConfigError saying "line L column C: <why>"; a value that
+// fails its check is the flag's own error; ConfigErrorText() adds the file,
+// and the field, to either.
+#ifndef AUTOTUNE_SERVICE_DAEMON_FLAGS_H_
+#define AUTOTUNE_SERVICE_DAEMON_FLAGS_H_
+
+#include <istream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "proto/daemon_config.pb.h"
+#include "service/server.h"
+
+namespace autotune::service {
+
+struct DaemonFlags {
+  ServerOptions server;
+  std::string log_level = "info";
+  std::string log_format = "text";  // or "json": one JSON object per line
+  bool print_config = false;        // print the options in effect and exit
+};
+
+// Adds every autotuned option to `app`, bound to `flags`, and makes
+// `--config` read DaemonConfig text files. `flags` must outlive `app`.
+void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
+
+// Parses `text` as a DaemonConfig; the error says "line L column C: ...".
+absl::StatusOr<config::v1::DaemonConfig> ParseDaemonConfig(const std::string& text);
+
+// The options `app` holds now, from the command line or the config file,
+// as a DaemonConfig (what --print-config prints). Options left at their
+// defaults are not in it.
+config::v1::DaemonConfig DaemonConfigOf(const CLI::App& app);
+
+// The one-line message for a parse error of `app`: a config file error
+// names the file, and a check that failed on a value the file gave names
+// the file and its field.
+std::string ConfigErrorText(const CLI::App& app, const CLI::ParseError& error,
+                            const std::vector<std::string>& args);
+
+// CLI11's config formatter for DaemonConfig text (set by AddDaemonFlags).
+class DaemonConfigFormatter : public CLI::Config {
+ public:
+  std::string to_config(const CLI::App* app, bool default_also, bool write_description,
+                        std::string prefix) const override;
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+};
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_DAEMON_FLAGS_H_
