@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/posix_error.h"
 #include "base/sha256.h"
@@ -23,13 +24,22 @@ absl::StatusOr<std::string> NewToken() {
     }
     have += static_cast<size_t>(got);
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char byte : bytes) {
-    token.push_back(kHex[byte >> 4]);
-    token.push_back(kHex[byte & 15]);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+bool IsTokenText(absl::string_view token) {
+  return !token.empty() && token.find_first_of(" \t\r\n\v\f") == absl::string_view::npos;
+}
+
+absl::StatusOr<absl::Time> ParseTokenExpiry(absl::string_view text) {
+  absl::Time expires;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &expires, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z): ", error));
   }
-  return token;
+  return expires;
 }
 
 }  // namespace autotune

@@ -478,11 +478,11 @@ Command TokenCommand(CLI::App& root, Streams io) {
     if (s->id.find_first_of(" \t#") != std::string::npos) {
       return absl::InvalidArgumentError("--id: no spaces or '#'");
     }
-    absl::Time expires;
-    std::string error;
-    if (!s->expires.empty() && !absl::ParseTime(absl::RFC3339_full, s->expires, &expires, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--expires '", s->expires, "' is not an RFC 3339 time: ", error));
+    if (!s->expires.empty()) {
+      absl::StatusOr<absl::Time> expires = ParseTokenExpiry(s->expires);
+      if (!expires.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--expires ", expires.status().message()));
+      }
     }
     return absl::OkStatus();
   };

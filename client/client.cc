@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
+#include "base/token.h"
 #include "client/bundle.h"
 #include "client/grpc_status.h"
 #include "grpcpp/create_channel.h"
@@ -45,7 +46,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   const std::string token(absl::StripAsciiWhitespace(text));
   if (token.empty())
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
-  if (token.find_first_of(" \t\r\n") != std::string::npos) {
+  if (!IsTokenText(token)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token file ", path, " holds more than one word; it should hold the token only"));
   }
@@ -58,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       options.job_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
-  if (options.token.find_first_of(" \t\r\n") != std::string::npos) {
+  if (!options.token.empty() && !IsTokenText(options.token)) {
     return absl::InvalidArgumentError("the token holds white space (read it with ReadTokenFile)");
   }
   if (options.max_receive_message_bytes <= 0) {

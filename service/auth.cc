@@ -15,6 +15,7 @@
 #include "base/file.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
+#include "base/token.h"
 #include "grpcpp/server_context.h"
 
 namespace autotune::service {
@@ -125,15 +126,15 @@ absl::StatusOr<std::vector<TokenRecord>> ParseTokenFile(absl::string_view text,
     record.hash = std::string(fields[2]);
     if (fields.size() == 4) {
       absl::string_view expiry = fields[3];
-      absl::Time expires;
-      std::string error;
-      if (!absl::ConsumePrefix(&expiry, "expires=") ||
-          !absl::ParseTime(absl::RFC3339_full, expiry, &expires, &error)) {
+      absl::StatusOr<absl::Time> expires = absl::ConsumePrefix(&expiry, "expires=")
+                                               ? ParseTokenExpiry(expiry)
+                                               : absl::InvalidArgumentError("");
+      if (!expires.ok()) {
         return fail(
             absl::StrCat("'", fields[3],
                          "' is not expires=<RFC 3339 time> (e.g. expires=2027-01-31T00:00:00Z)"));
       }
-      record.expires = expires;
+      record.expires = *expires;
     }
     if (auto [it, inserted] = seen.emplace(record.id, line_number); !inserted) {
       return fail(absl::StrCat("id '", record.id, "' is already used on line ", it->second));
