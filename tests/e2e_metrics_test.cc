@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -121,6 +122,38 @@ TEST(MetricsEndToEndTest, ScrapedCountsFollowTheCallsThatMadeThem) {
   EXPECT_EQ(after["autotune_workers_restarted_total"], 0);
   EXPECT_THAT(text, HasSubstr("# TYPE autotune_lookups_total counter"));
   EXPECT_THAT(text, HasSubstr("# TYPE autotune_lookup_duration_seconds histogram"));
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(MetricsEndToEndTest, AJobShowsInJobsByStateAndInCompileSeconds) {
+  TempDir dir;
+  Daemon daemon(dir.path(), {"--kernels", "none", "--gpus", "none", "--metrics-listen",
+                             "127.0.0.1:0", "--compile-workers", "2"});
+  ASSERT_OK(daemon.Start());
+  const int port = MetricsPort(daemon);
+  ASSERT_GT(port, 0) << daemon.Stderr();
+  std::map<std::string, double> before = Samples(Scrape(port));
+  EXPECT_EQ(before["autotune_jobs{state=\"succeeded\"}"], 0);
+  EXPECT_EQ(before["autotune_compile_seconds_total"], 0);
+
+  const std::string testdata = AUTOTUNE_KERNELS_TESTDATA;
+  CommandResult registered = RunCommand({AutotuneCliPath(), "--server", daemon.address(),
+                                         "register", testdata + "/good/axpy.textproto"});
+  ASSERT_EQ(registered.exit_code, 0) << registered.err;
+  const std::string manifest = dir.File("axpy.manifest");
+  std::ofstream(manifest) << "arch: \"sm_90\"\n"
+                             "items { family: \"axpy\" dims { name: \"n\" values: [1024] } "
+                             "dtypes: [FLOAT32] }\n";
+  CommandResult warmup = RunCommand(
+      {AutotuneCliPath(), "--server", daemon.address(), "warmup", manifest, "--compile-only"},
+      absl::Minutes(5));
+  ASSERT_EQ(warmup.exit_code, 0) << warmup.err << daemon.Stderr();
+
+  const std::string text = Scrape(port);
+  std::map<std::string, double> after = Samples(text);
+  EXPECT_EQ(after["autotune_jobs{state=\"succeeded\"}"], 1) << text;
+  EXPECT_GT(after["autotune_compile_seconds_total"], 0);
+  EXPECT_EQ(after["autotune_gpu_seconds_total"], 0);  // compile-only
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
