@@ -24,7 +24,8 @@ packages=(
   libmuparser-dev      # expressions in kernel family descriptors
   prometheus-cpp-dev   # the daemon's metrics over HTTP
   openssl              # the TLS end-to-end test makes its own certificates
-  clang-14             # clang++-14: deploy/check-thread-safety.sh
+  clang-14             # clang++-14: deploy/check-thread-safety.sh, deploy/fuzz.sh
+  libclang-rt-14-dev   # libFuzzer and the sanitizers runtimes (deploy/fuzz.sh)
   jq                   # reads compile_commands.json for that check
   clang-format-14      # deploy/check-format.sh
   python3              # the Python client and the tests that read exported configs

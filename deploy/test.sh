@@ -2,7 +2,8 @@
 # Installs what is missing, builds everything in build/ (Release,
 # warnings are errors for the project's targets), checks the lock
 # annotations with clang (deploy/check-thread-safety.sh) and the layout of
-# the sources (deploy/check-format.sh), and runs every test. The tests run
+# the sources (deploy/check-format.sh), runs every test, then the fuzz
+# targets for a bounded time each (deploy/fuzz.sh). The tests run
 # even when a check fails, so one run shows everything; the exit status is
 # ctest's, or 1 when a check failed.
 set -euo pipefail
@@ -24,5 +25,10 @@ fi
 
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=$?
+
+# The fuzz targets, each for a bounded time (deploy/fuzz.sh).
+start=$SECONDS
+deploy/fuzz.sh || failed+=("fuzz")
+echo "test.sh: fuzz took $((SECONDS - start)) s"
 if ((status == 0 && ${#failed[@]} > 0)); then status=1; fi
 exit "$status"

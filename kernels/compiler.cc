@@ -48,23 +48,28 @@ std::string DlError() {
 
 // Resolves `name` from `handle` into `*fn`, keeping the pointer's type.
 // See Nvrtc::include_dir().
+// The folder of the library behind `handle`, symlinks resolved; empty when
+// the loader cannot say.
+std::string LibraryDir(void* handle) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr) {
+    return "";
+  }
+  char resolved[PATH_MAX];
+  if (realpath(map->l_name, resolved) == nullptr) return "";
+  std::string library(resolved);
+  const size_t slash = library.find_last_of('/');
+  return slash == std::string::npos ? "" : library.substr(0, slash);
+}
+
 std::string ToolkitIncludeDir(void* handle) {
   std::vector<std::string> candidates;
   if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && home[0] != '\0') {
     candidates.push_back(absl::StrCat(home, "/include"));
   }
-  link_map* map = nullptr;
-  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr) {
-    char resolved[PATH_MAX];
-    if (realpath(map->l_name, resolved) != nullptr) {
-      std::string library(resolved);
-      const size_t slash = library.find_last_of('/');
-      if (slash != std::string::npos) {
-        const std::string lib_dir = library.substr(0, slash);
-        candidates.push_back(lib_dir + "/../include");
-        candidates.push_back(lib_dir + "/../../include");  // targets/<arch>/lib
-      }
-    }
+  if (const std::string lib_dir = LibraryDir(handle); !lib_dir.empty()) {
+    candidates.push_back(lib_dir + "/../include");
+    candidates.push_back(lib_dir + "/../../include");  // targets/<arch>/lib
   }
   candidates.push_back("/usr/local/cuda/include");
   for (const std::string& dir : candidates) {
@@ -339,12 +344,33 @@ absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::LoadFrom(const std::vector<std::st
         absl::StrCat(opened, ": ", ErrorText(*api, "nvrtcVersion", rc)));
   }
 
+  if (absl::Status builtins = LoadBuiltins(
+          LibraryDir(handle), absl::StrCat("libnvrtc-builtins.so.", major, ".", minor));
+      !builtins.ok()) {
+    return builtins;
+  }
+
   std::unique_ptr<Nvrtc> nvrtc(new Nvrtc());
   nvrtc->version_ = absl::StrCat(major, ".", minor);
   nvrtc->path_ = opened;
   nvrtc->include_dir_ = ToolkitIncludeDir(handle);
   nvrtc->api_ = std::move(api);
   return nvrtc;
+}
+
+absl::Status Nvrtc::LoadBuiltins(const std::string& nvrtc_dir, const std::string& name) {
+  std::string beside_error = "NVRTC's folder is unknown";
+  if (!nvrtc_dir.empty()) {
+    const std::string beside = absl::StrCat(nvrtc_dir, "/", name);
+    if (dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr) return absl::OkStatus();
+    beside_error = DlError();
+  }
+  if (dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr) return absl::OkStatus();
+  const std::string by_name_error = DlError();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "NVRTC's ", name, " is neither in ", nvrtc_dir.empty() ? "NVRTC's folder" : nvrtc_dir, " (",
+      beside_error, ") nor on the loader's path (", by_name_error,
+      "); add the folder that holds it to LD_LIBRARY_PATH"));
 }
 
 absl::StatusOr<const Nvrtc*> Nvrtc::Load() {

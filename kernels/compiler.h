@@ -54,7 +54,21 @@ class Nvrtc {
   // ..." when none opens, or
   // "<path>: NVRTC symbol nvrtcXxx not found: <dlerror>" when the first
   // library that opens is not a usable NVRTC (later paths are not tried).
+  // Also FAILED_PRECONDITION when NVRTC's builtins cannot be loaded
+  // (LoadBuiltins), since no compile could then succeed.
   static absl::StatusOr<std::unique_ptr<Nvrtc>> LoadFrom(const std::vector<std::string>& paths);
+
+  // NVRTC opens its builtins library (`name`, "libnvrtc-builtins.so.13.0")
+  // by name at its first compile. The loader looks for a name only on its
+  // own path (LD_LIBRARY_PATH, ld.so.cache), not beside an NVRTC that was
+  // opened by its absolute path, so on a host whose loader path lacks the
+  // toolkit every compile would fail. This loads it first from `nvrtc_dir`,
+  // the loaded NVRTC's own folder (so that the builtins match that NVRTC),
+  // else by name; NVRTC's later open by name then finds it loaded.
+  // FAILED_PRECONDITION "NVRTC's <name> is neither in <dir> (<dlerror>) nor
+  // on the loader's path (<dlerror>); add the folder that holds it to
+  // LD_LIBRARY_PATH". Never unloaded.
+  static absl::Status LoadBuiltins(const std::string& nvrtc_dir, const std::string& name);
 
   ~Nvrtc();
   Nvrtc(const Nvrtc&) = delete;

@@ -1,12 +1,18 @@
 #include "kernels/compiler.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -155,6 +161,40 @@ TEST(NvrtcTest, LibraryWithoutNvrtcSymbolsNamesTheSymbol) {
   EXPECT_THAT(Nvrtc::LoadFrom({"libc.so.6", "libnvrtc.so.13"}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("libc.so.6"), HasSubstr("symbol nvrtcVersion not found"))));
+}
+
+TEST(NvrtcTest, BuiltinsFoundNowhereNameBothPlacesAndWhatToSet) {
+  ::autotune::testing::TempDir dir;
+  EXPECT_THAT(Nvrtc::LoadBuiltins(dir.path(), "libnvrtc-builtins.so.99.9"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("libnvrtc-builtins.so.99.9 is neither in " + dir.path()),
+                             HasSubstr("nor on the loader's path"),
+                             HasSubstr("add the folder that holds it to LD_LIBRARY_PATH"))));
+}
+
+// A toolkit in a folder the loader does not search (a copy of NVRTC and its
+// builtins in a fresh directory): the builtins beside the NVRTC are the ones
+// loaded, and it compiles.
+TEST(NvrtcTest, TheBuiltinsBesideTheLoadedNvrtcAreTheOnesItUses) {
+  const std::string toolkit = "/usr/local/cuda/lib64";
+  const std::string library = toolkit + "/libnvrtc.so.13";
+  if (access(library.c_str(), R_OK) != 0) GTEST_SKIP() << library << " is not installed";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Nvrtc> installed, Nvrtc::LoadFrom({library}));
+  const std::string builtins = "libnvrtc-builtins.so." + installed->version();
+  ::autotune::testing::TempDir dir;
+  std::error_code error;
+  std::filesystem::copy_file(library, dir.File("libnvrtc.so.13"), error);
+  ASSERT_FALSE(error) << error.message();
+  std::filesystem::copy_file(toolkit + "/" + builtins, dir.File(builtins), error);
+  ASSERT_FALSE(error) << error.message();
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Nvrtc> copied,
+                       Nvrtc::LoadFrom({dir.File("libnvrtc.so.13")}));
+  std::ifstream maps("/proc/self/maps");
+  const std::string mapped{std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>()};
+  EXPECT_THAT(mapped, HasSubstr(dir.File(builtins)));
+  CompileResult result = Compile(*copied, VectorScaleRequest());
+  EXPECT_EQ(result.status, CompileStatus::kOk) << result.log;
 }
 
 TEST(NvrtcTest, LoadFromGivesAnIndependentObject) {
