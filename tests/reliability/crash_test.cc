@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_matchers.h"
@@ -250,6 +251,8 @@ TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEver
   std::map<std::string, int> killed_in;  // phase -> kills
   int imports_acknowledged = 0, imports_interrupted = 0, entries_lost = 0, partial_imports = 0;
   std::set<std::string> interrupted_jobs;
+  absl::Mutex warmups_mu;
+  std::map<std::string, int> warmups;  // how each warmup CLI ended
   int64_t measurements_seen = 0;
   const int kills = Kills();
   for (int i = 0; i < kills; ++i) {
@@ -270,7 +273,15 @@ TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEver
         CommandResult registered = Cli({"register", Path("modes.textproto"), "--replace"});
         ASSERT_EQ(registered.exit_code, 0) << registered.err;
       }
-      action = std::thread([&] { Cli({"warmup", Path("modes.manifest"), "--retune"}); });
+      action = std::thread([&] {
+        const CommandResult warmup = Cli({"warmup", Path("modes.manifest"), "--retune"});
+        // How the CLI saw its job end: the first words of its last error line.
+        std::string said = warmup.exit_code == 0 ? "ok" : warmup.err;
+        while (!said.empty() && said.back() == '\n') said.pop_back();
+        said = said.substr(said.rfind('\n') + 1).substr(0, 60);
+        absl::MutexLock lock(&warmups_mu);
+        ++warmups[said];
+      });
       target = kind == 0 ? v1::COMPILING : kind == 1 ? v1::SCREENING : v1::VALIDATING;
       WaitForJobIn(target, absl::Seconds(30));
       // The serial phase of this small job is short: kill within it.
@@ -376,6 +387,8 @@ TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEver
       imports_interrupted, partial_imports, interrupted_jobs.size(),
       absl::StrJoin(states, ", ").c_str(), static_cast<long long>(measurements_seen),
       integrity.c_str());
+  for (const auto& [said, count] : warmups)
+    std::printf("  warmup CLI: %d x %s\n", count, said.c_str());
   for (const char* phase : {"COMPILING", "SCREENING", "VALIDATING", "import"}) {
     EXPECT_GT(killed_in[phase], 0) << "no kill landed in " << phase;
   }
