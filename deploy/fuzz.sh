@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${FUZZ_SECONDS:-30}
 
+mkdir -p build-fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DAUTOTUNE_FUZZ=ON > build-fuzz.configure.log
+  -DAUTOTUNE_FUZZ=ON > build-fuzz/configure.log
 cmake --build build-fuzz -j"$(nproc)" --target fuzzers
 
 seeds=tests/reliability/fuzz/corpus
