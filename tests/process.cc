@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -31,6 +32,47 @@ std::vector<char*> Argv(const std::vector<std::string>& args) {
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   return argv;
+}
+
+// Starts `args` with each (from, to) of `dups` dup2'ed in the child, which
+// receives SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG):
+// a test process that dies (a crash, a ctest timeout) takes the processes
+// it started with it. Callers wait for the child before their thread ends.
+// An errno (the child's exec failed, or fork did), or 0.
+int SpawnTiedToThisThread(const std::vector<char*>& args,
+                          const std::vector<std::pair<int, int>>& dups, pid_t* pid) {
+  int report[2];  // the child writes exec's errno here; closed by a good exec
+  if (pipe2(report, O_CLOEXEC) != 0) return errno;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) {
+    const int error = errno;
+    close(report[0]);
+    close(report[1]);
+    return error;
+  }
+  if (child == 0) {
+    // Async-signal-safe calls only, until exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the parent is gone already
+    for (const auto& [from, to] : dups) dup2(from, to);
+    execve(args[0], args.data(), environ);
+    const int error = errno;
+    (void)!write(report[1], &error, sizeof(error));
+    _exit(127);
+  }
+  close(report[1]);
+  int error = 0;
+  ssize_t got;
+  while ((got = read(report[0], &error, sizeof(error))) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof(error))) {
+    waitpid(child, nullptr, 0);
+    return error;
+  }
+  *pid = child;
+  return 0;
 }
 
 // Waits for `pid` until `deadline`; fills exit code / signal. False on timeout.
@@ -63,15 +105,10 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
     result.err = std::string(PosixError("pipe", errno).message());
     return result;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
   pid_t pid = -1;
   std::vector<char*> args = Argv(argv);
-  const int spawned = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  const int spawned =
+      SpawnTiedToThisThread(args, {{in_pipe[0], 0}, {out_pipe[1], 1}, {err_pipe[1], 2}}, &pid);
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -79,7 +116,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
     close(in_pipe[1]);
     close(out_pipe[0]);
     close(err_pipe[0]);
-    result.err = std::string(PosixError(absl::StrCat("posix_spawn ", argv[0]), spawned).message());
+    result.err = std::string(PosixError(absl::StrCat("cannot run ", argv[0]), spawned).message());
     return result;
   }
   if (!stdin_text.empty()) {
@@ -148,17 +185,14 @@ absl::Status Daemon::Start(absl::Duration timeout) {
   if (!has_listen) argv.insert(argv.end(), {"--listen", address_});
   argv.insert(argv.end(), args_.begin(), args_.end());
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log < 0) return PosixError(absl::StrCat("cannot open ", log_path_), errno);
   std::vector<char*> args = Argv(argv);
-  const int spawned = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  const int spawned = SpawnTiedToThisThread(args, {{log, 1}, {log, 2}}, &pid_);
+  close(log);
   if (spawned != 0) {
     pid_ = -1;
-    return PosixError(absl::StrCat("posix_spawn ", args[0]), spawned);
+    return PosixError(absl::StrCat("cannot run ", args[0]), spawned);
   }
   if (has_listen) return absl::OkStatus();  // the caller knows how to reach it
 

@@ -1,5 +1,8 @@
 // Child processes for end-to-end tests: the real autotuned and autotune
-// binaries, started with posix_spawn, with their output captured.
+// binaries, with their output captured. Each is tied to the thread that
+// started it (PR_SET_PDEATHSIG): when the test process dies, crashed or
+// killed by a ctest timeout, its daemons and commands die with it rather
+// than run on. Start a Daemon from a thread that outlives it (the test's).
 #ifndef AUTOTUNE_TESTS_PROCESS_H_
 #define AUTOTUNE_TESTS_PROCESS_H_
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A test process killed in the middle (as a ctest timeout or a crash ends
+# it) takes the daemon it started with it (tests/process.h). Runs one
+# end-to-end test whose daemon lives for seconds, SIGKILLs the test once its
+# daemon is up, and fails when an autotuned started from the test's folder
+# is still running a second later.
+#
+#   killed_test_leaves_no_process.sh E2E_OPERATIONS_TEST
+set -euo pipefail
+test_binary=$1
+tmp=$(mktemp -d)
+trap 'pkill -KILL -f "autotuned --db $tmp/" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+TEST_TMPDIR=$tmp "$test_binary" --gtest_filter='*HealthIsNotServing*' >"$tmp/test.log" 2>&1 &
+test_pid=$!
+for _ in $(seq 200); do
+  pgrep -f "autotuned --db $tmp/" >/dev/null && break
+  sleep 0.05
+done
+if ! pgrep -f "autotuned --db $tmp/" >/dev/null; then
+  echo "the test's daemon never started; its output:" >&2
+  cat "$tmp/test.log" >&2
+  exit 1
+fi
+kill -KILL "$test_pid"
+wait "$test_pid" 2>/dev/null || true
+sleep 1
+if pgrep -fa "autotuned --db $tmp/"; then
+  echo "FAIL: the daemon above outlived the test process that started it" >&2
+  exit 1
+fi
+echo "ok: the daemon ended with the killed test"
