@@ -617,23 +617,22 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   // first byte; SQLite gives its -wal and -shm files the same mode. Opening
   // read-write also turns an unreadable or unwritable path into an errno
   // message naming the path.
+  struct stat file {};
   {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return PosixError(absl::StrCat("cannot open database ", path), errno);
+    // The file's identity, for CheckAvailable(), from the file just opened.
+    const int statted = fstat(fd, &file);
+    const int stat_error = errno;
     // Closed before SQLite opens the file: closing any descriptor of a file
     // drops this process's POSIX locks on it, SQLite's included.
     close(fd);
+    if (statted != 0) return PosixError(absl::StrCat("cannot open database ", path), stat_error);
   }
 
   auto impl = std::make_unique<Impl>(options);
-  {
-    struct stat file;
-    if (stat(path.c_str(), &file) != 0) {
-      return PosixError(absl::StrCat("cannot open database ", path), errno);
-    }
-    impl->device = file.st_dev;
-    impl->inode = file.st_ino;
-  }
+  impl->device = file.st_dev;
+  impl->inode = file.st_ino;
   if (options.exclusive) {
     ASSIGN_OR_RETURN(impl->lock, LockFile::Acquire(path));
   }
