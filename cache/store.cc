@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,6 +42,11 @@
 
 namespace autotune::cache {
 namespace {
+
+// What a database that cannot be written to needs, for the error.
+constexpr char kNeedsReadWrite[] =
+    " (the database must be readable and writable by this user, and its folder writable: "
+    "SQLite creates the -wal and -shm files beside it)";
 
 using sqlite::Connection;
 using sqlite::Statement;
@@ -573,12 +579,27 @@ class Store::Impl {
 
   const StoreOptions options;
   int schema_version = 0;
-  // Bumped after every committed write that can change a family's current
-  // version; see Store::family_generation().
+  // Each bumped just before and just after the commit of a write that can
+  // change a family's current version, or what a lookup answers (entries,
+  // binaries), so each is odd while such a commit is in flight; see
+  // Store::family_generation() and Store::entry_generation().
   std::atomic<int64_t> family_generation{0};
-  // Bumped after every committed write that adds, replaces or removes an
-  // entry; see Store::entry_generation().
   std::atomic<int64_t> entry_generation{0};
+  // Held shared by a Store::CommitHold, exclusively around those commits.
+  mutable absl::Mutex commit_gate;
+
+  // Commits `transaction` inside the gate, with the given generations odd
+  // for the duration.
+  absl::Status CommitVisible(Transaction& transaction, bool families, bool entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu) {
+    absl::MutexLock hold(&commit_gate);
+    if (families) family_generation.fetch_add(1);
+    if (entries) entry_generation.fetch_add(1);
+    absl::Status committed = transaction.Commit();
+    if (families) family_generation.fetch_add(1);
+    if (entries) entry_generation.fetch_add(1);
+    return committed;
+  }
   LockFile lock;  // released last, after every connection has closed
   // The database file's identity when opened (CheckAvailable()).
   dev_t device = 0;
@@ -600,7 +621,26 @@ int64_t Store::family_generation() const { return impl_->family_generation.load(
 
 int64_t Store::entry_generation() const { return impl_->entry_generation.load(); }
 
+absl::Mutex* Store::commit_gate() const { return &impl_->commit_gate; }
+
+Store::CommitHold::CommitHold(const Store& store) : gate_(store.commit_gate()) {
+  gate_->ReaderLock();
+}
+
+Store::CommitHold::~CommitHold() { gate_->ReaderUnlock(); }
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenFile(options);
+  // A writable file in a read-only folder opens, and fails at the first
+  // write, when SQLite cannot create the -wal file beside it.
+  if (!store.ok() && absl::StrContains(store.status().message(), "readonly database")) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat(store.status().message(), kNeedsReadWrite));
+  }
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::OpenFile(const StoreOptions& options) {
   const std::string& path = options.path;
   if (path.empty()) return absl::InvalidArgumentError("options.path is empty");
   if (options.readers < 1) {
@@ -620,7 +660,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   struct stat file {};
   {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return PosixError(absl::StrCat("cannot open database ", path), errno);
+    if (fd < 0) {
+      const int error = errno;
+      absl::Status status = PosixError(absl::StrCat("cannot open database ", path), error);
+      if (error == EACCES || error == EPERM || error == EROFS) {
+        return absl::Status(status.code(), absl::StrCat(status.message(), kNeedsReadWrite));
+      }
+      return status;
+    }
     // The file's identity, for CheckAvailable(), from the file just opened.
     const int statted = fstat(fd, &file);
     const int stat_error = errno;
@@ -708,8 +755,7 @@ absl::StatusOr<FamilyRecord> Store::PutFamily(const v1::KernelFamily& family, bo
   RETURN_IF_ERROR(SetCurrentHash(db, family.name(), hash));
   ASSIGN_OR_RETURN(std::optional<FamilyRecord> record, ReadFamilyVersion(db, family.name(), hash));
   if (!record.has_value()) return absl::InternalError("family version vanished while storing it");
-  RETURN_IF_ERROR(transaction.Commit());
-  impl_->family_generation.fetch_add(1);
+  RETURN_IF_ERROR(impl_->CommitVisible(transaction, /*families=*/true, /*entries=*/false));
   if (changed != nullptr) *changed = previous != hash;
   return *std::move(record);
 }
@@ -894,8 +940,7 @@ absl::Status Store::PutEntry(const v1::Entry& entry) {
     }
   }
   RETURN_IF_ERROR(WriteEntry(db, impl_->schema_version, entry, /*replace=*/true).status());
-  RETURN_IF_ERROR(transaction.Commit());
-  impl_->entry_generation.fetch_add(1);
+  RETURN_IF_ERROR(impl_->CommitVisible(transaction, /*families=*/false, /*entries=*/true));
   return absl::OkStatus();
 }
 
@@ -985,8 +1030,7 @@ absl::StatusOr<InvalidateResult> Store::Invalidate(const v1::EntryFilter& filter
     BindFilter(remove, clause);
     RETURN_IF_ERROR(remove.Run());
   }
-  RETURN_IF_ERROR(transaction.Commit());
-  impl_->entry_generation.fetch_add(1);
+  RETURN_IF_ERROR(impl_->CommitVisible(transaction, /*families=*/false, /*entries=*/true));
   return result;
 }
 
@@ -1237,9 +1281,8 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
     ASSIGN_OR_RETURN(bool stored, WriteMeasurement(db, measurement));
     if (stored) response.set_measurements(response.measurements() + 1);
   }
-  RETURN_IF_ERROR(transaction.Commit());
-  if (bundle.families_size() > 0) impl_->family_generation.fetch_add(1);
-  if (bundle.entries_size() > 0) impl_->entry_generation.fetch_add(1);
+  RETURN_IF_ERROR(
+      impl_->CommitVisible(transaction, bundle.families_size() > 0, bundle.entries_size() > 0));
   return response;
 }
 
@@ -1313,7 +1356,8 @@ absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
     ASSIGN_OR_RETURN(Statement remove,
                      db.Prepare(absl::StrCat("DELETE FROM binaries", unreferenced)));
     RETURN_IF_ERROR(remove.Run());
-    RETURN_IF_ERROR(transaction.Commit());
+    // A lookup that found an entry must find its binary too.
+    RETURN_IF_ERROR(impl_->CommitVisible(transaction, /*families=*/false, /*entries=*/true));
   }
   // Hands the freed pages back to the file system (the file shrinks at the
   // next checkpoint). Best effort: the binaries are gone either way.

@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/autotune.pb.h"
 
@@ -154,15 +155,35 @@ class Store {
   // The schema version of the open database (kSchemaVersion unless
   // migrate_to was set).
   int schema_version() const;
-  // Changes after every write that may move a family's current version
+  // Changes with every write that may move a family's current version
   // (PutFamily, Import with families). Callers that cache what GetFamily
   // returned compare it to know when to read again. Versions themselves
   // (name + content hash) never change once stored.
   int64_t family_generation() const;
-  // The same for entries: changes after every PutEntry, Invalidate and
-  // Import with entries. Another process writing the file (which the lock
-  // file rules out for daemons) is not seen.
+  // The same for what a lookup answers: changes with every PutEntry,
+  // Invalidate, Import with entries and GarbageCollect that removes
+  // binaries. Another process writing the file (which the lock file rules
+  // out for daemons) is not seen.
+  //
+  // Both are bumped just before such a commit and just after it, so they are
+  // odd while it is in flight: reads made between two loads that return the
+  // same even value saw one committed state (no such commit landed between).
   int64_t entry_generation() const;
+
+  // While alive, the commits that move either generation wait, so reads made
+  // meanwhile see one committed state. For readers whose optimistic check
+  // (above) keeps failing; hold it for one answer only, since writers wait.
+  // Take it with no Store write in flight on this thread.
+  class ABSL_SCOPED_LOCKABLE CommitHold {
+   public:
+    explicit CommitHold(const Store& store) ABSL_SHARED_LOCK_FUNCTION(store.commit_gate());
+    ~CommitHold() ABSL_UNLOCK_FUNCTION();
+    CommitHold(const CommitHold&) = delete;
+    CommitHold& operator=(const CommitHold&) = delete;
+
+   private:
+    absl::Mutex* gate_;
+  };
 
   // ---- Families -----------------------------------------------------------
   // Stores `family` under its content hash and makes that hash the current
@@ -341,6 +362,8 @@ class Store {
 
  private:
   class Impl;
+  static absl::StatusOr<std::unique_ptr<Store>> OpenFile(const StoreOptions& options);
+  absl::Mutex* commit_gate() const;
   explicit Store(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

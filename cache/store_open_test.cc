@@ -138,7 +138,9 @@ TEST(StoreOpenTest, UnreadableFileNamesThePathAndTheReason) {
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
   EXPECT_THAT(Store::Open(OptionsFor(path)),
               StatusIs(absl::StatusCode::kPermissionDenied,
-                       absl::StrCat("cannot open database ", path, ": Permission denied")));
+                       HasSubstr(absl::StrCat("cannot open database ", path,
+                                              ": Permission denied (the database must be "
+                                              "readable and writable by this user"))));
 }
 
 TEST(StoreOpenTest, FileThatIsNotSqliteIsRefusedAndLeftAlone) {

@@ -25,6 +25,8 @@ fi
 
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=$?
+# A test killed by a timeout cannot remove its folders: remove them now.
+tests/reap_temp_dirs.sh
 
 # The fuzz targets, each for a bounded time (deploy/fuzz.sh).
 start=$SECONDS

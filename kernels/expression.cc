@@ -165,6 +165,10 @@ absl::StatusOr<Expression> Expression::Parse(absl::string_view text,
   if (absl::StripAsciiWhitespace(text).empty()) {
     return absl::InvalidArgumentError("empty expression");
   }
+  if (text.size() > kMaxExpressionChars) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the expression is ", text.size(), " characters long, at most ", kMaxExpressionChars));
+  }
   if (absl::Status status = RejectAssignment(text); !status.ok()) return status;
   for (const std::string& name : allowed_names) {
     if (IsExpressionBuiltinName(name)) {

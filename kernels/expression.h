@@ -44,6 +44,11 @@ namespace autotune::kernels {
 // the problem's dtype (4 for FLOAT32, 2 for FLOAT16, ...).
 inline constexpr absl::string_view kDTypeBytesVariable = "dtype_bytes";
 
+// The longest expression text accepted. A descriptor's expressions are a
+// line each; a limit keeps a hostile one (a descriptor sent over RPC) from
+// costing the daemon more than its size.
+inline constexpr size_t kMaxExpressionChars = 4096;
+
 // True for the names of functions and constants of the expression language
 // ("min", "ceil_div", "_pi", ...): such names cannot be variables.
 bool IsExpressionBuiltinName(absl::string_view name);
@@ -60,6 +65,7 @@ class Expression {
   //   "syntax error in 'n +': Unexpected end of expression at position 4"
   //   "syntax error at position 7 in '2 * (n': Missing parenthesis"
   //   "empty expression"
+  //   "the expression is 5000 characters long, at most 4096"
   //   "assignment '=' at position 6 in 'BLOCK = 64' (compare with '==')"
   //   "'n, 2' has 2 comma-separated values; an expression has one"
   //   "'min' is a function name, not a variable" (an allowed name clashes)

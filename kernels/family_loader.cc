@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -150,23 +153,33 @@ class FamilyChecker {
       if (param.values_size() == 0) {
         return Error(absl::StrCat(field, ".values"), "empty (list at least one value)");
       }
-      for (int j = 0; j < param.values_size(); ++j) {
-        const int64_t value = param.values(j);
-        const std::string value_field = absl::StrCat(field, ".values[", j, "]");
-        if (std::fabs(static_cast<double>(value)) > kMaxExactInteger) {
-          return Error(value_field, absl::StrCat(value, " is out of range (|value| <= 2^53)"));
-        }
-        for (int k = 0; k < j; ++k) {
-          if (param.values(k) == value) {
-            return Error(value_field, absl::StrCat(value, " is listed twice"));
-          }
-        }
-      }
     }
+    // Before the values are looked at one by one: a descriptor sent over RPC
+    // may list millions.
     const int64_t count = ConfigCount(family_);
     if (count > kMaxConfigsPerFamily) {
-      return Error("params",
-                   absl::StrCat(count, " configs, more than the limit of ", kMaxConfigsPerFamily));
+      return Error(
+          "params",
+          absl::StrCat(count == std::numeric_limits<int64_t>::max() ? std::string("more than 2^63")
+                                                                    : absl::StrCat(count),
+                       " configs, more than the limit of ", kMaxConfigsPerFamily));
+    }
+    for (int i = 0; i < family_.params_size(); ++i) {
+      const v1::TunableParameter& param = family_.params(i);
+      const std::string field = absl::StrCat("params[", i, "]");
+      absl::flat_hash_set<int64_t> seen;
+      seen.reserve(param.values_size());
+      for (int j = 0; j < param.values_size(); ++j) {
+        const int64_t value = param.values(j);
+        if (std::fabs(static_cast<double>(value)) > kMaxExactInteger) {
+          return Error(absl::StrCat(field, ".values[", j, "]"),
+                       absl::StrCat(value, " is out of range (|value| <= 2^53)"));
+        }
+        if (!seen.insert(value).second) {
+          return Error(absl::StrCat(field, ".values[", j, "]"),
+                       absl::StrCat(value, " is listed twice"));
+        }
+      }
     }
     return CheckDefaultConfig();
   }

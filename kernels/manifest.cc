@@ -4,6 +4,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,8 @@ class ManifestChecker {
       return Error(absl::StrCat(field, ".family"),
                    absl::StrCat("'", item.family(), "' is not a family name ([a-z][a-z0-9_]*)"));
     }
+    // Sets, not pairwise scans: a manifest sent over RPC may list millions.
+    absl::flat_hash_map<std::string, int> dim_names;
     for (int j = 0; j < item.dims_size(); ++j) {
       const v1::ManifestItem::DimValues& dim = item.dims(j);
       const std::string dim_field = absl::StrCat(field, ".dims[", j, "]");
@@ -60,27 +64,26 @@ class ManifestChecker {
         return Error(absl::StrCat(dim_field, ".name"),
                      absl::StrCat("'", dim.name(), "' is not an identifier"));
       }
-      for (int k = 0; k < j; ++k) {
-        if (item.dims(k).name() == dim.name()) {
-          return Error(absl::StrCat(dim_field, ".name"),
-                       absl::StrCat("'", dim.name(), "' is also dims[", k, "]"));
-        }
+      if (const auto [earlier, added] = dim_names.emplace(dim.name(), j); !added) {
+        return Error(absl::StrCat(dim_field, ".name"),
+                     absl::StrCat("'", dim.name(), "' is also dims[", earlier->second, "]"));
       }
       if (dim.values_size() == 0) {
         return Error(absl::StrCat(dim_field, ".values"), "empty (list at least one value)");
       }
+      absl::flat_hash_set<int64_t> values;
       for (int v = 0; v < dim.values_size(); ++v) {
-        const std::string value_field = absl::StrCat(dim_field, ".values[", v, "]");
         if (dim.values(v) <= 0) {
-          return Error(value_field, absl::StrCat(dim.values(v), " is not positive"));
+          return Error(absl::StrCat(dim_field, ".values[", v, "]"),
+                       absl::StrCat(dim.values(v), " is not positive"));
         }
-        for (int k = 0; k < v; ++k) {
-          if (dim.values(k) == dim.values(v)) {
-            return Error(value_field, absl::StrCat(dim.values(v), " is listed twice"));
-          }
+        if (!values.insert(dim.values(v)).second) {
+          return Error(absl::StrCat(dim_field, ".values[", v, "]"),
+                       absl::StrCat(dim.values(v), " is listed twice"));
         }
       }
     }
+    absl::flat_hash_set<int> dtypes;
     for (int d = 0; d < item.dtypes_size(); ++d) {
       const v1::DType dtype = item.dtypes(d);
       const std::string dtype_field = absl::StrCat(field, ".dtypes[", d, "]");
@@ -89,10 +92,8 @@ class ManifestChecker {
       }
       if (!v1::DType_IsValid(dtype))
         return Error(dtype_field, absl::StrCat("unknown ", DTypeName(dtype)));
-      for (int k = 0; k < d; ++k) {
-        if (item.dtypes(k) == dtype) {
-          return Error(dtype_field, absl::StrCat(DTypeName(dtype), " is listed twice"));
-        }
+      if (!dtypes.insert(dtype).second) {
+        return Error(dtype_field, absl::StrCat(DTypeName(dtype), " is listed twice"));
       }
     }
     return absl::OkStatus();

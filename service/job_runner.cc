@@ -107,7 +107,26 @@ JobRunner::JobRunner(cache::Store* store, CompilePool* pool, std::string pool_er
     : store_(store),
       pool_(pool),
       pool_error_(std::move(pool_error)),
+      pool_tried_(absl::Now()),
       options_(std::move(options)) {}
+
+absl::StatusOr<CompilePool*> JobRunner::Pool() {
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_ != nullptr) return pool_;
+  if (options_.start_pool && absl::Now() - pool_tried_ >= options_.pool_retry) {
+    pool_tried_ = absl::Now();
+    absl::StatusOr<std::unique_ptr<CompilePool>> started = options_.start_pool();
+    if (started.ok()) {
+      started_pool_ = *std::move(started);
+      pool_ = started_pool_.get();
+      spdlog::info("compiling is available again: compile pool of {} workers, NVRTC {}",
+                   pool_->size(), pool_->nvrtc_version());
+      return pool_;
+    }
+    pool_error_ = std::string(started.status().message());
+  }
+  return absl::FailedPreconditionError(absl::StrCat("cannot compile here: ", pool_error_));
+}
 
 JobRunner::~JobRunner() {
   std::vector<std::shared_ptr<Running>> jobs;
@@ -137,9 +156,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   if (!options.compile_only() && options_.profile.worker_path.empty()) {
     return cannot_measure(options_.profile_off_reason);
   }
-  if (pool_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot compile here: ", pool_error_));
-  }
+  ASSIGN_OR_RETURN(CompilePool * pool, Pool());
   // The current version of every family the manifest names.
   std::map<std::string, std::shared_ptr<const cache::FamilyRecord>> families;
   for (int i = 0; i < spec.manifest().items_size(); ++i) {
@@ -164,7 +181,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   const worker::v1::DeviceInfo* device = gpu.has_value() ? &*gpu : nullptr;
   PlanTarget target;
   ASSIGN_OR_RETURN(target.arch, ResolveArch(spec.manifest(), device, options_.default_arch));
-  target.nvrtc_version = pool_->nvrtc_version();
+  target.nvrtc_version = pool->nvrtc_version();
   target.limits = LimitsOf(device);
   ASSIGN_OR_RETURN(work->plan, PlanJob(spec, families, target));
   work->problems = static_cast<int64_t>(work->plan.problems.size());
@@ -354,7 +371,10 @@ JobRunner::Totals JobRunner::totals() {
     absl::MutexLock lock(&rates_mu_);
     totals = totals_;
   }
-  totals.workers_replaced = pool_ != nullptr ? pool_->replaced() : 0;
+  {
+    absl::MutexLock lock(&pool_mu_);
+    totals.workers_replaced = pool_ != nullptr ? pool_->replaced() : 0;
+  }
   absl::MutexLock lock(&gpus_mu_);
   if (gpus_ != nullptr) totals.workers_replaced += gpus_->replaced();
   return totals;
@@ -604,9 +624,11 @@ void JobRunner::Run(Running* running) {
 
 void JobRunner::Compile(Running* running) {
   Work& work = *running->work;
+  // Prepare() found one, and a pool, once there, stays.
+  CompilePool* pool = *Pool();
   CompilePhaseOptions options;
   options.parallelism =
-      options_.compile_parallelism > 0 ? options_.compile_parallelism : pool_->size();
+      options_.compile_parallelism > 0 ? options_.compile_parallelism : pool->size();
   options.timeout = work.compile_timeout;
   options.keep_cubins = work.profile;
   std::string id;
@@ -615,7 +637,7 @@ void JobRunner::Compile(Running* running) {
     id = running->job.id();
   }
   work.compiled = RunCompilePhase(
-      work.plan.units, *store_, *pool_, options, running->cancel,
+      work.plan.units, *store_, *pool, options, running->cancel,
       [&](const CompileUnit& unit, const CompileEnd& end) {
         const bool failed = end.status != v1::OK;
         const bool compile_failed = failed && end.store_error.ok();

@@ -63,6 +63,11 @@ struct JobRunnerOptions {
   // says why).
   ProfilePoolOptions profile;
   std::string profile_off_reason = "profiling is turned off";
+  // When the runner was given no pool (NVRTC did not load): how to start
+  // one, tried again when a job needs compiling, at most every
+  // `pool_retry`, so compiling comes back once NVRTC does. Empty = never.
+  std::function<absl::StatusOr<std::unique_ptr<CompilePool>>()> start_pool;
+  absl::Duration pool_retry = absl::Seconds(5);
   // Per launch, when the job gives none.
   double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
   // How long a serial phase waits for a quiet GPU, when the job gives none.
@@ -89,7 +94,8 @@ struct PhaseRates {
 class JobRunner {
  public:
   // `pool` may be null (NVRTC unavailable): then compile jobs are refused
-  // with FAILED_PRECONDITION carrying `pool_error`.
+  // with FAILED_PRECONDITION carrying `pool_error`, until
+  // options.start_pool gives one.
   JobRunner(cache::Store* store, CompilePool* pool, std::string pool_error,
             JobRunnerOptions options);
   ~JobRunner();
@@ -165,9 +171,16 @@ class JobRunner {
   PhaseRates Rates();
   void LearnRates(const v1::Job& finished);
 
+  // The compile pool: the one given, else one options_.start_pool gave.
+  // FAILED_PRECONDITION with why there is none.
+  absl::StatusOr<CompilePool*> Pool();
+
   cache::Store* store_;
-  CompilePool* pool_;
-  const std::string pool_error_;
+  absl::Mutex pool_mu_;
+  CompilePool* pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::unique_ptr<CompilePool> started_pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::string pool_error_ ABSL_GUARDED_BY(pool_mu_);
+  absl::Time pool_tried_ ABSL_GUARDED_BY(pool_mu_);
   const JobRunnerOptions options_;
   absl::Mutex gpus_mu_;
   std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);

@@ -6,9 +6,12 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "kernels/search_space.h"
@@ -83,14 +86,21 @@ v1::LookupResponse Miss(v1::MissKind kind, std::string reason) {
 
 }  // namespace
 
-std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
-                                           const std::vector<std::string>& bucketed,
-                                           const std::vector<v1::Entry>& candidates) {
+namespace {
+
+const v1::Entry& EntryOf(const v1::Entry& entry) { return entry; }
+const v1::Entry& EntryOf(const v1::Entry* entry) { return *entry; }
+
+// ChooseNearest over entries or pointers to them.
+template <typename Entries>
+std::optional<NearestChoice> Nearest(const v1::Problem& requested,
+                                     const std::vector<std::string>& bucketed,
+                                     const Entries& candidates) {
   std::optional<NearestChoice> best;
   bool best_rounds_up = false;
   std::string best_key;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const v1::Problem& tuned = candidates[i].problem();
+    const v1::Problem& tuned = EntryOf(candidates[i]).problem();
     if (tuned.dtype() != requested.dtype() || tuned.dims_size() != requested.dims_size()) {
       continue;
     }
@@ -147,6 +157,14 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
   return best;
 }
 
+}  // namespace
+
+std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
+                                           const std::vector<std::string>& bucketed,
+                                           const std::vector<v1::Entry>& candidates) {
+  return Nearest(requested, bucketed, candidates);
+}
+
 absl::StatusOr<std::shared_ptr<const FamilyView>> LookupResolver::Family(
     const std::string& name, const std::string& hash) const {
   // Read the generation before the store: a family write that lands in
@@ -173,6 +191,7 @@ absl::StatusOr<std::shared_ptr<const FamilyView>> LookupResolver::Family(
     ASSIGN_OR_RETURN(record, store_->GetFamilyVersion(name, hash));
   }
   std::shared_ptr<const FamilyView> view = MakeView(std::move(record));
+  if (generation % 2 != 0) return view;  // a commit was in flight: may be either side
   absl::MutexLock lock(&cache_mu_);
   if (cached_generation_ != generation) {
     if (store_->family_generation() != generation) return view;  // moved meanwhile
@@ -197,17 +216,76 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
     }
   }
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
-  if (!entry.has_value()) return entry;
+  if (!entry.has_value() || generation % 2 != 0) return entry;
   absl::MutexLock lock(&cache_mu_);
   if (cached_entry_generation_ != generation || entries_.size() >= kMaxCachedEntries) {
     // Read the generation again: a write that landed after ours was read
     // may already be in `entry`, but an older cache must not survive it.
     if (store_->entry_generation() != generation) return entry;
-    entries_.clear();
-    cached_entry_generation_ = generation;
+    ResetEntryCaches(generation);
   }
   entries_[cache_key] = std::make_shared<const v1::Entry>(*entry);
   return entry;
+}
+
+void LookupResolver::ResetEntryCaches(int64_t generation) const {
+  entries_.clear();
+  candidates_.clear();
+  candidate_entries_ = 0;
+  counts_.clear();
+  cached_entry_generation_ = generation;
+}
+
+absl::StatusOr<std::shared_ptr<const std::vector<v1::Entry>>> LookupResolver::Candidates(
+    const std::string& family, const std::string& family_hash, v1::DType dtype,
+    const std::string& device) const {
+  const int64_t generation = store_->entry_generation();
+  const std::string key = absl::StrCat(family, "/", family_hash, "/", dtype, "/", device);
+  {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    if (cached_entry_generation_ == generation) {
+      if (auto found = candidates_.find(key); found != candidates_.end()) return found->second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::Entry> listed,
+                   store_->ListCandidates(family, family_hash, dtype, device));
+  auto candidates = std::make_shared<const std::vector<v1::Entry>>(std::move(listed));
+  if (generation % 2 != 0) return candidates;
+  absl::MutexLock lock(&cache_mu_);
+  if (cached_entry_generation_ != generation ||
+      candidate_entries_ + candidates->size() > kMaxCachedEntries) {
+    if (store_->entry_generation() != generation) return candidates;
+    ResetEntryCaches(generation);
+  }
+  candidate_entries_ += candidates->size();
+  candidates_[key] = candidates;
+  return candidates;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> LookupResolver::EntryCounts(
+    const std::string& family, const std::string& family_hash) const {
+  const int64_t generation = store_->entry_generation();
+  const std::string key = absl::StrCat(family, "/", family_hash);
+  {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    if (cached_entry_generation_ == generation) {
+      if (auto found = counts_.find(key); found != counts_.end()) return found->second;
+    }
+  }
+  v1::EntryFilter filter;
+  filter.set_family(family);
+  std::pair<int64_t, int64_t> counts;
+  RETURN_IF_ERROR(store_->ListEntries(filter, 0, 0, &counts.first).status());
+  filter.set_family_hash(family_hash);
+  RETURN_IF_ERROR(store_->ListEntries(filter, 0, 0, &counts.second).status());
+  if (generation % 2 != 0) return counts;
+  absl::MutexLock lock(&cache_mu_);
+  if (cached_entry_generation_ != generation) {
+    if (store_->entry_generation() != generation) return counts;
+    ResetEntryCaches(generation);
+  }
+  counts_[key] = counts;
+  return counts;
 }
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
@@ -225,8 +303,6 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     if (fitted.ok()) {
       *response.mutable_launch() = fitted->launch;
     } else {
-      counters_.nearest.fetch_sub(1, std::memory_order_relaxed);
-      counters_.miss.fetch_add(1, std::memory_order_relaxed);
       v1::LookupResponse miss =
           Miss(v1::MISS_NEAREST_UNFIT,
                absl::StrCat("the nearest entry for ",
@@ -240,9 +316,6 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   if (response.match() != v1::MISS && !request.driver_version().empty()) {
     if (std::optional<std::string> why =
             DriverTooOld(request.driver_version(), response.entry().nvrtc_version())) {
-      (response.match() == v1::EXACT ? counters_.exact : counters_.nearest)
-          .fetch_sub(1, std::memory_order_relaxed);
-      counters_.miss.fetch_add(1, std::memory_order_relaxed);
       v1::LookupResponse miss =
           Miss(v1::MISS_DRIVER_TOO_OLD,
                absl::StrCat("the entry for ", Describe(request, response.entry().device().name()),
@@ -309,8 +382,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
 
   const std::string& device = request.device().name();
   const v1::Problem& problem = request.problem();
-  std::vector<v1::Entry> candidates;
-  bool have_candidates = false;
+  std::shared_ptr<const std::vector<v1::Entry>> candidates;
 
   // EXACT.
   std::optional<v1::Entry> exact;
@@ -318,12 +390,11 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
     ASSIGN_OR_RETURN(
         exact, FindExact(cache::EntryKey{request.family(), family->content_hash, problem, device}));
   } else {
-    ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
-                                                        problem.dtype(), ""));
-    have_candidates = true;
+    ASSIGN_OR_RETURN(candidates,
+                     Candidates(request.family(), family->content_hash, problem.dtype(), ""));
     const std::string wanted = FormatDims(problem.dims());
     std::set<std::string> devices;
-    for (const v1::Entry& entry : candidates) {
+    for (const v1::Entry& entry : *candidates) {
       if (FormatDims(entry.problem().dims()) == wanted) {
         devices.insert(entry.device().name());
         exact = entry;
@@ -337,39 +408,37 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
   }
   if (exact.has_value()) {
     if (std::optional<std::string> mismatch = DeviceMismatch(request.device(), exact->device())) {
-      counters_.miss.fetch_add(1, std::memory_order_relaxed);
       return Miss(v1::MISS_OTHER_DEVICE,
                   absl::StrCat("no entry for ", Describe(request, device), ": ", *mismatch));
     }
     v1::LookupResponse response;
     response.set_match(v1::EXACT);
     *response.mutable_entry() = *std::move(exact);
-    counters_.exact.fetch_add(1, std::memory_order_relaxed);
     return response;
   }
 
   // NEAREST. An exact-only request still looks, to say why it missed.
   const std::vector<std::string>& bucketed = family->bucketed;
   std::optional<NearestChoice> choice;
-  std::vector<v1::Entry> usable;
+  std::vector<const v1::Entry*> usable;     // into candidates
   std::optional<std::string> other_device;  // why the nearest on another device cannot serve
   if (!bucketed.empty()) {
-    if (!have_candidates) {
-      ASSIGN_OR_RETURN(candidates, store_->ListCandidates(request.family(), family->content_hash,
-                                                          problem.dtype(), device));
+    if (candidates == nullptr) {
+      ASSIGN_OR_RETURN(candidates,
+                       Candidates(request.family(), family->content_hash, problem.dtype(), device));
     }
-    std::vector<v1::Entry> mismatched;
-    for (v1::Entry& entry : candidates) {
+    std::vector<const v1::Entry*> mismatched;
+    for (const v1::Entry& entry : *candidates) {
       if (DeviceMismatch(request.device(), entry.device()).has_value()) {
-        mismatched.push_back(std::move(entry));
+        mismatched.push_back(&entry);
       } else {
-        usable.push_back(std::move(entry));
+        usable.push_back(&entry);
       }
     }
-    choice = ChooseNearest(problem, bucketed, usable);
+    choice = Nearest(problem, bucketed, usable);
     if (!choice.has_value()) {
-      if (std::optional<NearestChoice> elsewhere = ChooseNearest(problem, bucketed, mismatched)) {
-        other_device = DeviceMismatch(request.device(), mismatched[elsewhere->index].device());
+      if (std::optional<NearestChoice> elsewhere = Nearest(problem, bucketed, mismatched)) {
+        other_device = DeviceMismatch(request.device(), mismatched[elsewhere->index]->device());
       }
     }
   }
@@ -377,9 +446,9 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
     if (device.empty()) {
       // "Any device" must still be unambiguous among the equally near ones.
       std::set<std::string> devices;
-      const std::string key = FormatDims(usable[choice->index].problem().dims());
-      for (const v1::Entry& entry : usable) {
-        if (FormatDims(entry.problem().dims()) == key) devices.insert(entry.device().name());
+      const std::string key = FormatDims(usable[choice->index]->problem().dims());
+      for (const v1::Entry* entry : usable) {
+        if (FormatDims(entry->problem().dims()) == key) devices.insert(entry->device().name());
       }
       if (devices.size() > 1) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -389,22 +458,20 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
     }
     v1::LookupResponse response;
     response.set_match(v1::NEAREST);
-    *response.mutable_entry() = std::move(usable[choice->index]);
+    *response.mutable_entry() = *usable[choice->index];
     for (v1::DimDistance& distance : choice->distance) {
       *response.add_distance() = std::move(distance);
     }
     response.set_log2_distance(choice->log2_distance);
-    counters_.nearest.fetch_add(1, std::memory_order_relaxed);
     return response;
   }
 
-  counters_.miss.fetch_add(1, std::memory_order_relaxed);
   v1::MissKind kind = v1::MISS_NO_ENTRY;
   std::string reason = absl::StrCat("no entry for ", Describe(request, device));
   if (choice.has_value()) {
     kind = v1::MISS_EXACT_ONLY;
     absl::StrAppend(&reason, " (exact match requested; the nearest tuned problem is ",
-                    FormatDims(usable[choice->index].problem().dims()), ")");
+                    FormatDims(usable[choice->index]->problem().dims()), ")");
   } else if (other_device.has_value()) {
     kind = v1::MISS_OTHER_DEVICE;
     absl::StrAppend(&reason, " (the nearest entry cannot serve: ", *other_device, ")");
@@ -419,12 +486,12 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
   // A named device with nothing tuned on it: was this problem tuned on
   // another? Best effort, as the counts below.
   if (kind == v1::MISS_NO_ENTRY && !device.empty()) {
-    absl::StatusOr<std::vector<v1::Entry>> anywhere =
-        store_->ListCandidates(request.family(), family->content_hash, problem.dtype(), "");
+    absl::StatusOr<std::shared_ptr<const std::vector<v1::Entry>>> anywhere =
+        Candidates(request.family(), family->content_hash, problem.dtype(), "");
     if (anywhere.ok()) {
       const std::string wanted = FormatDims(problem.dims());
       std::set<std::string> devices;
-      for (const v1::Entry& entry : *anywhere) {
+      for (const v1::Entry& entry : **anywhere) {
         if (FormatDims(entry.problem().dims()) == wanted) devices.insert(entry.device().name());
       }
       if (!devices.empty()) {
@@ -434,13 +501,11 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
     }
   }
   // Counts that say more; best effort: a MISS stays a MISS when they fail.
-  v1::EntryFilter same_family;
-  same_family.set_family(request.family());
-  int64_t all_versions = 0;
-  int64_t this_version = 0;
-  bool counted = store_->ListEntries(same_family, 0, 0, &all_versions).ok();
-  same_family.set_family_hash(family->content_hash);
-  counted = counted && store_->ListEntries(same_family, 0, 0, &this_version).ok();
+  absl::StatusOr<std::pair<int64_t, int64_t>> counts =
+      EntryCounts(request.family(), family->content_hash);
+  const bool counted = counts.ok();
+  const int64_t all_versions = counted ? counts->first : 0;
+  const int64_t this_version = counted ? counts->second : 0;
   if (counted && all_versions > this_version) {
     if (kind == v1::MISS_NO_ENTRY && this_version == 0) kind = v1::MISS_OLDER_VERSION;
     absl::StrAppend(&reason, "; ", all_versions - this_version,
@@ -453,7 +518,72 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(const v1::Lookup
   return Miss(kind, std::move(reason));
 }
 
+namespace {
+
+// Optimistic tries before the commits are held off.
+constexpr int kOptimisticTries = 4;
+
+struct Generations {
+  int64_t families = 0;
+  int64_t entries = 0;
+  static Generations Of(const cache::Store& store) {
+    return {store.family_generation(), store.entry_generation()};
+  }
+  bool settled() const { return families % 2 == 0 && entries % 2 == 0; }
+  bool operator==(const Generations&) const = default;
+};
+
+// `answer()` as of one committed state of `store` (see the header).
+template <typename Answer>
+absl::StatusOr<Answer> Consistently(const cache::Store& store,
+                                    absl::FunctionRef<absl::StatusOr<Answer>()> answer) {
+  for (int attempt = 0; attempt < kOptimisticTries; ++attempt) {
+    const Generations before = Generations::Of(store);
+    if (before.settled()) {
+      absl::StatusOr<Answer> result = answer();
+      if (Generations::Of(store) == before) return result;
+    } else {
+      absl::SleepFor(absl::Microseconds(20));  // a commit is landing
+    }
+  }
+  cache::Store::CommitHold hold(store);
+  return answer();
+}
+
+}  // namespace
+
+void LookupResolver::Count(const v1::LookupResponse& response) const {
+  std::atomic<int64_t>& counter = response.match() == v1::EXACT     ? counters_.exact
+                                  : response.match() == v1::NEAREST ? counters_.nearest
+                                                                    : counters_.miss;
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupRequest& request) const {
+  absl::StatusOr<v1::LookupResponse> response =
+      Consistently<v1::LookupResponse>(*store_, [&] { return LookupOnce(request); });
+  if (response.ok()) Count(*response);
+  return response;
+}
+
+absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
+    const v1::BatchLookupRequest& request) const {
+  if (request.lookups_size() > kMaxBatchLookups) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lookups: ", request.lookups_size(), " items, at most ", kMaxBatchLookups));
+  }
+  absl::StatusOr<v1::BatchLookupResponse> response =
+      Consistently<v1::BatchLookupResponse>(*store_, [&] { return BatchLookupOnce(request); });
+  if (response.ok()) {
+    for (const v1::BatchLookupResult& result : response->results()) {
+      if (result.has_response()) Count(result.response());
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<v1::LookupResponse> LookupResolver::LookupOnce(
+    const v1::LookupRequest& request) const {
   ASSIGN_OR_RETURN(v1::LookupResponse response,
                    Resolve(request, "request", request.include_recipe()));
   if (request.include_cubin() && response.match() != v1::MISS &&
@@ -464,12 +594,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupReques
   return response;
 }
 
-absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
+absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
     const v1::BatchLookupRequest& request) const {
-  if (request.lookups_size() > kMaxBatchLookups) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lookups: ", request.lookups_size(), " items, at most ", kMaxBatchLookups));
-  }
   v1::BatchLookupResponse response;
   absl::flat_hash_map<std::string, absl::Status> binary_errors;
   for (int i = 0; i < request.lookups_size(); ++i) {

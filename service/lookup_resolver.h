@@ -34,6 +34,12 @@
 //   default config. Single lookups hold the source in the recipe; a batch
 //   holds each source once in `sources`.
 //
+// - One state of the cache per answer: a Lookup, and a BatchLookup as a
+//   whole, is answered from one committed state, never half before and half
+//   after an import, an invalidation or a new entry. It is answered again
+//   when a commit landed meanwhile (Store::entry_generation()), and after a
+//   few such tries with those commits held off (Store::CommitHold).
+//
 // Thread-safe. What a lookup needs of a family (its current content hash,
 // dimensions, dtypes and source) is kept in memory and read again
 // when the store's family generation moves; entries found by exact key are
@@ -47,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -111,6 +118,13 @@ class LookupResolver {
   const LookupCounters& counters() const { return counters_; }
 
  private:
+  // Lookup and BatchLookup, each read as it goes.
+  absl::StatusOr<v1::LookupResponse> LookupOnce(const v1::LookupRequest& request) const;
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookupOnce(
+      const v1::BatchLookupRequest& request) const;
+  // Adds a final answer to counters_.
+  void Count(const v1::LookupResponse& response) const;
+
   // Resolves without reading the cubin: the entry (ResolveEntry), then the
   // client's driver checked against it, and a MISS given the family's
   // default config.
@@ -136,6 +150,27 @@ class LookupResolver {
   mutable int64_t cached_entry_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const v1::Entry>> entries_
       ABSL_GUARDED_BY(cache_mu_);
+  // Candidate lists and entry counts, valid for cached_entry_generation_ too;
+  // candidate_entries_ counts the entries the lists hold.
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const std::vector<v1::Entry>>>
+      candidates_ ABSL_GUARDED_BY(cache_mu_);
+  mutable size_t candidate_entries_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  mutable absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> counts_
+      ABSL_GUARDED_BY(cache_mu_);
+
+  // Store::ListCandidates, kept like entries_ (a MISS and a NEAREST read
+  // every entry of the family's dtype; a batch of misses would read them
+  // once per item).
+  absl::StatusOr<std::shared_ptr<const std::vector<v1::Entry>>> Candidates(
+      const std::string& family, const std::string& family_hash, v1::DType dtype,
+      const std::string& device) const;
+  // Entries of `family` in all its versions, and in version `family_hash`,
+  // kept the same way: they word a MISS's reason.
+  absl::StatusOr<std::pair<int64_t, int64_t>> EntryCounts(const std::string& family,
+                                                          const std::string& family_hash) const;
+
+  // Empties the entry caches and makes them valid for `generation`.
+  void ResetEntryCaches(int64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
 
   // The entry stored under exactly this key, or nullopt.
   absl::StatusOr<std::optional<v1::Entry>> FindExact(const cache::EntryKey& key) const;

@@ -3,8 +3,18 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/sha256.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -414,6 +424,80 @@ TEST_F(LookupResolverStoreTest, CachedEntriesFollowWritesAndInvalidation) {
   ASSERT_OK(store_->Invalidate(filter, /*dry_run=*/false).status());
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse gone, resolver_->Lookup(Request(8)));
   EXPECT_EQ(gone.match(), v1::NEAREST);
+}
+
+// An import and an invalidation of 32 entries (on a device of their own),
+// over and over, while batches
+// ask for all 32: every batch sees all of them from one import, or none.
+TEST_F(LookupResolverStoreTest, ABatchIsAnsweredFromOneStateOfTheCache) {
+  constexpr int kEntries = 32;
+  std::vector<v1::CacheBundle> waves;
+  for (int wave = 1; wave <= 2; ++wave) {
+    testing::SampleBundleOptions options;
+    for (int batch = 1; batch <= kEntries; ++batch) {
+      testing::SampleEntry entry;
+      entry.batch = batch;
+      entry.n = 8192;
+      entry.device.set_name("NVIDIA B200");
+      entry.median_us = wave;
+      options.entries.push_back(entry);
+    }
+    options.cubin_kind = testing::CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 64;
+    ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+    waves.push_back(std::move(bundle));
+  }
+  v1::BatchLookupRequest request;
+  request.set_include_cubin(true);
+  for (int batch = 1; batch <= kEntries; ++batch)
+    *request.add_lookups() = Request(batch, 8192, "NVIDIA B200");
+
+  std::atomic<bool> done{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    v1::EntryFilter filter;
+    filter.set_family("vector_scale");
+    filter.set_device("NVIDIA B200");
+    for (int i = 0; !done.load(); ++i) {
+      ASSERT_OK(store_->Import(waves[i % 2], /*replace=*/true).status());
+      if (i % 3 == 2) {
+        ASSERT_OK(store_->Invalidate(filter, /*dry_run=*/false).status());
+      }
+      if (i % 5 == 4) {
+        ASSERT_OK(store_->GarbageCollect(/*dry_run=*/false).status());
+      }
+      writes.fetch_add(1);
+    }
+  });
+  std::map<std::string, int> seen;  // "all wave 1", "all wave 2", "none"
+  int mixed = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < until) {
+    ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse response, resolver_->BatchLookup(request));
+    std::set<std::string> states;
+    for (const v1::BatchLookupResult& result : response.results()) {
+      ASSERT_EQ(result.error_code(), 0) << result.error_message();
+      const v1::LookupResponse& answer = result.response();
+      if (answer.match() == v1::MISS) {
+        states.insert("none");
+      } else {
+        states.insert(absl::StrCat(answer.match() == v1::EXACT ? "all" : "nearest", " wave ",
+                                   answer.entry().timing().median_us()));
+        EXPECT_TRUE(response.binaries().contains(answer.entry().binary_sha256()));
+      }
+    }
+    if (states.size() == 1 && !absl::StartsWith(*states.begin(), "nearest")) {
+      ++seen[*states.begin()];
+    } else {
+      ++mixed;
+    }
+  }
+  done = true;
+  writer.join();
+  EXPECT_EQ(mixed, 0);
+  EXPECT_GE(writes.load(), 10);
+  for (const auto& [state, count] : seen) std::printf("  %s: %d batches\n", state.c_str(), count);
+  EXPECT_GE(seen.size(), 2u);  // the batches saw the cache change
 }
 
 }  // namespace

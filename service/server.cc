@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "kernels/family_loader.h"
 #include "service/audit_log.h"
 #include "service/auth.h"
@@ -44,6 +46,55 @@
 
 namespace autotune::service {
 namespace {
+
+// Counts the calls the server is running. gRPC's Shutdown(deadline) waits,
+// after the last call, until every client has closed its connection, which
+// an idle inference server does not do: the whole grace period would pass.
+// Waiting for the calls here and then shutting down at once ends a stop as
+// soon as the last call has.
+class CallCounter {
+ public:
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> Factory() {
+    return std::make_unique<Creator>(this);
+  }
+  // Waits until no call is running, or `deadline`; true when none is.
+  bool WaitIdle(absl::Time deadline) {
+    while (in_flight_.load() > 0) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+
+ private:
+  // One per call, destroyed with it.
+  class Counted : public grpc::experimental::Interceptor {
+   public:
+    explicit Counted(std::atomic<int64_t>* in_flight) : in_flight_(in_flight) {
+      in_flight_->fetch_add(1);
+    }
+    ~Counted() override { in_flight_->fetch_sub(1); }
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+      methods->Proceed();
+    }
+
+   private:
+    std::atomic<int64_t>* in_flight_;
+  };
+  class Creator : public grpc::experimental::ServerInterceptorFactoryInterface {
+   public:
+    explicit Creator(CallCounter* counter) : counter_(counter) {}
+    grpc::experimental::Interceptor* CreateServerInterceptor(
+        grpc::experimental::ServerRpcInfo*) override {
+      return new Counted(&counter_->in_flight_);
+    }
+
+   private:
+    CallCounter* counter_;
+  };
+
+  std::atomic<int64_t> in_flight_{0};
+};
 
 constexpr char kServiceName[] = "autotune.v1.Autotune";
 constexpr int kMaxReceiveBytes = 64 << 20;
@@ -161,6 +212,8 @@ class Server::Impl {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AutotuneService> service_;
   std::vector<std::unique_ptr<UnixListener>> unix_listeners_;
+  // Outlives server_, whose interceptors point to it.
+  std::unique_ptr<CallCounter> calls_ = std::make_unique<CallCounter>();
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -243,9 +296,12 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
                  pool_options.worker_path, compile_pool_->nvrtc_version());
   } else {
     pool_error = std::string(pool.status().message());
-    spdlog::warn("compiling is unavailable: {}", pool_error);
+    spdlog::warn("compiling is unavailable: {} (tried again when a job needs it)", pool_error);
   }
   JobRunnerOptions job_options;
+  if (compile_pool_ == nullptr) {
+    job_options.start_pool = [pool_options] { return CompilePool::Start(pool_options); };
+  }
   job_options.variant_timeout_s = options.variant_timeout_s;
   job_options.quiet_wait = absl::Seconds(options.quiet_wait_s);
   job_options.max_variants_per_job = options.max_job_variants;
@@ -286,6 +342,9 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   builder.RegisterService(service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+  counting.push_back(calls_->Factory());
+  builder.experimental().SetInterceptorCreators(std::move(counting));
   std::vector<int> ports(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
     const ListenAddress& address = addresses[i];
@@ -387,7 +446,10 @@ void Server::Impl::Shutdown() {
   for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) listener->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + shutdown_grace_));
+    // The calls running finish (up to the grace period); then the
+    // connections close at once (see CallCounter).
+    const absl::Time deadline = absl::Now() + shutdown_grace_;
+    server_->Shutdown(absl::ToChronoTime(calls_->WaitIdle(deadline) ? absl::Now() : deadline));
     server_->Wait();
     server_.reset();
   }

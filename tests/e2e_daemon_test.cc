@@ -132,6 +132,23 @@ TEST(DaemonTest, SigtermFinishesCleanlyAndTheDatabaseReopens) {
   EXPECT_EQ(again.Stop(), 0);
 }
 
+// An inference server keeps its connection open between calls. A stop
+// waits for calls, never for idle connections to close (gRPC alone would
+// wait the whole grace period, 10 s, for them).
+TEST(DaemonTest, AStopDoesNotWaitForIdleConnections) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  ASSERT_OK(daemon.Start());
+  auto stub = v1::Autotune::NewStub(
+      grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::StatsResponse response;
+  ASSERT_TRUE(stub->Stats(&context, v1::StatsRequest(), &response).ok());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the stop waited for the idle channel";
+}
+
 TEST(DaemonTest, RefusesADatabaseHeldByAnotherDaemon) {
   TempDir dir;
   Daemon first(dir.path());

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the tree with clang-14 under a sanitizer and runs the tests there.
+#
+#   deploy/sanitize.sh address   AddressSanitizer + UndefinedBehaviorSanitizer
+#                                (LeakSanitizer on) in build-asan/: every test.
+#                                The same tree holds the fuzz targets
+#                                (deploy/fuzz.sh).
+#   deploy/sanitize.sh thread    ThreadSanitizer in build-tsan/: the tests of
+#                                the concurrent parts (TSAN_TESTS, a ctest -R
+#                                pattern).
+#
+# The daemons, workers and commands the tests start are the sanitized builds
+# too, so a report in any of them fails its test. Each sanitizer stops the
+# program at its first report (halt_on_error / -fno-sanitize-recover).
+# Reports in code that is not ours (NVRTC, Debian's gRPC) are suppressed
+# by deploy/sanitizer-suppressions/, each line with its reason.
+# The 100-kill crash test runs 20 kills here (CRASH_TEST_KILLS).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mode=${1:-address}
+suppressions=$PWD/deploy/sanitizer-suppressions
+case "$mode" in
+  address)
+    dir=build-asan
+    extra=(-DAUTOTUNE_FUZZ=ON)
+    tests=()
+    ;;
+  thread)
+    dir=build-tsan
+    extra=(-DAUTOTUNE_SANITIZE=thread)
+    tests=(-R "${TSAN_TESTS:-^(cache\.|LookupResolver|JobRunner|CompilePool|ProfilePool|client\.LocalCache)}")
+    ;;
+  *)
+    echo "usage: deploy/sanitize.sh address|thread" >&2
+    exit 2
+    ;;
+esac
+
+mkdir -p "$dir"
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "${extra[@]}" > "$dir/configure.log"
+cmake --build "$dir" -j"$(nproc)"
+
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0"
+export LSAN_OPTIONS="suppressions=$suppressions/lsan.txt:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions/tsan.txt"
+export CRASH_TEST_KILLS=${CRASH_TEST_KILLS:-20}
+ctest --test-dir "$dir" --output-on-failure -j2 --timeout 600 "${tests[@]}" -LE gpu
