@@ -30,7 +30,9 @@ inline std::filesystem::path TempDirParent() {
 }
 
 // Removes the TempDir folders under `parent` whose process is gone (no
-// process has their pid). Returns how many it removed.
+// process has their pid). Returns how many it removed. Pids are this PID
+// namespace's: two containers sharing one temporary folder should each set
+// TEST_TMPDIR to a folder of their own.
 inline int ReapTempDirsOfDeadProcesses(const std::filesystem::path& parent = TempDirParent()) {
   constexpr std::string_view kPrefix = "autotune-test-";
   int removed = 0;

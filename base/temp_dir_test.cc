@@ -30,6 +30,17 @@ TEST(TempDirTest, FoldersOfDeadProcessesAreReapedAndLiveOnesKept) {
   const char* before = getenv("TEST_TMPDIR");
   const std::string previous = before != nullptr ? before : "";
   setenv("TEST_TMPDIR", parent.path().c_str(), 1);
+  // However the test ends, TEST_TMPDIR is as it was.
+  struct Restore {
+    std::string previous;
+    ~Restore() {
+      if (previous.empty()) {
+        unsetenv("TEST_TMPDIR");
+      } else {
+        setenv("TEST_TMPDIR", previous.c_str(), 1);
+      }
+    }
+  } restore{previous};
   TempDir mine;  // this process is alive: kept
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
@@ -55,11 +66,6 @@ TEST(TempDirTest, FoldersOfDeadProcessesAreReapedAndLiveOnesKept) {
   EXPECT_EQ(ReapTempDirsOfDeadProcesses(parent.path()), 1);
   EXPECT_FALSE(std::filesystem::exists(left));
   EXPECT_TRUE(std::filesystem::is_directory(mine.path()));
-  if (previous.empty()) {
-    unsetenv("TEST_TMPDIR");
-  } else {
-    setenv("TEST_TMPDIR", previous.c_str(), 1);
-  }
 }
 
 }  // namespace

@@ -574,7 +574,7 @@ void PrintKernelTable(const v1::ListKernelsResponse& kernels, std::ostream& out)
   for (const v1::KernelSummary& kernel : kernels.kernels()) {
     std::vector<std::string> dims;
     for (const v1::ProblemDimension& dim : kernel.dims()) dims.push_back(dim.name());
-    std::vector<absl::string_view> dtypes;
+    std::vector<std::string> dtypes;  // DTypeName gives a new string
     for (int dtype : kernel.dtypes()) dtypes.push_back(DTypeName(static_cast<v1::DType>(dtype)));
     table.AddRow({kernel.name(), kernel.content_hash().substr(0, 12), absl::StrJoin(dims, ","),
                   absl::StrJoin(dtypes, ","), absl::StrCat(kernel.config_count()),

@@ -498,14 +498,16 @@ TEST_F(WarmupTest, SerialFlagsReachTheJobOptions) {
   const CliResult result = Run({"warmup", manifest_, "--force", "--quiet-wait", "30",
                                 "--candidates", "12", "--serial-max", "4.5"});
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
-  const v1::JobOptions& options = server_.calls().submit_job.spec().options();
+  const auto calls = server_.calls();  // a copy: keep it while reading into it
+  const v1::JobOptions& options = calls.submit_job.spec().options();
   EXPECT_TRUE(options.force());
   EXPECT_EQ(options.quiet_wait_s(), 30);
   EXPECT_EQ(options.serial_candidates(), 12);
   EXPECT_EQ(options.serial_max_s(), 4.5);
 
   ASSERT_EQ(Run({"warmup", manifest_}).exit_code, kExitOk);
-  const v1::JobOptions& defaults = server_.calls().submit_job.spec().options();
+  const auto again = server_.calls();
+  const v1::JobOptions& defaults = again.submit_job.spec().options();
   EXPECT_FALSE(defaults.force());
   EXPECT_EQ(defaults.quiet_wait_s(), 0);
   EXPECT_EQ(defaults.serial_candidates(), 0);

@@ -2,8 +2,11 @@
 # Installs what is missing, builds everything in build/ (Release,
 # warnings are errors for the project's targets), checks the lock
 # annotations with clang (deploy/check-thread-safety.sh) and the layout of
-# the sources (deploy/check-format.sh), runs every test, then the fuzz
-# targets for a bounded time each (deploy/fuzz.sh). The tests run
+# the sources (deploy/check-format.sh), runs every test; then every test
+# again under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer
+# (deploy/sanitize.sh address), the fuzz targets for a bounded time each
+# (deploy/fuzz.sh), and the tests of the concurrent parts under
+# ThreadSanitizer (deploy/sanitize.sh thread). The tests run
 # even when a check fails, so one run shows everything; the exit status is
 # ctest's, or 1 when a check failed.
 set -euo pipefail
@@ -26,11 +29,14 @@ fi
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=$?
 # A test killed by a timeout cannot remove its folders: remove them now.
-tests/reap_temp_dirs.sh
+tests/reap_temp_dirs.sh || true
 
-# The fuzz targets, each for a bounded time (deploy/fuzz.sh).
-start=$SECONDS
-deploy/fuzz.sh || failed+=("fuzz")
-echo "test.sh: fuzz took $((SECONDS - start)) s"
+# Every test again under ASan + UBSan + LSan, the fuzz targets (same tree)
+# each for a bounded time, then the concurrent parts under TSan.
+for step in "sanitize.sh address" "fuzz.sh" "sanitize.sh thread"; do
+  start=$SECONDS
+  deploy/$step || failed+=("$step")
+  echo "test.sh: $step took $((SECONDS - start)) s"
+done
 if ((status == 0 && ${#failed[@]} > 0)); then status=1; fi
 exit "$status"

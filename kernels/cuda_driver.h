@@ -104,7 +104,7 @@ class CudaDriver {
   // cuDriverGetVersion: 1000 * major + 10 * minor (13000 for CUDA 13.0).
   int version() const { return version_; }
 
-  // "CUDA_ERROR_ILLEGAL_ADDRESS"; "CUresult 12345" for a code the driver
+  // "CUDA_ERROR_ILLEGAL_ADDRESS"; "CUresult 1000" for a code the driver
   // does not name.
   std::string ErrorName(CUresult result) const;
 

@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
         CodeCase{CUDA_ERROR_ILLEGAL_ADDRESS, absl::StatusCode::kInternal},
         CodeCase{CUDA_ERROR_INVALID_HANDLE, absl::StatusCode::kInternal},
         CodeCase{CUDA_ERROR_UNKNOWN, absl::StatusCode::kInternal},
-        CodeCase{static_cast<CUresult>(12345), absl::StatusCode::kInternal}));
+        CodeCase{static_cast<CUresult>(1000), absl::StatusCode::kInternal}));
 
 TEST(CudaStatus, SuccessIsOkWithNoResult) {
   const CudaDriver driver(CudaDriver::Api{}, CUDA_VERSION);
@@ -193,10 +193,12 @@ TEST_F(FakeDriverTest, MessageNamesTheResultAndSaysWhatItMeans) {
             "encountered");
   EXPECT_EQ(CudaStatus(driver_, CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc").message(),
             "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)");
-  // A code this driver does not name (newer than it, or garbage).
-  EXPECT_EQ(driver_.ErrorName(static_cast<CUresult>(12345)), "CUresult 12345");
-  EXPECT_EQ(CudaStatus(driver_, static_cast<CUresult>(12345), "cuCall").message(),
-            "cuCall: CUresult 12345 (12345)");
+  // A code this driver does not name (newer than it). 1000 is within the
+  // enum's range (codes go up to 999): a value beyond it cannot even be
+  // held in a CUresult.
+  EXPECT_EQ(driver_.ErrorName(static_cast<CUresult>(1000)), "CUresult 1000");
+  EXPECT_EQ(CudaStatus(driver_, static_cast<CUresult>(1000), "cuCall").message(),
+            "cuCall: CUresult 1000 (1000)");
 }
 
 TEST_F(FakeDriverTest, OwnersDestroyTheirHandleOnce) {

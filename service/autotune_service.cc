@@ -18,8 +18,8 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
 }
 
 // The caller's identity when it may call `method`; the refusal otherwise.
-#define AUTHORIZE_OR_RETURN(caller, context, method)                                   \
-  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*(context)), (method)); \
+#define AUTHORIZE_OR_RETURN(caller, context, method)           \
+  absl::StatusOr<Caller> caller = Admit(*(context), (method)); \
   if (!caller.ok()) return ToGrpcStatus(caller.status())
 
 std::string FilterText(const v1::EntryFilter& filter) {
@@ -36,6 +36,15 @@ std::string FilterText(const v1::EntryFilter& filter) {
 }
 
 }  // namespace
+
+absl::StatusOr<Caller> AutotuneService::Admit(const grpc::ServerContextBase& context,
+                                              absl::string_view method) const {
+  if (draining_.load()) {
+    return absl::UnavailableError(absl::StrCat("autotuned is stopping; ", method,
+                                               " was not run (call again once it is back)"));
+  }
+  return auth_->Authorize(FromContext(context), method);
+}
 
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                                  TuneOnMiss* tune_on_miss, const Authenticator* auth,
@@ -79,7 +88,7 @@ grpc::ServerUnaryReactor* AutotuneService::Lookup(grpc::CallbackServerContext* c
                                                   v1::LookupResponse* response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "Lookup");
+  absl::StatusOr<Caller> caller = Admit(*context, "Lookup");
   reactor->Finish(caller.ok() ? Answer(resolver_->Lookup(*request), response)
                               : ToGrpcStatus(caller.status()));
   if (metrics_ != nullptr) metrics_->ObserveLookup("Lookup", absl::Now() - start);
@@ -91,7 +100,7 @@ grpc::ServerUnaryReactor* AutotuneService::BatchLookup(grpc::CallbackServerConte
                                                        v1::BatchLookupResponse* response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<Caller> caller = auth_->Authorize(FromContext(*context), "BatchLookup");
+  absl::StatusOr<Caller> caller = Admit(*context, "BatchLookup");
   reactor->Finish(caller.ok() ? Answer(resolver_->BatchLookup(*request), response)
                               : ToGrpcStatus(caller.status()));
   if (metrics_ != nullptr) metrics_->ObserveLookup("BatchLookup", absl::Now() - start);

@@ -9,6 +9,7 @@
 #ifndef AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 #define AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 
 #include "proto/autotune.grpc.pb.h"
@@ -75,7 +76,17 @@ class AutotuneService final : public AutotuneServiceBase {
                               const v1::GarbageCollectRequest* request,
                               v1::GarbageCollectResponse* response) override;
 
+  // From now on every new call is refused with UNAVAILABLE ("autotuned is
+  // stopping"), so that the calls in flight can finish and the server stop
+  // (Server::Shutdown). Calls already admitted go on.
+  void Drain() { draining_.store(true); }
+
  private:
+  // Refused while draining, else authorized by `auth_`.
+  absl::StatusOr<Caller> Admit(const grpc::ServerContextBase& context,
+                               absl::string_view method) const;
+
+  std::atomic<bool> draining_{false};
   const LookupResolver* resolver_;
   CacheAdmin* admin_;
   JobRunner* jobs_;

@@ -250,7 +250,7 @@ absl::StatusOr<std::shared_ptr<const std::vector<v1::Entry>>> LookupResolver::Ca
   ASSIGN_OR_RETURN(std::vector<v1::Entry> listed,
                    store_->ListCandidates(family, family_hash, dtype, device));
   auto candidates = std::make_shared<const std::vector<v1::Entry>>(std::move(listed));
-  if (generation % 2 != 0) return candidates;
+  if (generation % 2 != 0 || candidates->size() > kMaxCachedEntries) return candidates;
   absl::MutexLock lock(&cache_mu_);
   if (cached_entry_generation_ != generation ||
       candidate_entries_ + candidates->size() > kMaxCachedEntries) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -469,6 +470,11 @@ TEST_F(LookupResolverStoreTest, ABatchIsAnsweredFromOneStateOfTheCache) {
       writes.fetch_add(1);
     }
   });
+  // However the loop below ends, the writer stops and is joined.
+  auto join = absl::MakeCleanup([&] {
+    done = true;
+    writer.join();
+  });
   std::map<std::string, int> seen;  // "all wave 1", "all wave 2", "none"
   int mixed = 0;
   const absl::Time until = absl::Now() + absl::Seconds(2);
@@ -492,8 +498,7 @@ TEST_F(LookupResolverStoreTest, ABatchIsAnsweredFromOneStateOfTheCache) {
       ++mixed;
     }
   }
-  done = true;
-  writer.join();
+  std::move(join).Invoke();
   EXPECT_EQ(mixed, 0);
   EXPECT_GE(writes.load(), 10);
   for (const auto& [state, count] : seen) std::printf("  %s: %d batches\n", state.c_str(), count);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -47,7 +48,8 @@
 namespace autotune::service {
 namespace {
 
-// Counts the calls the server is running. gRPC's Shutdown(deadline) waits,
+// Counts the calls the server is running (all but the long-lived streams
+// below). gRPC's Shutdown(deadline) waits,
 // after the last call, until every client has closed its connection, which
 // an idle inference server does not do: the whole grace period would pass.
 // Waiting for the calls here and then shutting down at once ends a stop as
@@ -85,7 +87,14 @@ class CallCounter {
    public:
     explicit Creator(CallCounter* counter) : counter_(counter) {}
     grpc::experimental::Interceptor* CreateServerInterceptor(
-        grpc::experimental::ServerRpcInfo*) override {
+        grpc::experimental::ServerRpcInfo* info) override {
+      // Streams that last as long as something outside the call (a health
+      // watch, a job being followed) are not waited for: they would hold
+      // every stop for the whole grace period.
+      const std::string_view method = info->method();
+      if (method == "/grpc.health.v1.Health/Watch" || method == "/autotune.v1.Autotune/SubmitJob") {
+        return nullptr;
+      }
       return new Counted(&counter_->in_flight_);
     }
 
@@ -446,8 +455,9 @@ void Server::Impl::Shutdown() {
   for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) listener->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
-    // The calls running finish (up to the grace period); then the
-    // connections close at once (see CallCounter).
+    // New calls are refused (UNAVAILABLE), the calls running finish (up to
+    // the grace period), then the connections close at once (CallCounter).
+    if (service_ != nullptr) service_->Drain();
     const absl::Time deadline = absl::Now() + shutdown_grace_;
     server_->Shutdown(absl::ToChronoTime(calls_->WaitIdle(deadline) ? absl::Now() : deadline));
     server_->Wait();

@@ -11,8 +11,13 @@ for dir in "$parent"/autotune-test-*-*; do
   pid=${pid%%-*}
   [[ "$pid" =~ ^[0-9]+$ ]] || continue
   if ! kill -0 "$pid" 2>/dev/null && [[ ! -e /proc/$pid ]]; then
-    rm -rf -- "$dir"
-    removed=$((removed + 1))
+    # A test may have left a folder read-only (tests/reliability/resource_test.cc).
+    chmod -R u+rwx -- "$dir" 2>/dev/null || true
+    if rm -rf -- "$dir" 2>/dev/null; then
+      removed=$((removed + 1))
+    else
+      echo "reap_temp_dirs: could not remove $dir" >&2
+    fi
   fi
 done
 echo "reap_temp_dirs: removed $removed folder(s) of test processes that are gone"

@@ -204,10 +204,22 @@ TEST_F(HostileRpcTest, AHundredThousandFoldNestedExpressionIsRefused) {
   EXPECT_LT(took, absl::Seconds(20));
 }
 
-// Raw bytes, as no generated client would send them: a LookupRequest whose
-// unknown field 99 is a group nested 100,000 deep.
+// Raw bytes, as no generated client would send them: a LookupRequest that
+// would be answered (a MISS), with an unknown field 99 that is a group
+// nested 100,000 deep. Answered at all, the nesting was accepted.
 TEST_F(HostileRpcTest, DeepProtobufNestingIsRefusedAndTheDaemonGoesOn) {
-  std::string bytes;
+  v1::LookupRequest valid;
+  valid.set_family("vector_scale");
+  (*valid.mutable_problem()->mutable_dims())["batch"] = 1;
+  (*valid.mutable_problem()->mutable_dims())["n"] = 4096;
+  valid.mutable_problem()->set_dtype(v1::BFLOAT16);
+  valid.mutable_device()->set_name("NVIDIA H200");
+  {
+    grpc::ClientContext context;
+    v1::LookupResponse answer;
+    ASSERT_TRUE(stub_->Lookup(&context, valid, &answer).ok()) << "the request itself is valid";
+  }
+  std::string bytes = valid.SerializeAsString();
   const char start_group = static_cast<char>(0x9b), end_group = static_cast<char>(0x9c);
   // Field 99: varint tag (99 << 3) | 3 = 795 = 0x9b 0x06; end (99 << 3) | 4 = 0x9c 0x06.
   for (int i = 0; i < 100000; ++i) bytes += std::string{start_group, '\x06'};
