@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets of tests/reliability/fuzz with clang-14, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, in build-asan/ (the tree
-# deploy/sanitize.sh address tests in), and runs
+# deploy/sanitize.sh tests in), and runs
 # each for FUZZ_SECONDS (default 30) starting from its checked-in seeds. It
 # prints one line per target (executions, corpus, result) and exits 1 when
 # one crashed: the input is kept in build-asan/crashes/<name>/. Once fixed,

@@ -4,9 +4,8 @@
 # annotations with clang (deploy/check-thread-safety.sh) and the layout of
 # the sources (deploy/check-format.sh), runs every test; then every test
 # again under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer
-# (deploy/sanitize.sh address), the fuzz targets for a bounded time each
-# (deploy/fuzz.sh), and the tests of the concurrent parts under
-# ThreadSanitizer (deploy/sanitize.sh thread). The tests run
+# (deploy/sanitize.sh), and the fuzz targets for a bounded time each
+# (deploy/fuzz.sh). The tests run
 # even when a check fails, so one run shows everything; the exit status is
 # ctest's, or 1 when a check failed.
 set -euo pipefail
@@ -31,9 +30,9 @@ ctest --test-dir build --output-on-failure -j2 || status=$?
 # A test killed by a timeout cannot remove its folders: remove them now.
 tests/reap_temp_dirs.sh || true
 
-# Every test again under ASan + UBSan + LSan, the fuzz targets (same tree)
-# each for a bounded time, then the concurrent parts under TSan.
-for step in "sanitize.sh address" "fuzz.sh" "sanitize.sh thread"; do
+# Every test again under ASan + UBSan + LSan, then the fuzz targets (same
+# tree) each for a bounded time.
+for step in sanitize.sh fuzz.sh; do
   start=$SECONDS
   deploy/$step || failed+=("$step")
   echo "test.sh: $step took $((SECONDS - start)) s"
