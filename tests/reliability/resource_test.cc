@@ -33,6 +33,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "client/client.h"
@@ -293,18 +294,25 @@ TEST(ResourceTest, AReadOnlyDatabaseIsRefusedNamingItAndServedOnceWritableAgain)
   EXPECT_EQ(IntegrityCheck(db), "ok");
 }
 
+// The test family of service/testdata with only the MODE values `modes`
+// ("[0, 3]"), its source, and a manifest of one problem, in `dir`.
+absl::Status WriteModesFamily(const TempDir& dir, const std::string& modes) {
+  ASSIGN_OR_RETURN(std::string family, ReadFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  family = absl::StrReplaceAll(
+      family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", absl::StrCat("values: ", modes)}});
+  ASSIGN_OR_RETURN(const std::string source, ReadFile(SERVICE_TESTDATA_DIR "/modes.cu"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir.File("modes.textproto"), family));
+  RETURN_IF_ERROR(WriteFileAtomically(dir.File("modes.cu"), source));
+  return WriteFileAtomically(
+      dir.File("modes.manifest"),
+      "items { family: \"modes\" dims { name: \"n\" values: [256] } dtypes: [FLOAT32] }\n");
+}
+
 // The stand-in profile worker's MODE=3 never answers: the variant ends
 // TIMEOUT, the worker is replaced, the job finishes, lookups never wait.
 TEST(ResourceTest, AProfileWorkerThatNeverAnswersTimesOutAloneWhileLookupsGoOn) {
   TempDir dir;
-  ASSERT_OK_AND_ASSIGN(std::string family, ReadFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
-  family = absl::StrReplaceAll(family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", "values: [0, 3]"}});
-  ASSERT_OK_AND_ASSIGN(std::string source, ReadFile(SERVICE_TESTDATA_DIR "/modes.cu"));
-  ASSERT_OK(WriteFileAtomically(dir.File("modes.textproto"), family));
-  ASSERT_OK(WriteFileAtomically(dir.File("modes.cu"), source));
-  ASSERT_OK(WriteFileAtomically(
-      dir.File("modes.manifest"),
-      "items { family: \"modes\" dims { name: \"n\" values: [256] } dtypes: [FLOAT32] }\n"));
+  ASSERT_OK(WriteModesFamily(dir, "[0, 3]"));
   Daemon daemon(dir.path(), {"--kernels", "none", "--profile-worker", FAKE_PROFILE_WORKER_PATH,
                              "--lease-dir", dir.File("leases"), "--variant-timeout", "2"});
   ASSERT_OK(daemon.Start());
@@ -360,14 +368,7 @@ TEST(ResourceTest, WithoutNvrtcCompilesFailSayingWhatToSetAndWorkOnceItIsBack) {
   const std::string folder = NvrtcFolder();
   if (folder.empty()) GTEST_SKIP() << "NVRTC is not installed here";
   TempDir dir;
-  ASSERT_OK_AND_ASSIGN(std::string family, ReadFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
-  family = absl::StrReplaceAll(family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", "values: [0, 1]"}});
-  ASSERT_OK_AND_ASSIGN(std::string source, ReadFile(SERVICE_TESTDATA_DIR "/modes.cu"));
-  ASSERT_OK(WriteFileAtomically(dir.File("modes.textproto"), family));
-  ASSERT_OK(WriteFileAtomically(dir.File("modes.cu"), source));
-  ASSERT_OK(WriteFileAtomically(
-      dir.File("modes.manifest"),
-      "items { family: \"modes\" dims { name: \"n\" values: [256] } dtypes: [FLOAT32] }\n"));
+  ASSERT_OK(WriteModesFamily(dir, "[0, 1]"));
   // An empty folder over NVRTC's: for this test and its daemon, it is gone.
   // Not where the system's own libraries live (a distribution's CUDA), which
   // it would hide too.
