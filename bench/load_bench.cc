@@ -386,13 +386,12 @@ double Percentile(std::vector<double> values, double p) {
   return values[index];
 }
 
-void PrintRow(const std::string& phase, int clients, const Tally& tally, double seconds) {
+void PrintRow(const std::string& phase, int clients, const Tally& tally) {
   std::printf("%-8s %7d %9zu %9.0f %9.0f %9zu %9.0f %9.0f %8lld %6lld\n", phase.c_str(), clients,
               tally.lookup_us.size(), Percentile(tally.lookup_us, 0.5),
               Percentile(tally.lookup_us, 0.99), tally.batch_us.size(),
               Percentile(tally.batch_us, 0.5), Percentile(tally.batch_us, 0.99),
               static_cast<long long>(tally.failed), static_cast<long long>(tally.mixed));
-  (void)seconds;
 }
 
 absl::StatusOr<int> Run(const Flags& flags) {
@@ -439,9 +438,9 @@ absl::StatusOr<int> Run(const Flags& flags) {
               "p99", "batches", "p50", "p99", "failed", "mixed");
 
   const Tally idle = RunClients(address, flags, 1, 1);
-  PrintRow("idle", 1, idle, flags.duration_s);
+  PrintRow("idle", 1, idle);
   const Tally busy = RunClients(address, flags, flags.clients, 2);
-  PrintRow("clients", flags.clients, busy, flags.duration_s);
+  PrintRow("clients", flags.clients, busy);
 
   Writes writes;
   Tally writing;
@@ -452,7 +451,7 @@ absl::StatusOr<int> Run(const Flags& flags) {
     stop = true;
     writer.join();
   }
-  PrintRow("writes", flags.clients, writing, flags.duration_s);
+  PrintRow("writes", flags.clients, writing);
   std::atomic<bool> stop{false};
   std::thread writer([&] { RunWriter(address, flags, stop, writes); });
   std::thread jobs([&] { RunJobs(address, dir.File("modes.manifest"), stop, writes); });
@@ -460,7 +459,7 @@ absl::StatusOr<int> Run(const Flags& flags) {
   stop = true;
   writer.join();
   jobs.join();
-  PrintRow("load", flags.clients, load, flags.duration_s);
+  PrintRow("load", flags.clients, load);
 
   std::printf(
       "writes and load phases: %lld imports, %lld invalidations, %lld garbage collections, "
