@@ -71,11 +71,13 @@ cli() {
 }
 
 # start_daemon NAME: a daemon on a fresh database NAME.db, answering before
-# this returns.
+# this returns. Its HTTP port (loopback, readers without a token) serves the
+# admin API that http_get reads.
 start_daemon() {
   local name=$1
   "$bundle/autotuned" --db "$dir/$name.db" --listen "unix://$dir/$name.sock" \
-    --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" >>"$out/$name-daemon.log" 2>&1 &
+    --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" \
+    --http-listen 127.0.0.1:0 --anonymous-role reader >>"$out/$name-daemon.log" 2>&1 &
   pids[$name]=$!
   for _ in $(seq 150); do
     cli "$name" stats >/dev/null 2>&1 && return 0
@@ -86,6 +88,14 @@ start_daemon() {
   return 1
 }
 
+# http_get NAME PATH: GET PATH on daemon NAME's HTTP port, to stdout.
+http_get() {
+  local port
+  port=$(sed -n 's|.*served on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$out/$1-daemon.log" | tail -1)
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://127.0.0.1:$port$2"
+}
+
 # warmup NAME LABEL MANIFEST [FLAGS...]: one warmup; its job as JSON in
 # LABEL.json, its reports in LABEL.md and LABEL.csv, progress in LABEL.log.
 # Prints the wall time; returns the CLI's exit status.
@@ -93,7 +103,7 @@ warmup() {
   local name=$1 label=$2 manifest=$3
   shift 3
   local start=$SECONDS rc=0
-  cli "$name" warmup "$manifest" --json --report-md "$out/$label.md" --report-csv "$out/$label.csv" \
+  cli "$name" warmup "$manifest" --json --report-md "$out/$label.md" --report-csv "$out/$label.csv" --report-html "$out/$label.html" \
     "$@" >"$out/$label.json" 2>"$out/$label.log" || rc=$?
   echo "== $label: $manifest ${*:-} -> exit $rc, $((SECONDS - start)) s wall"
   grep -E '^job ' "$out/$label.log" | tail -1 || true
@@ -195,6 +205,8 @@ grow() {
   warmup grow grow-before "$manifest" || failed=1
   cli grow register "$grown/gla_decode.textproto" --replace
   warmup grow grow-after "$manifest" || failed=1
+  # What the admin page's device panel shows after a real serial phase.
+  http_get grow /api/devices >"$out/grow-devices.json" && echo "devices: $(cat "$out/grow-devices.json")"
   stop_daemon grow
   start_daemon grown
   cli grown register "$grown/gla_decode.textproto" --replace

@@ -27,6 +27,7 @@
 #include "client/cli_flags.h"
 #include "client/cli_format.h"
 #include "client/client.h"
+#include "client/report_html.h"
 #include "client/server_configs.h"
 #include "client/warmup_report.h"
 #include "proto/problem.h"
@@ -741,6 +742,87 @@ class WarmupProgressPrinter {
   int failures_ = 0;
 };
 
+// The report files `warmup` and `report` write besides the text on stdout.
+struct ReportFiles {
+  std::string markdown;
+  std::string csv;
+  std::string html;
+  std::vector<CLI::Option*> options;
+};
+
+void AddReportFileOptions(CLI::App* app, ReportFiles& files) {
+  files.options = {
+      app->add_option("--report-md", files.markdown,
+                      "Also write the report as a Markdown file (e.g. a CI job summary)"),
+      app->add_option("--report-csv", files.csv,
+                      "Also write the report as a CSV file, one row per problem"),
+      app->add_option("--report-html", files.html,
+                      "Also write the report as one self-contained HTML page with the plots of "
+                      "every problem's variants and the regressions")};
+}
+
+absl::Status CheckReportFileOptions(const ReportFiles& files) {
+  for (const CLI::Option* option : files.options) {
+    if (option->count() > 0 && option->as<std::string>().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(option->get_name(), " needs a file name"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteReportFiles(Client& client, const v1::Job& job, const ReportFiles& files) {
+  if (!files.markdown.empty()) {
+    RETURN_IF_ERROR(
+        WriteFileAtomically(files.markdown, RenderReportMarkdown(job), "Markdown report"));
+  }
+  if (!files.csv.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(files.csv, RenderReportCsv(job), "CSV report"));
+  }
+  if (!files.html.empty()) {
+    ASSIGN_OR_RETURN(v1::ReportPageData data, CollectReportData(client, job, absl::Now()));
+    ASSIGN_OR_RETURN(std::string html, RenderReportHtml(data));
+    RETURN_IF_ERROR(WriteFileAtomically(files.html, html, "HTML report"));
+  }
+  return absl::OkStatus();
+}
+
+// The report of a job that has ended: the same text and files as `warmup`.
+Command ReportCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string job_id;
+    ReportFiles files;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "report", "Print the report of a finished warmup job and write its report files");
+  command.app->add_option("job", s->job_id, "Job id (see `autotune jobs`)")->required();
+  AddReportFileOptions(command.app, s->files);
+  AddJsonFlag(command.app, s->json);
+  command.prepare = [s] { return CheckReportFileOptions(s->files); };
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::GetJobRequest request;
+    request.set_id(s->job_id);
+    ASSIGN_OR_RETURN(v1::Job job, client.GetJob(request));
+    if (job.state() != v1::SUCCEEDED && job.state() != v1::FAILED && job.state() != v1::CANCELLED) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is still ",
+                                                        v1::JobState_Name(job.state()),
+                                                        "; its report is whole once it ends"));
+    }
+    if (s->json) {
+      RETURN_IF_ERROR(PrintJson(job, io.out));
+    } else {
+      io.out << "job " << job.id() << " " << v1::JobState_Name(job.state()) << ": "
+             << FormatJobCounts(job.counts()) << "\n";
+      if (!job.error().empty()) io.out << "error: " << job.error() << "\n";
+      io.out << RenderReportText(job);
+    }
+    return WriteReportFiles(client, job, s->files);
+  };
+  return command;
+}
+
 Command WarmupCommand(CLI::App& root, Streams io) {
   struct State {
     std::string manifest;
@@ -755,8 +837,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     double serial_max_s = 0;
     double serial_noise = 0;
     double candidate_band = 0;
-    std::string report_md;
-    std::string report_csv;
+    ReportFiles files;
     bool json = false;
     v1::SubmitJobRequest request;
   };
@@ -801,19 +882,11 @@ Command WarmupCommand(CLI::App& root, Streams io) {
       ->add_option("--serial-max", s->serial_max_s,
                    "GPU seconds of serial rounds per problem at most (0 = server default)")
       ->check(CLI::NonNegativeNumber);
-  CLI::Option* report_md =
-      command.app->add_option("--report-md", s->report_md,
-                              "Also write the report as a Markdown file (e.g. a CI job summary)");
-  CLI::Option* report_csv = command.app->add_option(
-      "--report-csv", s->report_csv, "Also write the report as a CSV file, one row per problem");
+  AddReportFileOptions(command.app, s->files);
   command.app->add_flag("--json", s->json,
                         "Print the finished job as protobuf JSON; progress goes to stderr");
-  command.prepare = [s, report_md, report_csv]() -> absl::Status {
-    for (const CLI::Option* option : {report_md, report_csv}) {
-      if (option->count() > 0 && option->as<std::string>().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(option->get_name(), " needs a file name"));
-      }
-    }
+  command.prepare = [s]() -> absl::Status {
+    RETURN_IF_ERROR(CheckReportFileOptions(s->files));
     v1::JobOptions& options = *s->request.mutable_spec()->mutable_options();
     if (!s->shard.empty()) RETURN_IF_ERROR(ParseShardFlag(s->shard, options));
     options.set_compile_only(s->compile_only);
@@ -850,13 +923,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     } else if (!job.results().empty()) {
       PrintEntryTable(job.results(), io.out);  // a server that sends no reports
     }
-    if (!s->report_md.empty()) {
-      RETURN_IF_ERROR(
-          WriteFileAtomically(s->report_md, RenderReportMarkdown(job), "Markdown report"));
-    }
-    if (!s->report_csv.empty()) {
-      RETURN_IF_ERROR(WriteFileAtomically(s->report_csv, RenderReportCsv(job), "CSV report"));
-    }
+    RETURN_IF_ERROR(WriteReportFiles(client, job, s->files));
     switch (job.state()) {
       case v1::SUCCEEDED:
         // A variant that was expected to compile and did not fails the run.
@@ -936,11 +1003,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 
   const Streams io{out, err};
   const std::vector<Command> commands = {
-      LookupCommand(app, io),        ListCommand(app, io),   ShowCommand(app, io),
-      InvalidateCommand(app, io),    StatsCommand(app, io),  KernelsCommand(app, io),
-      RegisterCommand(app, io),      JobsCommand(app, io),   GcCommand(app, io),
-      ExportCommand(app, io),        ImportCommand(app, io), WarmupCommand(app, io),
-      ExportConfigsCommand(app, io), TokenCommand(app, io),  BackupCommand(app, io),
+      LookupCommand(app, io),     ListCommand(app, io),          ShowCommand(app, io),
+      InvalidateCommand(app, io), StatsCommand(app, io),         KernelsCommand(app, io),
+      RegisterCommand(app, io),   JobsCommand(app, io),          GcCommand(app, io),
+      ExportCommand(app, io),     ImportCommand(app, io),        WarmupCommand(app, io),
+      ReportCommand(app, io),     ExportConfigsCommand(app, io), TokenCommand(app, io),
+      BackupCommand(app, io),
   };
 
   try {

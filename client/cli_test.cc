@@ -469,6 +469,62 @@ TEST_F(WarmupTest, PrintsTheReportAndWritesItAsMarkdownAndCsv) {
   EXPECT_THAT(written_csv, HasSubstr("\nflash_attn,batch=16,bf16,BLOCK_M=128,41.5,"));
 }
 
+TEST_F(WarmupTest, WritesTheHtmlReportWithEveryProblemsMeasurements) {
+  AddProgress(v1::SUCCEEDED);
+  v1::Job& job = *server_.answers().progress.back().mutable_job();
+  *job.add_results() = SampleEntry();
+  *job.add_results() = SampleEntry();
+  *job.add_reports() = SampleReport();
+  v1::Measurement& screened = *server_.answers().entry.add_measurements();
+  screened.set_status(v1::OK);
+  screened.set_phase(v1::SCREEN);
+  screened.mutable_timing()->set_median_us(43.75);
+  const std::string html = File("report.html");
+
+  const CliResult result = Run({"warmup", manifest_, "--report-html", html});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  ASSERT_OK_AND_ASSIGN(const std::string page, ReadFile(html));
+  EXPECT_THAT(page, StartsWith("<!DOCTYPE html>"));
+  EXPECT_THAT(page, HasSubstr("\"median_us\":43.75"));
+  EXPECT_THAT(page, HasSubstr("\"id\":\"job-7\""));
+  EXPECT_EQ(server_.calls().get_entry.family(), "flash_attn");
+}
+
+TEST_F(CliTest, ReportOfAFinishedJobPrintsItAndWritesItsFiles) {
+  v1::Job& job = server_.answers().job;
+  job.set_id("job-3");
+  job.set_state(v1::SUCCEEDED);
+  *job.add_reports() = SampleReport();
+  const std::string csv = File("report.csv");
+  const std::string html = File("report.html");
+
+  const CliResult result = Run({"report", "job-3", "--report-csv", csv, "--report-html", html});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(server_.calls().get_job.id(), "job-3");
+  EXPECT_THAT(result.out, HasSubstr("job job-3 SUCCEEDED"));
+  EXPECT_THAT(result.out, HasSubstr(RenderReportText(job)));
+  ASSERT_OK_AND_ASSIGN(const std::string written_csv, ReadFile(csv));
+  EXPECT_EQ(written_csv, RenderReportCsv(job));
+  ASSERT_OK_AND_ASSIGN(const std::string page, ReadFile(html));
+  EXPECT_THAT(page, HasSubstr("\"id\":\"job-3\""));
+}
+
+TEST_F(CliTest, ReportOfAJobStillRunningIsRefusedAndWritesNothing) {
+  server_.answers().job.set_id("job-4");
+  server_.answers().job.set_state(v1::SCREENING);
+  const std::string html = File("report.html");
+  const CliResult result = Run({"report", "job-4", "--report-html", html});
+  EXPECT_EQ(result.exit_code, kExitError);
+  EXPECT_THAT(result.err, HasSubstr("FAILED_PRECONDITION: job job-4 is still SCREENING"));
+  EXPECT_FALSE(ReadFile(html).ok());
+}
+
+TEST_F(CliTest, ReportFileFlagsNeedAName) {
+  const CliResult result = Run({"report", "job-4", "--report-html", ""});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("--report-html needs a file name"));
+}
+
 TEST_F(WarmupTest, WithoutReportsTheEntryTableIsPrinted) {
   AddProgress(v1::SUCCEEDED);
   *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();

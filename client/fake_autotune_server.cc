@@ -39,6 +39,10 @@ class FakeAutotuneServer::Service final : public v1::Autotune::Service {
                         v1::ListJobsResponse* response) override {
     return Answer("ListJobs", *request, &FakeCalls::list_jobs, answers.jobs, response);
   }
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                      v1::Job* response) override {
+    return Answer("GetJob", *request, &FakeCalls::get_job, answers.job, response);
+  }
   grpc::Status ListEntries(grpc::ServerContext*, const v1::ListEntriesRequest* request,
                            v1::ListEntriesResponse* response) override {
     return Answer("ListEntries", *request, &FakeCalls::list_entries, answers.entries, response);

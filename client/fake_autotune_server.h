@@ -30,6 +30,7 @@ struct FakeAnswers {
   std::vector<v1::JobProgress> progress;  // SubmitJob streams these, then ends
   grpc::Status submit_job_status;         // how SubmitJob ends after the stream
   v1::ListJobsResponse jobs;
+  v1::Job job;  // GetJob
   v1::ListEntriesResponse entries;
   v1::GetEntryResponse entry;
   v1::InvalidateResponse invalidate;
@@ -46,6 +47,7 @@ struct FakeCalls {
   v1::BatchLookupRequest batch_lookup;
   v1::SubmitJobRequest submit_job;
   v1::ListJobsRequest list_jobs;
+  v1::GetJobRequest get_job;
   v1::ListEntriesRequest list_entries;
   v1::GetEntryRequest get_entry;
   v1::InvalidateRequest invalidate;

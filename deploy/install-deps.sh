@@ -33,6 +33,7 @@ packages=(
   python3-protobuf
   python3-yaml         # deploy/test_deploy.py reads the Kubernetes manifests
   systemd              # systemd-analyze verifies deploy/autotuned.service
+  chromium             # the browser tests of the report and the admin page (web/tests)
 )
 
 missing=()
@@ -43,8 +44,15 @@ for package in "${packages[@]}"; do
   fi
 done
 
+# Node.js and npm build the web pages (web/build.mjs, with the packages
+# pinned in web/package-lock.json); any Node.js 18 or newer on PATH will do,
+# Debian's otherwise.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: all ${#packages[@]} build and test packages are already installed"
+  echo "install-deps: all ${#packages[@]} build and test packages, node and npm are already installed"
   exit 0
 fi
 

@@ -22,19 +22,6 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
   absl::StatusOr<Caller> caller = Admit(*(context), (method)); \
   if (!caller.ok()) return ToGrpcStatus(caller.status())
 
-std::string FilterText(const v1::EntryFilter& filter) {
-  std::string text;
-  const auto add = [&text](absl::string_view name, const std::string& value) {
-    if (!value.empty()) absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
-  };
-  add("family", filter.family());
-  add("family_hash", filter.family_hash());
-  add("device", filter.device());
-  if (filter.has_problem()) add("problem", FormatDims(filter.problem().dims()));
-  add("nvrtc_older_than", filter.nvrtc_older_than());
-  return text.empty() ? "all entries" : text;
-}
-
 }  // namespace
 
 absl::StatusOr<Caller> AutotuneService::Admit(const grpc::ServerContextBase& context,
@@ -204,7 +191,7 @@ grpc::Status AutotuneService::Invalidate(grpc::ServerContext* context,
   AUTHORIZE_OR_RETURN(caller, context, "Invalidate");
   absl::StatusOr<v1::InvalidateResponse> result = admin_->Invalidate(*request);
   Audit(*caller, "Invalidate",
-        absl::StrCat(request->all() ? "all entries" : FilterText(request->filter()),
+        absl::StrCat(request->all() ? "all entries" : DescribeFilter(request->filter()),
                      request->dry_run() ? " (dry run)" : ""),
         result.status(),
         result.ok() ? absl::StrCat(result->entries_removed(), " entries removed") : "");

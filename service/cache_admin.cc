@@ -10,6 +10,19 @@
 
 namespace autotune::service {
 
+std::string DescribeFilter(const v1::EntryFilter& filter) {
+  std::string text;
+  const auto add = [&text](absl::string_view name, const std::string& value) {
+    if (!value.empty()) absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
+  };
+  add("family", filter.family());
+  add("family_hash", filter.family_hash());
+  add("device", filter.device());
+  if (filter.has_problem()) add("problem", FormatDims(filter.problem().dims()));
+  add("nvrtc_older_than", filter.nvrtc_older_than());
+  return text.empty() ? "all entries" : text;
+}
+
 absl::Status CacheAdmin::ValidateFilter(const v1::EntryFilter& filter,
                                         absl::string_view field) const {
   if (!filter.family().empty()) {

@@ -6,6 +6,7 @@
 #define AUTOTUNE_SERVICE_CACHE_ADMIN_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -18,6 +19,10 @@ namespace autotune::service {
 inline constexpr int kMaxListLimit = 10000;
 // Bound on the bytes one Import may carry in all its parts.
 inline constexpr int64_t kMaxImportBytes = int64_t{2} << 30;
+
+// The filter as the audit log names it: "family=rmsnorm device=NVIDIA H200",
+// "all entries" when empty.
+std::string DescribeFilter(const v1::EntryFilter& filter);
 
 class CacheAdmin {
  public:

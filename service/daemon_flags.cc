@@ -263,8 +263,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
                  "the role of callers with no token, mapped peer or mapped certificate")
       ->check(CLI::IsMember({"none", "reader", "tuner", "admin"}))
       ->capture_default_str();
-  app.add_option("--metrics-listen", options.metrics_listen,
-                 "serve Prometheus metrics over HTTP at host:port (GET /metrics); off by default");
+  app.add_option("--http-listen,--metrics-listen", options.http_listen,
+                 "serve HTTP at host:port: Prometheus metrics (GET /metrics), the admin page "
+                 "(GET /admin) and its JSON API (/api/, with roles); off by default");
   app.add_option("--audit-log", options.audit_log,
                  "JSON lines, one per mutating call (default: audit.log beside the database; "
                  "'none' for no audit log)");

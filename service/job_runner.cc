@@ -691,13 +691,42 @@ absl::StatusOr<std::vector<worker::v1::DeviceInfo>> JobRunner::Devices() {
   return gpus->devices();
 }
 
+JobRunner::GpuSnapshot JobRunner::Snapshot() {
+  GpuSnapshot snapshot;
+  if (options_.profile.worker_path.empty()) {
+    snapshot.reason = options_.profile_off_reason;
+    return snapshot;
+  }
+  // Starting the workers holds the lock for up to a minute: say so rather
+  // than wait.
+  if (!gpus_mu_.TryLock()) {
+    snapshot.reason = "the GPU workers are starting";
+    return snapshot;
+  }
+  if (gpus_ != nullptr) {
+    snapshot.started = true;
+    snapshot.devices = gpus_->Status();
+  } else if (!gpus_error_.empty()) {
+    snapshot.reason = absl::StrCat("the GPU workers could not start: ", gpus_error_);
+  } else {
+    snapshot.reason = "the GPU workers start with the first job that measures";
+  }
+  gpus_mu_.Unlock();
+  return snapshot;
+}
+
 absl::StatusOr<ProfilePool*> JobRunner::Gpus() {
   absl::MutexLock lock(&gpus_mu_);
   if (gpus_ != nullptr) return gpus_.get();
   if (options_.profile.worker_path.empty()) {
     return absl::FailedPreconditionError(options_.profile_off_reason);
   }
-  ASSIGN_OR_RETURN(gpus_, ProfilePool::Start(options_.profile));
+  absl::StatusOr<std::unique_ptr<ProfilePool>> started = ProfilePool::Start(options_.profile);
+  if (!started.ok()) {
+    gpus_error_ = std::string(started.status().message());
+    return started.status();
+  }
+  gpus_ = *std::move(started);
   for (const worker::v1::DeviceInfo& device : gpus_->devices()) {
     spdlog::info("GPU {}: {} (sm_{}, {} SMs, {} MB L2, driver {})", device.ordinal(), device.name(),
                  device.compute_capability(), device.sm_count(), device.l2_bytes() >> 20,

@@ -142,6 +142,17 @@ class JobRunner {
   // FAILED_PRECONDITION with the reason when there is no usable GPU.
   absl::StatusOr<std::vector<worker::v1::DeviceInfo>> Devices();
 
+  // The GPUs' state now, without starting or waiting for anything:
+  // `started` false, with why in `reason`, before the first job that
+  // measures, while the workers start, after they failed to, or when
+  // profiling is off.
+  struct GpuSnapshot {
+    bool started = false;
+    std::string reason;
+    std::vector<GpuStatus> devices;
+  };
+  GpuSnapshot Snapshot();
+
  private:
   struct Work;
   struct Running;
@@ -184,6 +195,7 @@ class JobRunner {
   const JobRunnerOptions options_;
   absl::Mutex gpus_mu_;
   std::unique_ptr<ProfilePool> gpus_ ABSL_GUARDED_BY(gpus_mu_);
+  std::string gpus_error_ ABSL_GUARDED_BY(gpus_mu_);  // the last failed start
   absl::Mutex rates_mu_;
   std::optional<PhaseRates> rates_ ABSL_GUARDED_BY(rates_mu_);
   Totals totals_ ABSL_GUARDED_BY(rates_mu_);  // workers_replaced unused here

@@ -1,16 +1,16 @@
 #include "service/metrics.h"
 
-#include <exception>
+#include <iterator>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 #include "proto/autotune.pb.h"
 
 namespace autotune::service {
@@ -114,8 +114,7 @@ class Metrics::Scrape : public prometheus::Collectable {
   const Sources sources_;
 };
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& address,
-                                                        Sources sources) {
+std::unique_ptr<Metrics> Metrics::Create(Sources sources) {
   auto metrics = std::unique_ptr<Metrics>(new Metrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   auto& histograms = prometheus::BuildHistogram()
@@ -127,20 +126,15 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& addre
   metrics->lookup_seconds_ = &histograms.Add({{"rpc", "Lookup"}}, buckets);
   metrics->batch_lookup_seconds_ = &histograms.Add({{"rpc", "BatchLookup"}}, buckets);
   metrics->scrape_ = std::make_shared<Scrape>(sources);
-  try {
-    metrics->exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics-listen ", address, ": cannot listen (", e.what(), ")"));
-  }
-  metrics->exposer_->RegisterCollectable(metrics->registry_);
-  metrics->exposer_->RegisterCollectable(metrics->scrape_);
-  const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
-  const size_t colon = address.rfind(':');
-  metrics->address_ = ports.empty() || colon == std::string::npos
-                          ? address
-                          : absl::StrCat(address.substr(0, colon), ":", ports.front());
   return metrics;
+}
+
+std::string Metrics::TextExposition() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> read_now = scrape_->Collect();
+  families.insert(families.end(), std::make_move_iterator(read_now.begin()),
+                  std::make_move_iterator(read_now.end()));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 Metrics::~Metrics() = default;

@@ -1,5 +1,5 @@
-// The daemon's Prometheus metrics, served over HTTP on an address of their
-// own (`--metrics-listen host:port`, GET /metrics), with prometheus-cpp:
+// The daemon's Prometheus metrics, kept with prometheus-cpp and served at
+// GET /metrics on the daemon's HTTP port (`--http-listen`, service/http_server.h):
 //
 //   autotune_lookups_total{result="exact|nearest|miss"}   lookups answered, since start
 //   autotune_lookup_duration_seconds{rpc="Lookup|BatchLookup"}   histogram, per call
@@ -15,16 +15,16 @@
 //
 // Every value but the histogram is read when a scrape comes, from the
 // objects that hold it; a database that does not answer sets
-// autotune_database_up 0 and leaves the database's gauges out. The HTTP
-// port has no roles: bind it where only the monitoring system reaches it
-// (a loopback or cluster-internal address).
+// autotune_database_up 0 and leaves the database's gauges out. /metrics
+// asks for no role (scrapers present none): bind the HTTP port where only
+// the monitoring system and the admins reach it (a loopback or
+// cluster-internal address).
 #ifndef AUTOTUNE_SERVICE_METRICS_H_
 #define AUTOTUNE_SERVICE_METRICS_H_
 
 #include <memory>
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
@@ -32,7 +32,6 @@
 #include "service/lookup_resolver.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 class Histogram;
 }  // namespace prometheus
@@ -46,27 +45,23 @@ class Metrics {
     const cache::Store* store = nullptr;
     JobRunner* jobs = nullptr;
   };
-  // Listens on `address` ("127.0.0.1:9464"; port 0 picks a free one).
-  // UNAVAILABLE naming the address when it cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Metrics>> Serve(const std::string& address,
-                                                        Sources sources);
+  static std::unique_ptr<Metrics> Create(Sources sources);
   ~Metrics();
+
+  // Every metric in Prometheus' text format, the read-at-scrape values read
+  // now. Thread-safe.
+  std::string TextExposition() const;
 
   // One Lookup or BatchLookup call, as the server saw it.
   void ObserveLookup(absl::string_view rpc, absl::Duration took);
-
-  // "127.0.0.1:9464", with the port actually bound.
-  const std::string& address() const { return address_; }
 
  private:
   class Scrape;
   Metrics() = default;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<Scrape> scrape_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Histogram* lookup_seconds_ = nullptr;
   prometheus::Histogram* batch_lookup_seconds_ = nullptr;
-  std::string address_;
 };
 
 }  // namespace autotune::service

@@ -112,6 +112,18 @@ std::vector<wv1::DeviceInfo> ProfilePool::devices() const {
   return devices;
 }
 
+std::vector<GpuStatus> ProfilePool::Status() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<GpuStatus> status;
+  for (const auto& gpu : gpus_) {
+    status.push_back({.info = gpu->info,
+                      .busy = gpu->busy,
+                      .last_probe = gpu->last_probe,
+                      .probed_at = gpu->probed_at});
+  }
+  return status;
+}
+
 absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::Duration grace) {
   // MakeProfileTask fills these; the worker refuses a task without them.
   const double launch = task.launch_timeout_s();
@@ -371,6 +383,9 @@ absl::StatusOr<wv1::DeviceState> ProfilePool::Reservation::Probe() {
         absl::StrCat("probe: the worker did not answer with its device state",
                      read.ok() ? "" : absl::StrCat(" (", read.message(), ")")));
   }
+  absl::MutexLock lock(&pool_.mu_);
+  gpu_.last_probe = response.device_state();
+  gpu_.probed_at = absl::Now();
   return std::move(*response.mutable_device_state());
 }
 

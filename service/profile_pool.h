@@ -28,6 +28,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,6 +63,16 @@ struct ProfileResult {
   int workers_replaced = 0;       // workers this task lost
 };
 
+// One GPU as the pool sees it now.
+struct GpuStatus {
+  worker::v1::DeviceInfo info;
+  bool busy = false;  // a task or a Reservation holds it
+  // The last probe of what else is on the GPU (Reservation::Probe, before
+  // and between serial rounds); unset until the first.
+  std::optional<worker::v1::DeviceState> last_probe;
+  absl::Time probed_at;
+};
+
 class ProfilePool {
  private:
   struct Gpu;
@@ -79,6 +90,8 @@ class ProfilePool {
 
   // The devices, in ordinal order.
   std::vector<worker::v1::DeviceInfo> devices() const;
+  // Each device's state now, in ordinal order.
+  std::vector<GpuStatus> Status() const;
   // Workers lost (killed after a hang, faulted, died) so far; each is
   // replaced when its GPU next has work.
   int64_t replaced() const { return replaced_.load(); }
@@ -129,6 +142,8 @@ class ProfilePool {
     worker::v1::DeviceInfo info;  // written under mu_ (a restart renews it)
     WorkerProcess process;        // not running after a kill, until restarted
     bool busy = false;
+    std::optional<worker::v1::DeviceState> last_probe;  // guarded by mu_
+    absl::Time probed_at;                               // guarded by mu_
   };
   explicit ProfilePool(ProfilePoolOptions options);
   absl::Status StartWorker(Gpu& gpu, int ordinal);

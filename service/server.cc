@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -33,11 +34,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "kernels/family_loader.h"
+#include "service/admin_api.h"
 #include "service/audit_log.h"
 #include "service/auth.h"
 #include "service/autotune_service.h"
 #include "service/cache_admin.h"
 #include "service/compile_pool.h"
+#include "service/http_server.h"
 #include "service/job_runner.h"
 #include "service/listen_address.h"
 #include "service/lookup_resolver.h"
@@ -192,9 +195,9 @@ class Server::Impl {
   ~Impl() { Shutdown(); }
   absl::StatusOr<int> ReloadTokens() { return auth_->Reload(); }
   const std::string& audit_path() const { return audit_path_; }
-  const std::string& metrics_address() const {
+  const std::string& http_address() const {
     static const std::string kNone;
-    return metrics_ != nullptr ? metrics_->address() : kNone;
+    return http_ != nullptr ? http_->address() : kNone;
   }
 
   std::vector<std::string> addresses_;
@@ -219,6 +222,8 @@ class Server::Impl {
   std::unique_ptr<AuditLog> audit_;
   std::string audit_path_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AdminApi> admin_api_;
+  std::unique_ptr<HttpServer> http_;
   std::unique_ptr<AutotuneService> service_;
   std::vector<std::unique_ptr<UnixListener>> unix_listeners_;
   // Outlives server_, whose interceptors point to it.
@@ -336,11 +341,34 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   tune_on_miss_ = std::make_unique<TuneOnMiss>(
       store_.get(), jobs_.get(),
       TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour});
-  if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(metrics_, Metrics::Serve(options.metrics_listen, {.resolver = resolver_.get(),
-                                                                       .store = store_.get(),
-                                                                       .jobs = jobs_.get()}));
-    spdlog::info("metrics served on http://{}/metrics", metrics_->address());
+  if (!options.http_listen.empty()) {
+    metrics_ =
+        Metrics::Create({.resolver = resolver_.get(), .store = store_.get(), .jobs = jobs_.get()});
+    admin_api_ = std::make_unique<AdminApi>(AdminApi::Sources{
+        .admin = admin_.get(), .jobs = jobs_.get(), .auth = auth_.get(), .audit = audit_.get()});
+    const Metrics* metrics = metrics_.get();
+    const AdminApi* api = admin_api_.get();
+    ASSIGN_OR_RETURN(
+        http_, HttpServer::Start(
+                   options.http_listen,
+                   {{"/metrics",
+                     [metrics](const HttpRequest&) {
+                       return HttpResponse{.content_type = "text/plain; version=0.0.4",
+                                           .body = metrics->TextExposition(),
+                                           .headers = {}};
+                     }},
+                    {"/admin", [api](const HttpRequest& request) { return api->Page(request); }},
+                    {"/api", [api](const HttpRequest& request) { return api->Api(request); }}}));
+    spdlog::info("metrics served on http://{}/metrics, the admin page on http://{}/admin",
+                 http_->address(), http_->address());
+    const std::string host = options.http_listen.substr(0, options.http_listen.rfind(':'));
+    if (!IsLoopbackHost(absl::StripPrefix(absl::StripSuffix(host, "]"), "["))) {
+      spdlog::warn(
+          "the HTTP port {} is not on a loopback address and speaks plain HTTP: "
+          "bearer tokens sent to the admin API cross the network in the clear "
+          "(put it behind a TLS proxy, or bind it to 127.0.0.1)",
+          http_->address());
+    }
   }
   service_ = std::make_unique<AutotuneService>(
       resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), auth_.get(), audit_.get(),
@@ -464,6 +492,8 @@ void Server::Impl::Shutdown() {
     server_.reset();
   }
   service_.reset();
+  http_.reset();  // waits for the requests in flight
+  admin_api_.reset();
   metrics_.reset();
   tune_on_miss_.reset();
   jobs_.reset();  // cancels running jobs and waits for them
@@ -494,6 +524,6 @@ void Server::Wait() { impl_->Wait(); }
 void Server::Shutdown() { impl_->Shutdown(); }
 absl::StatusOr<int> Server::ReloadTokens() { return impl_->ReloadTokens(); }
 const std::string& Server::audit_log_path() const { return impl_->audit_path(); }
-const std::string& Server::metrics_address() const { return impl_->metrics_address(); }
+const std::string& Server::http_address() const { return impl_->http_address(); }
 
 }  // namespace autotune::service

@@ -70,9 +70,10 @@ struct ServerOptions {
   int max_jobs_per_submitter = 16;
   // Who may call what (service/auth.h); daemon_uid is filled in by the server.
   AuthOptions auth;
-  // Prometheus metrics over HTTP (service/metrics.h): "host:port"; empty =
-  // none.
-  std::string metrics_listen;
+  // The HTTP port (service/http_server.h): Prometheus metrics at /metrics,
+  // the admin page at /admin and its API under /api/ (service/admin_api.h);
+  // "host:port", empty = none.
+  std::string http_listen;
   // The audit log (service/audit_log.h): empty = audit.log beside the
   // database; "none" = no audit log.
   std::string audit_log;
@@ -94,8 +95,8 @@ class Server {
   // Reads the token file again (SIGHUP); the tokens now loaded. On error
   // the old tokens stay.
   absl::StatusOr<int> ReloadTokens();
-  // Where the metrics are served ("127.0.0.1:9464"); empty when they are not.
-  const std::string& metrics_address() const;
+  // Where the HTTP port listens ("127.0.0.1:9464"); empty when it does not.
+  const std::string& http_address() const;
   // The audit log's path; empty when there is none.
   const std::string& audit_log_path() const;
 

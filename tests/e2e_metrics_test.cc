@@ -1,11 +1,6 @@
 // End to end: the daemon's Prometheus metrics (service/metrics.h), scraped
 // over HTTP from the real autotuned and checked against the calls that made
 // them.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <map>
 #include <string>
@@ -29,26 +24,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // The body of GET /metrics at 127.0.0.1:`port`; empty when it fails.
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t n = 0;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
+std::string Scrape(int port) { return HttpCall(port, "GET", "/metrics").body; }
 
 // "name{labels}" -> value, for every sample line of a scrape.
 std::map<std::string, double> Samples(const std::string& text) {
@@ -169,7 +145,7 @@ TEST(MetricsEndToEndTest, APortThatIsTakenStopsTheStartWithTheFlagNamed) {
                                absl::StrCat("127.0.0.1:", port)});
   const absl::Status started = second.Start();
   EXPECT_FALSE(started.ok());
-  EXPECT_THAT(started.message(), HasSubstr("--metrics-listen 127.0.0.1:"));
+  EXPECT_THAT(started.message(), HasSubstr("--http-listen 127.0.0.1:"));
   EXPECT_EQ(first.Stop(), 0);
 }
 

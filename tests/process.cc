@@ -1,10 +1,13 @@
 #include "tests/process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
@@ -284,6 +288,40 @@ v1::Job WaitForNewestJob(const std::string& address,
     absl::SleepFor(every);
   }
   return newest;
+}
+
+HttpAnswer HttpCall(int port, const std::string& method, const std::string& path,
+                    const std::vector<std::string>& headers, const std::string& body) {
+  HttpAnswer answer;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return answer;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n");
+    for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
+    if (!body.empty()) absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n");
+    absl::StrAppend(&request, "\r\n", body);
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      ssize_t n = 0;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  const size_t end = response.find("\r\n\r\n");
+  if (end == std::string::npos) return answer;
+  answer.headers = response.substr(0, end);
+  answer.body = response.substr(end + 4);
+  const size_t space = answer.headers.find(' ');
+  if (space == std::string::npos ||
+      !absl::SimpleAtoi(answer.headers.substr(space + 1, 3), &answer.status)) {
+    answer.status = 0;
+  }
+  return answer;
 }
 
 }  // namespace autotune::testing

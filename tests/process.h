@@ -71,6 +71,17 @@ v1::Job WaitForNewestJob(const std::string& address,
                          const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
                          absl::Duration every = absl::Milliseconds(200));
 
+// One plain HTTP/1.0 exchange with 127.0.0.1:`port`. `headers` are whole
+// lines without the line end ("Authorization: Bearer x"). status 0 when
+// no answer came.
+struct HttpAnswer {
+  int status = 0;
+  std::string headers;  // the status line and headers as received
+  std::string body;
+};
+HttpAnswer HttpCall(int port, const std::string& method, const std::string& path,
+                    const std::vector<std::string>& headers = {}, const std::string& body = "");
+
 // The environment variable `name`, or `fallback` when it is unset or empty.
 // A bundle run on another machine names its paths this way.
 std::string EnvironmentOr(const char* name, const std::string& fallback);
