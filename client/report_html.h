@@ -28,8 +28,8 @@ namespace autotune::client {
 // The report's data for `job` (finished, with its reports): per report with
 // an entry, the measurements behind it (GetEntry for the entry's family
 // version, problem and device) that the job which chose it made (this job;
-// for a cached problem, the earlier one), or all of them when none were. A report without an entry gets its error
-// as the landscape's error; so does one whose entry is gone from the cache
+// for a cached problem, the earlier one), or all of them when none were. A report without an entry
+// gets its error as the landscape's error; so does one whose entry is gone from the cache
 // (NOT_FOUND: invalidated since). Any other error of the daemon is
 // returned: an incomplete report is not written.
 absl::StatusOr<v1::ReportPageData> CollectReportData(Client& client, const v1::Job& job,
