@@ -6,9 +6,11 @@
 // headless Chromium by web/tests/*.mjs, which check what is drawn and keep a
 // screenshot in AUTOTUNE_ARTIFACTS_DIR.
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "base/file.h"
 #include "base/paths.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/token.h"
 #include "gmock/gmock.h"
@@ -54,30 +57,37 @@ class WebEndToEndTest : public ::testing::Test {
     ASSERT_OK(WriteFileAtomically(
         Path("tokens"), absl::StrCat("reader dash ", TokenHash(token_["reader"]), "\nadmin ops ",
                                      TokenHash(token_["admin"]), "\n")));
+    ASSERT_OK(StartDaemon());
+    ASSERT_EQ(Cli({"register", Path("modes.textproto")}).exit_code, 0);
+  }
+
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  // The daemon on this test's database, its HTTP port in port_.
+  absl::Status StartDaemon() {
     daemon_ = std::make_unique<Daemon>(
         dir_.path(),
         std::vector<std::string>{"--kernels", "none", "--compile-workers", "2", "--profile-worker",
                                  FAKE_PROFILE_WORKER_PATH, "--lease-dir", Path("leases"),
                                  "--http-listen", "127.0.0.1:0", "--token-file", Path("tokens"),
                                  "--audit-log", Path("audit.log")});
-    ASSERT_OK(daemon_->Start());
+    RETURN_IF_ERROR(daemon_->Start());
     port_ = HttpPort();
-    ASSERT_GT(port_, 0) << daemon_->Stderr();
-    ASSERT_EQ(Cli({"register", Path("modes.textproto")}).exit_code, 0);
+    if (port_ == 0) return absl::InternalError("no HTTP port in the log: " + daemon_->Stderr());
+    return absl::OkStatus();
   }
-
-  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
 
   CommandResult Cli(std::vector<std::string> args) {
     args.insert(args.begin(), {AutotuneCliPath(), "--server", daemon_->address()});
     return RunCommand(args, absl::Minutes(2));
   }
 
-  // The port in "metrics served on http://127.0.0.1:PORT/metrics".
+  // The port in "metrics served on http://127.0.0.1:PORT/metrics", of the
+  // daemon started last (they share one log).
   int HttpPort() const {
     const std::string log = daemon_->Stderr();
     const std::string marker = "served on http://127.0.0.1:";
-    const size_t at = log.find(marker);
+    const size_t at = log.rfind(marker);
     int port = 0;
     if (at == std::string::npos) return 0;
     const std::string rest = log.substr(at + marker.size());
@@ -105,11 +115,14 @@ class WebEndToEndTest : public ::testing::Test {
     return entries.total();
   }
 
-  // node SCRIPT ARGS..., with the pinned packages of the build.
+  // node SCRIPT ARGS..., with the pinned packages of the build; what the
+  // script says it checked goes to the test's output.
   CommandResult Node(const std::string& script, std::vector<std::string> args) {
     args.insert(args.begin(), {AUTOTUNE_NODE, std::string(AUTOTUNE_WEB_TESTS_DIR) + "/" + script,
                                "--node-modules", AUTOTUNE_WEB_NODE_MODULES});
-    return RunCommand(args, absl::Minutes(2));
+    CommandResult result = RunCommand(args, absl::Minutes(2));
+    std::cout << result.out;
+    return result;
   }
 
   static std::string Artifact(const std::string& name) {
@@ -209,6 +222,32 @@ TEST_F(WebEndToEndTest, TheReportAndTheAdminPageRenderInChromium) {
             absl::StrCat(kProblems), "--invalidate", "--screenshot", Artifact("admin-page.png")});
   EXPECT_EQ(admin.exit_code, 0) << admin.out << admin.err;
   EXPECT_EQ(EntryCount(), kProblems - 1) << "the page's invalidation went through";
+}
+
+// Live progress: the page, opened while a job runs, follows it by itself.
+TEST_F(WebEndToEndTest, TheAdminPageFollowsARunningJob) {
+  ASSERT_EQ(Cli({"warmup", Path("modes.manifest")}).exit_code, 0);
+  // Again, with a profile worker slow enough to be watched: 0.7 s a
+  // variant, about 12 s for the job.
+  EXPECT_EQ(daemon_->Stop(), 0);
+  setenv("FAKE_WORKER_SLEEP_MS", "700", 1);
+  const absl::Status started = StartDaemon();
+  unsetenv("FAKE_WORKER_SLEEP_MS");
+  ASSERT_OK(started);
+  std::thread warmup([this] { Cli({"warmup", Path("modes.manifest"), "--retune"}); });
+  const v1::Job running = WaitForNewestJob(
+      daemon_->address(), [](const v1::Job& job) { return job.state() == v1::SCREENING; },
+      absl::Minutes(1));
+  EXPECT_EQ(running.state(), v1::SCREENING);
+
+  const CommandResult admin =
+      Node("admin_page.mjs",
+           {"--url", absl::StrCat("http://127.0.0.1:", port_, "/admin"), "--token-file",
+            Path("reader.token"), "--expect-running", "--expect-entries", absl::StrCat(kProblems),
+            "--screenshot", Artifact("admin-page-live.png")});
+  warmup.join();
+  EXPECT_EQ(admin.exit_code, 0) << admin.out << admin.err;
+  EXPECT_THAT(admin.out, HasSubstr("followed live"));
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 //
 //   node web/tests/admin_page.mjs --url http://127.0.0.1:PORT/admin --screenshot OUT.png
 //       [--token-file FILE] [--reader-token-file FILE] [--expect-entries N] [--invalidate]
-//       [--node-modules DIR]
+//       [--expect-running] [--node-modules DIR]
+//
+// --expect-running: a job runs when the page opens; the page must show its
+// progress moving and then its end, by itself (no reload).
 //
 // Token files hold the raw bearer token on their first line.
 import { readFileSync } from 'node:fs';
@@ -11,10 +14,10 @@ import { check, die, openPage, parseArgs, run } from './browser.mjs';
 import { checkLandscape, drawnLandscape, expectedLandscape } from './landscape_checks.mjs';
 
 const USAGE = 'admin_page.mjs --url URL --screenshot OUT.png [--token-file FILE] [--reader-token-file FILE] ' +
-  '[--expect-entries N] [--invalidate]';
+  '[--expect-entries N] [--invalidate] [--expect-running]';
 const args = parseArgs({
   url: 'string', screenshot: 'string', 'token-file': 'string', 'reader-token-file': 'string',
-  'expect-entries': 'number', invalidate: 'flag', 'node-modules': 'string',
+  'expect-entries': 'number', invalidate: 'flag', 'expect-running': 'flag', 'node-modules': 'string',
 }, USAGE);
 if (!args.url || !args.screenshot) die(`usage: ${USAGE}`, 2);
 if (args.invalidate && !args['token-file']) die('--invalidate needs --token-file (an admin token)', 2);
@@ -32,6 +35,7 @@ function readToken(file) {
 }
 
 const PAGE_SIZE = 50;
+const RUNNING = new Set(['QUEUED', 'COMPILING', 'SCREENING', 'VALIDATING']);
 const TIMEOUT = 30000;
 const origin = new URL(args.url).origin;
 let session = null;
@@ -44,6 +48,28 @@ function apiGet(page, path) {
     const response = await fetch(p, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
     return { status: response.status, body: await response.json().catch(() => null) };
   }, path));
+}
+
+// A running job's row, followed as the page polls: its progress text must
+// change at least once and the row must end SUCCEEDED.
+async function followRunningJob(page) {
+  const row = page.locator('#jobs-table tbody tr[data-job]').filter({ has: page.locator('[role="progressbar"]') }).first();
+  await row.waitFor({ timeout: TIMEOUT });
+  const id = await row.getAttribute('data-job');
+  const selector = `#jobs-table tbody tr[data-job="${id}"]`;
+  const seen = new Set();
+  const deadline = Date.now() + 120000;
+  let jobState = '';
+  while (Date.now() < deadline) {
+    jobState = (await page.getAttribute(selector, 'data-state').catch(() => null)) || '';
+    if (!RUNNING.has(jobState)) break;
+    const text = await page.locator(`${selector} .progress-text`).textContent().catch(() => null);
+    if (text) seen.add(text.trim());
+    await page.waitForTimeout(200);
+  }
+  check(jobState === 'SUCCEEDED', `job ${id} shows ${jobState || 'nothing'} on the page, not SUCCEEDED, after following it`);
+  check(seen.size >= 2, `the progress of job ${id} never moved on the page: ${[...seen].join(' | ')}`);
+  return `job ${id} followed live through ${seen.size} progress states to ${jobState}`;
 }
 
 // Opens the page; a daemon that wants a token answers 401 until one is
@@ -150,6 +176,7 @@ run('admin_page', args.screenshot, async (adopt) => {
     if (!listed) check(await page.locator('#jobs-table tbody td.empty').count() === 1, 'no jobs, and the page does not say so');
     summary.push(`${rows} jobs`);
   }
+  if (args['expect-running']) summary.push(await followRunningJob(page));
 
   const before = await entryCount(page);
   if (args['expect-entries'] !== undefined) {
