@@ -11,7 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "google/protobuf/util/json_util.h"
+#include "base/status_macros.h"
+#include "proto/json.h"
 #include "proto/problem.h"
 
 namespace autotune::client {
@@ -373,16 +374,7 @@ std::string FirstLine(absl::string_view text, size_t max_chars) {
 }
 
 absl::Status PrintJson(const google::protobuf::Message& message, std::ostream& out) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  const auto printed = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!printed.ok()) {
-    return absl::InternalError(
-        absl::StrCat("cannot print the answer as JSON: ", printed.message().ToString()));
-  }
+  ASSIGN_OR_RETURN(const std::string json, MessageJson(message, /*indent=*/true));
   out << json;
   if (json.empty() || json.back() != '\n') out << "\n";
   return absl::OkStatus();

@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "google/protobuf/util/json_util.h"
+#include "base/status_macros.h"
+#include "proto/json.h"
 #include "proto/problem.h"
 #include "web/web_assets.h"
 
@@ -55,15 +56,7 @@ absl::StatusOr<v1::ReportPageData> CollectReportData(Client& client, const v1::J
 }
 
 absl::StatusOr<std::string> RenderReportHtml(const v1::ReportPageData& data) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  const auto printed = google::protobuf::util::MessageToJsonString(data, &json, options);
-  if (!printed.ok()) {
-    return absl::InternalError(
-        absl::StrCat("printing the report's data as JSON: ", printed.message().ToString()));
-  }
+  ASSIGN_OR_RETURN(const std::string json, MessageJson(data));
   std::string page(web::ReportPageTemplate());
   const std::string placeholder(web::kReportDataPlaceholder);
   page.replace(page.find(placeholder), placeholder.size(),

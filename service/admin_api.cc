@@ -11,6 +11,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/json.h"
 #include "proto/problem.h"
 #include "service/job_text.h"
 #include "web/web_assets.h"
@@ -46,26 +47,13 @@ int HttpStatusOf(absl::StatusCode code) {
   }
 }
 
-absl::StatusOr<std::string> Json(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  const auto printed = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!printed.ok()) {
-    return absl::InternalError(
-        absl::StrCat("printing the answer as JSON: ", printed.message().ToString()));
-  }
-  return json;
-}
-
 HttpResponse ErrorResponse(const absl::Status& status) {
   google::protobuf::Struct error;
   (*error.mutable_fields())["code"].set_string_value(absl::StatusCodeToString(status.code()));
   (*error.mutable_fields())["message"].set_string_value(std::string(status.message()));
-  std::string body;
-  (void)google::protobuf::util::MessageToJsonString(error, &body);
-  return {.status = HttpStatusOf(status.code()), .body = std::move(body), .headers = {}};
+  return {.status = HttpStatusOf(status.code()),
+          .body = MessageJson(error).value_or("{}"),
+          .headers = {}};
 }
 
 std::string Param(const HttpRequest& request, const std::string& name) {
@@ -193,7 +181,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
           result.status(), result.ok() ? absl::StrCat(result->entries_removed(), " entries") : "");
     }
     if (!result.ok()) return result.status();
-    return Json(*result);
+    return MessageJson(*result);
   }
   if (!get) return absl::InvalidArgumentError(absl::StrCat(path, " answers GET only"));
   if (path == "/api/whoami") {
@@ -204,7 +192,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
     google::protobuf::Struct who;
     (*who.mutable_fields())["caller"].set_string_value(caller.id);
     (*who.mutable_fields())["role"].set_string_value(RoleName(caller.role));
-    return Json(who);
+    return MessageJson(who);
   }
   if (path == "/api/entries") {
     RETURN_IF_ERROR(Admit(request, "ListEntries").status());
@@ -219,7 +207,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
     list.set_limit(limit);
     list.set_offset(offset);
     ASSIGN_OR_RETURN(const v1::ListEntriesResponse entries, sources_.admin->ListEntries(list));
-    return Json(entries);
+    return MessageJson(entries);
   }
   if (path == "/api/entry") {
     RETURN_IF_ERROR(Admit(request, "GetEntry").status());
@@ -231,7 +219,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
     if (!problem.has_value()) return absl::InvalidArgumentError("dims and dtype are needed");
     *entry.mutable_problem() = *problem;
     ASSIGN_OR_RETURN(const v1::GetEntryResponse answer, sources_.admin->GetEntry(entry));
-    return Json(answer);
+    return MessageJson(answer);
   }
   if (path == "/api/jobs") {
     RETURN_IF_ERROR(Admit(request, "ListJobs").status());
@@ -239,18 +227,18 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
     ASSIGN_OR_RETURN(const int32_t limit, IntParam(request, "limit"));
     list.set_limit(limit);
     ASSIGN_OR_RETURN(const v1::ListJobsResponse jobs, sources_.admin->ListJobs(list));
-    return Json(jobs);
+    return MessageJson(jobs);
   }
   if (absl::StartsWith(path, "/api/jobs/")) {
     RETURN_IF_ERROR(Admit(request, "GetJob").status());
     v1::GetJobRequest job;
     job.set_id(path.substr(std::string("/api/jobs/").size()));
     ASSIGN_OR_RETURN(const v1::Job answer, sources_.admin->GetJob(job));
-    return Json(answer);
+    return MessageJson(answer);
   }
   if (path == "/api/devices") {
     RETURN_IF_ERROR(Admit(request, "Stats").status());
-    return Json(DevicesMessage(sources_.jobs->Snapshot()));
+    return MessageJson(DevicesMessage(sources_.jobs->Snapshot()));
   }
   return absl::NotFoundError(absl::StrCat("no API call at ", path));
 }
