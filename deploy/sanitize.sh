@@ -11,7 +11,9 @@
 #                                 in-process gRPC server (the store under
 #                                 concurrent readers and writers, the lookup
 #                                 resolver, the compile and profile pools,
-#                                 the job runner, tune-on-miss, the local
+#                                 the job runner (two GPUs and two
+#                                 runners sharing leases among its tests),
+#                                 tune-on-miss, the local
 #                                 cache). Debian's Abseil is not built with
 #                                 TSan: tests/tsan/absl_sync_annotations.cc
 #                                 makes its locks visible; gRPC's are not,
@@ -41,7 +43,7 @@ case "$mode" in
       service_compile_pool_test service_profile_pool_test service_compile_phase_test
       service_job_runner_test service_tune_on_miss_test client_test autotune-worker
       fake-profile-worker)
-    select=(-R '^(cache\.Store|LookupResolver|CompilePool|ProfilePool|CompilePhase|ScreenJob|TuneOnMiss|client\.LocalCache)')
+    select=(-R '^(cache\.Store|LookupResolver|CompilePool|ProfilePool|CompilePhase|ScreenJob|TwoGpu|TuneOnMiss|client\.LocalCache)')
     ;;
   *)
     echo "usage: deploy/sanitize.sh [address|thread]" >&2

@@ -5,18 +5,25 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/gpu_lease.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "cache/store.h"
@@ -830,6 +837,200 @@ TEST_F(ScreenJobTest, AJobWaitsForTheGpuLeaseOfAnotherHolder) {
   EXPECT_THAT(job.results(), SizeIs(1));
   EXPECT_GE(absl::Now() - waited_from, absl::Seconds(0.9))
       << "the job said it waits, then went on before the lease was free";
+}
+
+// A host with two GPUs of one model, played by the stand-in worker
+// (FAKE_WORKER_GPUS=2). Each worker writes the span of every task it ran
+// (FAKE_WORKER_SPANS), so what ran where, and when, can be checked.
+class TwoGpuTest : public ScreenJobTest {
+ protected:
+  struct Span {
+    std::string uuid;
+    int64_t start_us = 0;
+    int64_t end_us = 0;
+    std::string kind;  // "screen" or "serial"
+  };
+
+  void SetUp() override {
+    ScreenJobTest::SetUp();
+    spans_path_ = dir_.path() + "/spans";
+    leases_ = dir_.path() + "/leases";
+  }
+
+  // "pair": MODE 0 and 1 (OK) and 2 (WRONG_RESULT), on `store`.
+  static absl::Status RegisterPair(cache::Store& store) {
+    ASSIGN_OR_RETURN(v1::KernelFamily family,
+                     kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+    family.set_name("pair");
+    family.mutable_params(0)->clear_values();
+    for (int mode : {0, 1, 2}) family.mutable_params(0)->add_values(mode);
+    return store.PutFamily(family, /*builtin=*/false).status();
+  }
+
+  static v1::JobSpec PairSpec() {
+    v1::JobSpec spec;
+    v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+    item->set_family("pair");
+    v1::ManifestItem::DimValues* n = item->add_dims();
+    n->set_name("n");
+    for (int value : {256, 512, 1024, 2048}) n->add_values(value);
+    item->add_dtypes(v1::FLOAT32);
+    return spec;
+  }
+
+  static std::unique_ptr<JobRunner> Runner(cache::Store* store, CompilePool* pool,
+                                           const std::string& leases) {
+    JobRunnerOptions options;
+    options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
+    options.profile.grace = absl::Seconds(1);
+    options.profile.lease_dir = leases;
+    options.variant_timeout_s = 0.1;
+    return std::make_unique<JobRunner>(store, pool, "", options);
+  }
+
+  static v1::Job RunOn(JobRunner& runner, const v1::JobSpec& spec) {
+    absl::StatusOr<v1::Job> job = runner.Submit(spec);
+    EXPECT_OK(job.status());
+    if (!job.ok()) return {};
+    v1::Job last;
+    EXPECT_OK(runner.Watch(job->id(), [&](const v1::JobProgress& progress) {
+      last = progress.job();
+      return true;
+    }));
+    return last;
+  }
+
+  std::vector<Span> Spans() const {
+    std::vector<Span> spans;
+    absl::StatusOr<std::string> text = ReadFile(spans_path_);
+    EXPECT_OK(text.status());
+    for (absl::string_view line : absl::StrSplit(text.value_or(""), '\n', absl::SkipEmpty())) {
+      const std::vector<std::string> words = absl::StrSplit(line, ' ');
+      Span span;
+      EXPECT_EQ(words.size(), 4u) << line;
+      if (words.size() != 4 || !absl::SimpleAtoi(words[1], &span.start_us) ||
+          !absl::SimpleAtoi(words[2], &span.end_us)) {
+        continue;
+      }
+      span.uuid = words[0];
+      span.kind = words[3];
+      spans.push_back(span);
+    }
+    return spans;
+  }
+
+  // Pairs of spans on one GPU that overlap in time: must be none.
+  static std::vector<std::string> OverlapsOnOneGpu(std::vector<Span> spans) {
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+      return std::tie(a.uuid, a.start_us) < std::tie(b.uuid, b.start_us);
+    });
+    std::vector<std::string> overlaps;
+    for (size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].uuid == spans[i - 1].uuid && spans[i].start_us < spans[i - 1].end_us) {
+        overlaps.push_back(absl::StrCat(spans[i].uuid, ": ", spans[i - 1].kind, " until ",
+                                        spans[i - 1].end_us, ", ", spans[i].kind, " from ",
+                                        spans[i].start_us));
+      }
+    }
+    return overlaps;
+  }
+
+  std::string spans_path_;
+  std::string leases_;
+};
+
+TEST_F(TwoGpuTest, BothGpusScreenAtOnceAndEachMeasuresOneTaskAtATime) {
+  ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
+  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "100");
+  ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
+  ASSERT_OK(RegisterPair(*store_));
+  runner_ = Runner(store_.get(), compile_pool_.get(), leases_);
+
+  const v1::Job job = RunOn(*runner_, PairSpec());
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  EXPECT_THAT(job.results(), SizeIs(4));
+
+  const std::vector<Span> all = Spans();
+  std::set<std::string> gpus_used;
+  std::map<std::string, int> kinds;
+  for (const Span& span : all) {
+    gpus_used.insert(span.uuid);
+    ++kinds[span.kind];
+  }
+  EXPECT_EQ(gpus_used, (std::set<std::string>{"GPU-fake-0", "GPU-fake-1"}));
+  EXPECT_GE(kinds["screen"], 4) << "every problem screened";
+  EXPECT_EQ(kinds["serial"], 4) << "one serial task per problem";
+  EXPECT_THAT(OverlapsOnOneGpu(all), ::testing::IsEmpty());
+  bool parallel = false;
+  for (const Span& a : all) {
+    for (const Span& b : all) {
+      parallel = parallel || (a.kind == "screen" && b.kind == "screen" && a.uuid < b.uuid &&
+                              a.start_us < b.end_us && b.start_us < a.end_us);
+    }
+  }
+  EXPECT_TRUE(parallel) << "no two screens ran at once on the two GPUs";
+}
+
+// Two daemons on one host, each with both GPUs, sharing the host's leases.
+TEST_F(TwoGpuTest, TwoRunnersSharingTheLeasesNeverMeasureOnOneGpuAtOnce) {
+  ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
+  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "60");
+  ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<cache::Store> other,
+                       cache::Store::Open({.path = dir_.path() + "/other.db"}));
+  ASSERT_OK(RegisterPair(*store_));
+  ASSERT_OK(RegisterPair(*other));
+  runner_ = Runner(store_.get(), compile_pool_.get(), leases_);
+  std::unique_ptr<JobRunner> second = Runner(other.get(), compile_pool_.get(), leases_);
+
+  v1::Job first_job;
+  std::thread first([&] { first_job = RunOn(*runner_, PairSpec()); });
+  const v1::Job second_job = RunOn(*second, PairSpec());
+  first.join();
+  EXPECT_EQ(first_job.state(), v1::SUCCEEDED) << first_job.error();
+  EXPECT_EQ(second_job.state(), v1::SUCCEEDED) << second_job.error();
+
+  const std::vector<Span> all = Spans();
+  std::set<std::string> gpus_used;
+  int serial = 0;
+  for (const Span& span : all) {
+    gpus_used.insert(span.uuid);
+    serial += span.kind == "serial" ? 1 : 0;
+  }
+  EXPECT_EQ(gpus_used.size(), 2u);
+  EXPECT_EQ(serial, 8) << "one serial task per problem of each job";
+  EXPECT_THAT(OverlapsOnOneGpu(all), ::testing::IsEmpty());
+}
+
+// A foreign load on GPU 1 only: GPU 0 keeps validating cleanly; what GPU 1
+// validates under --force is marked CONTENDED.
+TEST_F(TwoGpuTest, AForeignLoadOnOneGpuMarksOnlyWhatThatGpuMeasured) {
+  ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
+  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "60");
+  ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
+  ScopedEnv foreign("FAKE_WORKER_FOREIGN", "4121:1073741824");
+  ScopedEnv on_gpu_1("FAKE_WORKER_FOREIGN_GPU", "1");
+  ASSERT_OK(RegisterPair(*store_));
+  runner_ = Runner(store_.get(), compile_pool_.get(), leases_);
+  v1::JobSpec spec = PairSpec();
+  spec.mutable_options()->set_force(true);
+
+  const v1::Job job = RunOn(*runner_, spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_THAT(job.results(), SizeIs(4));
+  int contended = 0;
+  for (const v1::Entry& entry : job.results()) {
+    if (entry.contended()) {
+      ++contended;
+      EXPECT_THAT(entry.contention(), HasSubstr("4121"));
+    }
+  }
+  std::map<std::string, int> serial_on;
+  for (const Span& span : Spans()) serial_on[span.uuid] += span.kind == "serial" ? 1 : 0;
+  EXPECT_EQ(contended, serial_on["GPU-fake-1"]) << "CONTENDED exactly where the load was";
+  EXPECT_EQ(4 - contended, serial_on["GPU-fake-0"]);
+  EXPECT_GT(serial_on["GPU-fake-0"], 0) << "GPU 0 kept validating";
+  EXPECT_GT(serial_on["GPU-fake-1"], 0) << "nothing was validated where the load was";
 }
 
 }  // namespace

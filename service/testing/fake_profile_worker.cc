@@ -20,11 +20,16 @@
 // FAKE_WORKER_SLEEP_MS=<ms> waits that long before each variant's outcome
 // and before a serial task's report (a job long enough to interrupt);
 // FAKE_WORKER_MIXED=1 reports two GPUs, the second with fewer SMs;
+// FAKE_WORKER_GPUS=<n> reports n GPUs of one model (GPU-fake-0...);
+// FAKE_WORKER_SPANS=<file> appends "<uuid> <start us> <end us> screen|serial"
+// for each task that ends OK (wall-clock microseconds, comparable across
+// workers);
 // FAKE_WORKER_SCREEN_LIES=1 makes MODE=1 screen at 5 us (serially 20 us);
 // FAKE_WORKER_FOREIGN=<pid>:<bytes> puts another compute process on the GPU
 // for the first FAKE_WORKER_FOREIGN_PROBES probes (default: all), and into
 // the rounds of the first FAKE_WORKER_FOREIGN_SERIALS serial tasks
-// (default: none); FAKE_WORKER_NO_NVML=1 answers probes with an NVML error.
+// (default: none), only on the GPU of ordinal FAKE_WORKER_FOREIGN_GPU when
+// that is set; FAKE_WORKER_NO_NVML=1 answers probes with an NVML error.
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,9 +66,15 @@ int EnvInt(const char* name, int otherwise) {
 }
 
 // FAKE_WORKER_FOREIGN as a process, or false.
+// The ordinal this worker reports, for FAKE_WORKER_FOREIGN_GPU.
+int g_ordinal = 0;
+
 bool Foreign(wv1::ForeignProcess* process) {
   const char* value = std::getenv("FAKE_WORKER_FOREIGN");
   if (value == nullptr) return false;
+  if (const char* gpu = std::getenv("FAKE_WORKER_FOREIGN_GPU"); gpu != nullptr) {
+    if (std::atoi(gpu) != g_ordinal) return false;
+  }
   const char* colon = std::strchr(value, ':');
   process->set_pid(std::atoi(value));
   process->set_used_memory_bytes(colon == nullptr ? 0 : std::atoll(colon + 1));
@@ -128,6 +139,7 @@ int main(int argc, char** argv) {
   }
   wv1::DeviceInfo* device = hello.mutable_hello()->mutable_device();
   device->set_ordinal(argc >= 4 ? std::atoi(argv[3]) : 0);
+  g_ordinal = device->ordinal();
   device->set_name("Fake GPU");
   device->set_compute_capability(90);
   device->set_sm_count(132);
@@ -137,6 +149,7 @@ int main(int argc, char** argv) {
   device->set_uuid(absl::StrCat("GPU-fake-", device->ordinal()));
   device->set_copy_gbps(4000);
   device->set_default_sm_clock_mhz(1980);
+  if (EnvInt("FAKE_WORKER_GPUS", 0) > 1) device->set_device_count(EnvInt("FAKE_WORKER_GPUS", 0));
   if (std::getenv("FAKE_WORKER_MIXED") != nullptr) {
     device->set_device_count(2);
     if (device->ordinal() == 1) device->set_sm_count(114);
@@ -156,6 +169,7 @@ int main(int argc, char** argv) {
     }
     const wv1::ProfileTask& task = request.profile();
     const bool serial = task.has_serial();
+    const int64_t started_us = absl::ToUnixMicros(absl::Now());
     if (log_path != nullptr) {
       FILE* log = std::fopen(log_path, "a");
       std::fprintf(log, "%d %s variants=%d%s\n", getpid(), task.context().c_str(),
@@ -284,6 +298,13 @@ int main(int argc, char** argv) {
       *done.mutable_profile_done()->mutable_serial() = report;
     }
     done.mutable_profile_done()->set_status(v1::OK);
+    if (const char* spans = std::getenv("FAKE_WORKER_SPANS")) {
+      FILE* file = std::fopen(spans, "a");
+      std::fprintf(
+          file, "%s %lld %lld %s\n", device->uuid().c_str(), static_cast<long long>(started_us),
+          static_cast<long long>(absl::ToUnixMicros(absl::Now())), serial ? "serial" : "screen");
+      std::fclose(file);
+    }
     if (!Send(done)) return 1;
   }
 }
