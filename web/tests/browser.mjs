@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 
 export class TestFailure extends Error {}
 
@@ -48,7 +48,7 @@ async function loadPlaywright(nodeModules) {
   const places = [nodeModules, ...(process.env.NODE_PATH || '').split(':')].filter(Boolean);
   for (const dir of places) {
     try {
-      return createRequire(join(dir, 'noop.js'))('playwright-core');
+      return createRequire(join(resolve(dir), 'noop.js'))('playwright-core');
     } catch (error) {
       // not there; try the next
     }
