@@ -9,11 +9,14 @@
 // PRAGMA integrity_check says ok. Compiles are real (NVRTC); the stand-in
 // profile worker (service/testing/fake_profile_worker.cc) acts out the GPU,
 // taking FAKE_WORKER_SLEEP_MS per variant so that each phase can be hit.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -451,13 +454,30 @@ TEST(LocalCacheCrashTest, AWriterKilledAtRandomLeavesOnlyWholeFiles) {
     const std::string writer = LOCAL_CACHE_WRITER_PATH;
     std::vector<char*> argv = {const_cast<char*>(writer.c_str()),
                                const_cast<char*>(cache_dir.c_str()), nullptr};
+    // The kill comes at a random moment after the writer said it writes
+    // (a sanitized build may take longer than the whole window to start).
+    int started[2];
+    ASSERT_EQ(pipe2(started, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, started[1], STDOUT_FILENO);
     pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, writer.c_str(), nullptr, nullptr, argv.data(), environ), 0);
-    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(5, 60)(random)));
+    const int spawned = posix_spawn(&pid, writer.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(started[1]);
+    ASSERT_EQ(spawned, 0);
+    pollfd ready{.fd = started[0], .events = POLLIN, .revents = 0};
+    char byte = 0;
+    const bool writing = poll(&ready, 1, 60000) == 1 && read(started[0], &byte, 1) == 1;
+    close(started[0]);
+    if (writing) {
+      absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(5, 60)(random)));
+    }
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the writer ended by itself: " << status;
+    ASSERT_TRUE(writing) << "kill " << kill_number << ": the writer wrote nothing within 60 s";
 
     ASSERT_OK_AND_ASSIGN(client::LocalCache cache, client::LocalCache::Open(cache_dir));
     for (int i = 0; i < 16; ++i) {

@@ -2,7 +2,9 @@
 // cache at DIR (client/local_cache.h) for ever, as a client would. For
 // crash_test.cc, which kills it at random moments. Answer i is for the
 // problem n=i of family "crash"; its cubin is 256 KiB of bytes derived from
-// i and the round, so that a rewrite changes every file.
+// i and the round, so that a rewrite changes every file. Once its first
+// answer is written it writes one byte to stdout: from then on a kill lands
+// in the middle of writing, however long the process took to start.
 #include <cstdio>
 #include <string>
 
@@ -33,6 +35,10 @@ int main(int argc, char** argv) {
       answer.mutable_response()->mutable_entry()->set_binary_sha256(sha256);
       answer.mutable_response()->mutable_entry()->set_tuned_at(absl::StrCat("round ", round));
       if (!cache->PutCubin(sha256, cubin).ok() || !cache->PutAnswer(answer).ok()) return 1;
+      if (round == 0 && i == 0) {
+        std::fputc('w', stdout);
+        std::fflush(stdout);
+      }
     }
   }
 }
