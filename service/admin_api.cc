@@ -136,17 +136,15 @@ absl::StatusOr<Caller> AdminApi::Admit(const HttpRequest& request, absl::string_
 
 HttpResponse AdminApi::Page(const HttpRequest& request) const {
   if (request.method != "GET") return ErrorResponse(absl::InvalidArgumentError("GET only"));
-  HttpResponse page{.content_type = "text/html; charset=utf-8",
-                    .body = std::string(web::AdminPage()),
-                    .headers = {}};
   // Everything the page runs is inline; it may only call back here.
-  page.headers = {{"Content-Security-Policy",
-                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                   "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                   "frame-ancestors 'none'"},
-                  {"X-Frame-Options", "DENY"},
-                  {"Referrer-Policy", "no-referrer"}};
-  return page;
+  return {.content_type = "text/html; charset=utf-8",
+          .body = std::string(web::AdminPage()),
+          .headers = {{"Content-Security-Policy",
+                       "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                       "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                       "frame-ancestors 'none'"},
+                      {"X-Frame-Options", "DENY"},
+                      {"Referrer-Policy", "no-referrer"}}};
 }
 
 HttpResponse AdminApi::Api(const HttpRequest& request) const {
@@ -178,7 +176,8 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
           caller, "Invalidate",
           absl::StrCat(invalidate.all() ? "all entries" : DescribeFilter(invalidate.filter()),
                        invalidate.dry_run() ? " (dry run)" : "", " (HTTP)"),
-          result.status(), result.ok() ? absl::StrCat(result->entries_removed(), " entries") : "");
+          result.status(),
+          result.ok() ? absl::StrCat(result->entries_removed(), " entries removed") : "");
     }
     if (!result.ok()) return result.status();
     return MessageJson(*result);
