@@ -20,7 +20,7 @@
 // `autotune --json` prints them). An error is the HTTP status of its code
 // (401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INVALID_ARGUMENT, 404
 // NOT_FOUND, 503 UNAVAILABLE...) with {"code": "PERMISSION_DENIED",
-// "message": "..."}. A POST of any other content type is refused (415): a
+// "message": "..."}. A POST of any other content type is refused (400): a
 // cross-site form cannot send one, so it cannot invalidate on a
 // browser's behalf.
 //

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_matchers.h"
@@ -33,18 +32,7 @@ class ResumeAfterKillTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("FAKE_WORKER_SLEEP_MS", "150", 1);
-    const std::string testdata = SERVICE_TESTDATA_DIR;
-    ASSERT_OK_AND_ASSIGN(std::string family, ReadFile(testdata + "/modes.textproto"));
-    ASSERT_THAT(family, ::testing::HasSubstr("values: [0, 1, 2, 3, 4, 5, 6, 7]"));
-    ASSERT_OK(WriteFileAtomically(Path("modes.textproto"),
-                                  absl::StrReplaceAll(family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]",
-                                                                "values: [0, 1, 2, 6]"}})));
-    ASSERT_OK_AND_ASSIGN(std::string source, ReadFile(testdata + "/modes.cu"));
-    ASSERT_OK(WriteFileAtomically(Path("modes.cu"), source));
-    ASSERT_OK(WriteFileAtomically(
-        Path("modes.manifest"),
-        "items { family: \"modes\" dims { name: \"n\" values: [256, 512, 1024, 2048, "
-        "4096, 8192] } dtypes: [FLOAT32] }\n"));
+    ASSERT_OK(WriteModesFamily(dir_.path(), "[0, 1, 2, 6]", "[256, 512, 1024, 2048, 4096, 8192]"));
     ASSERT_OK(StartDaemon());
     CommandResult registered = Cli({"register", Path("modes.textproto")});
     ASSERT_EQ(registered.exit_code, 0) << registered.err;

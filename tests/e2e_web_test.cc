@@ -15,7 +15,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
@@ -38,18 +37,8 @@ constexpr int kProblems = 3;
 class WebEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string testdata = SERVICE_TESTDATA_DIR;
-    ASSERT_OK_AND_ASSIGN(std::string family, ReadFile(testdata + "/modes.textproto"));
     // Two fast variants, one that computes wrong results, one unsupported.
-    ASSERT_OK(WriteFileAtomically(Path("modes.textproto"),
-                                  absl::StrReplaceAll(family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]",
-                                                                "values: [0, 1, 2, 6]"}})));
-    ASSERT_OK_AND_ASSIGN(std::string source, ReadFile(testdata + "/modes.cu"));
-    ASSERT_OK(WriteFileAtomically(Path("modes.cu"), source));
-    ASSERT_OK(WriteFileAtomically(
-        Path("modes.manifest"),
-        "items { family: \"modes\" dims { name: \"n\" values: [256, 512, 1024] } "
-        "dtypes: [FLOAT32] }\n"));
+    ASSERT_OK(WriteModesFamily(dir_.path(), "[0, 1, 2, 6]", "[256, 512, 1024]"));
     for (const char* role : {"reader", "admin"}) {
       ASSERT_OK_AND_ASSIGN(token_[role], NewToken());
       ASSERT_OK(WriteFileAtomically(Path(absl::StrCat(role, ".token")), token_[role] + "\n"));

@@ -17,11 +17,14 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/posix_error.h"
+#include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
@@ -288,6 +291,24 @@ v1::Job WaitForNewestJob(const std::string& address,
     absl::SleepFor(every);
   }
   return newest;
+}
+
+absl::Status WriteModesFamily(const std::string& dir, const std::string& modes,
+                              const std::string& n_values) {
+  constexpr absl::string_view kAllModes = "values: [0, 1, 2, 3, 4, 5, 6, 7]";
+  ASSIGN_OR_RETURN(std::string family, ReadFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  if (!absl::StrContains(family, kAllModes)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(SERVICE_TESTDATA_DIR "/modes.textproto no longer says ", kAllModes));
+  }
+  ASSIGN_OR_RETURN(const std::string source, ReadFile(SERVICE_TESTDATA_DIR "/modes.cu"));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/modes.textproto",
+      absl::StrReplaceAll(family, {{kAllModes, absl::StrCat("values: ", modes)}})));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/modes.cu", source));
+  return WriteFileAtomically(dir + "/modes.manifest",
+                             absl::StrCat("items { family: \"modes\" dims { name: \"n\" values: ",
+                                          n_values, " } dtypes: [FLOAT32] }\n"));
 }
 
 HttpAnswer HttpCall(int port, const std::string& method, const std::string& path,

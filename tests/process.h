@@ -82,6 +82,14 @@ struct HttpAnswer {
 HttpAnswer HttpCall(int port, const std::string& method, const std::string& path,
                     const std::vector<std::string>& headers = {}, const std::string& body = "");
 
+// The test family of service/testdata (service/testing/fake_profile_worker.cc
+// acts out its MODE values) in `dir`: modes.textproto with only the MODE
+// values `modes` ("[0, 1, 2, 6]"), modes.cu, and modes.manifest of the
+// problems n = `n_values` ("[256, 512]") in FLOAT32. FAILED_PRECONDITION when
+// the family no longer lists MODE as this expects.
+absl::Status WriteModesFamily(const std::string& dir, const std::string& modes,
+                              const std::string& n_values);
+
 // The environment variable `name`, or `fallback` when it is unset or empty.
 // A bundle run on another machine names its paths this way.
 std::string EnvironmentOr(const char* name, const std::string& fallback);

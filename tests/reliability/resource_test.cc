@@ -30,7 +30,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_macros.h"
@@ -294,25 +293,11 @@ TEST(ResourceTest, AReadOnlyDatabaseIsRefusedNamingItAndServedOnceWritableAgain)
   EXPECT_EQ(IntegrityCheck(db), "ok");
 }
 
-// The test family of service/testdata with only the MODE values `modes`
-// ("[0, 3]"), its source, and a manifest of one problem, in `dir`.
-absl::Status WriteModesFamily(const TempDir& dir, const std::string& modes) {
-  ASSIGN_OR_RETURN(std::string family, ReadFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
-  family = absl::StrReplaceAll(
-      family, {{"values: [0, 1, 2, 3, 4, 5, 6, 7]", absl::StrCat("values: ", modes)}});
-  ASSIGN_OR_RETURN(const std::string source, ReadFile(SERVICE_TESTDATA_DIR "/modes.cu"));
-  RETURN_IF_ERROR(WriteFileAtomically(dir.File("modes.textproto"), family));
-  RETURN_IF_ERROR(WriteFileAtomically(dir.File("modes.cu"), source));
-  return WriteFileAtomically(
-      dir.File("modes.manifest"),
-      "items { family: \"modes\" dims { name: \"n\" values: [256] } dtypes: [FLOAT32] }\n");
-}
-
 // The stand-in profile worker's MODE=3 never answers: the variant ends
 // TIMEOUT, the worker is replaced, the job finishes, lookups never wait.
 TEST(ResourceTest, AProfileWorkerThatNeverAnswersTimesOutAloneWhileLookupsGoOn) {
   TempDir dir;
-  ASSERT_OK(WriteModesFamily(dir, "[0, 3]"));
+  ASSERT_OK(WriteModesFamily(dir.path(), "[0, 3]", "[256]"));
   Daemon daemon(dir.path(), {"--kernels", "none", "--profile-worker", FAKE_PROFILE_WORKER_PATH,
                              "--lease-dir", dir.File("leases"), "--variant-timeout", "2"});
   ASSERT_OK(daemon.Start());
@@ -368,7 +353,7 @@ TEST(ResourceTest, WithoutNvrtcCompilesFailSayingWhatToSetAndWorkOnceItIsBack) {
   const std::string folder = NvrtcFolder();
   if (folder.empty()) GTEST_SKIP() << "NVRTC is not installed here";
   TempDir dir;
-  ASSERT_OK(WriteModesFamily(dir, "[0, 1]"));
+  ASSERT_OK(WriteModesFamily(dir.path(), "[0, 1]", "[256]"));
   // An empty folder over NVRTC's: for this test and its daemon, it is gone.
   // Not where the system's own libraries live (a distribution's CUDA), which
   // it would hide too.
