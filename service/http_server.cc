@@ -44,14 +44,10 @@ const char* StatusText(int status) {
       return "Forbidden";
     case 404:
       return "Not Found";
-    case 405:
-      return "Method Not Allowed";
     case 409:
       return "Conflict";
     case 413:
       return "Payload Too Large";
-    case 415:
-      return "Unsupported Media Type";
     case 429:
       return "Too Many Requests";
     case 503:
