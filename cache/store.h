@@ -49,9 +49,13 @@ namespace autotune::cache {
 // migrated forward on open; larger ones are refused.
 inline constexpr int kSchemaVersion = 3;
 
+// Pooled read connections: lookups of a few concurrent callers never wait
+// for one, and each holds only a page cache.
+inline constexpr int kDefaultReaders = 4;
+
 struct StoreOptions {
-  std::string path;  // the SQLite file; its directory must exist
-  int readers = 4;   // pooled read connections
+  std::string path;               // the SQLite file; its directory must exist
+  int readers = kDefaultReaders;  // pooled read connections
   absl::Duration busy_timeout = absl::Seconds(5);
   bool exclusive = true;  // take the "<path>.lock" flock
   // Testing only: stop migrating at this version (0 = kSchemaVersion).

@@ -6,7 +6,10 @@
 # first argument, default build/). Generated code (anything under the build
 # directory, *.pb.cc) and sources outside the checkout are skipped; headers
 # are checked through the units that include them. Files run in parallel,
-# one clang per core.
+# one clang per core. Further arguments are folders of the checkout
+# ("bench/"): only the units under them are checked. deploy/test.sh checks
+# this way only what no clang tree builds, since deploy/sanitize.sh's trees
+# compile with -Wthread-safety -Werror themselves.
 #
 # Prints "thread-safety: FAIL <file>" and clang's messages for each unit with
 # a warning (any warning fails, as -Werror makes it), then a summary line.
@@ -19,6 +22,8 @@ build=$(cd "${1:-build}" 2>/dev/null && pwd -P) || {
   echo "check-thread-safety: no build directory ${1:-build} (configure with cmake first)" >&2
   exit 2
 }
+shift || true
+only=$(printf '%s\n' "$@" | jq -R . | jq -s .)
 database=$build/compile_commands.json
 clangxx=${CLANGXX:-clang++-14}
 for tool in "$clangxx" jq; do
@@ -64,9 +69,11 @@ export -f check_one
 export logs root clangxx
 
 start=$SECONDS
-jq -j --arg root "$root/" --arg build "$build/" '
+jq -j --arg root "$root/" --arg build "$build/" --argjson only "$only" '
   [.[] | select((.file | startswith($root)) and (.file | startswith($build) | not)
-                and (.file | endswith(".pb.cc") | not))]
+                and (.file | endswith(".pb.cc") | not))
+       | select(($only | length) == 0
+                or (.file[($root | length):] as $rel | any($only[]; . as $p | $rel | startswith($p))))]
   | unique_by(.file) | to_entries[]
   | "\(.key)\u0000\(.value.directory)\u0000\(.value.file)\u0000\(.value.command)\u0000"' \
   "$database" >"$logs/units"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: installs what is missing, builds autotune (Release, in build/),
-# starts autotuned on its default socket and database unless one already
+# Quick start: installs what is missing, builds what it runs (Release, in
+# build/: the daemon, the CLI, the worker and the web pages, not the tests;
+# deploy/test.sh builds those) and says how long that took, starts autotuned on its default socket and database unless one already
 # answers there, runs a real warmup of the built-in rmsnorm family (three
 # problems) and looks problems up in what it tuned. On a machine without a
 # GPU the warmup compiles only, says that measuring needs a GPU, and the
@@ -35,9 +36,15 @@ fail() {
 say "dependencies"
 deploy/install-deps.sh
 
-say "build (Release, build/)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$(nproc)"
+say "build (Release, build/): autotuned, autotune, autotune-worker"
+build_start=$SECONDS
+generator=()
+if [[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then
+  generator=(-G Ninja)
+fi
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)" --target autotuned autotune autotune-worker
+echo "quickstart: built in $((SECONDS - build_start)) s"
 for binary in "$daemon" "$cli"; do
   [[ -x "$binary" ]] || fail "the build did not produce $binary"
 done

@@ -1,43 +1,74 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything in build/ (Release,
-# warnings are errors for the project's targets), checks the lock
-# annotations with clang (deploy/check-thread-safety.sh) and the layout of
-# the sources (deploy/check-format.sh), runs every test; then every test
-# again under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer
-# (deploy/sanitize.sh), the tests of the concurrent parts under
-# ThreadSanitizer (deploy/sanitize.sh thread), and the fuzz targets for a
-# bounded time each (deploy/fuzz.sh). The tests run
-# even when a check fails, so one run shows everything; the exit status is
-# ctest's, or 1 when a check failed.
-set -euo pipefail
+# CI: installs what is missing, builds everything in build/ (Release, GCC,
+# warnings are errors), checks the layout of the sources
+# (deploy/check-format.sh) and runs every test; then builds build-asan/
+# (clang: AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer,
+# -Wthread-safety -Werror, the fuzz targets) and runs every test again there,
+# the concurrent parts under ThreadSanitizer (deploy/sanitize.sh thread), and
+# the fuzz targets for a bounded time each (deploy/fuzz.sh). The lock
+# annotations of the units only build/ compiles (benchmarks, GPU suite,
+# example) are checked by deploy/check-thread-safety.sh.
+#
+# Every step runs even when one before it failed, so one run shows
+# everything; the last lines are a table of each step's time and result.
+# The exit status is 0 when every step passed, else 1.
+# CTEST_JOBS sets ctest's parallelism (default 4: most tests wait on
+# processes and sockets, not on a core).
+set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CTEST_JOBS=${CTEST_JOBS:-4}
 
-deploy/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$(nproc)"
+names=()
+results=()
+times=()
+# Runs one step ("name" command...), timing it.
+step() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "test.sh: == $name"
+  "$@" || rc=$?
+  names+=("$name")
+  times+=($((SECONDS - start)))
+  if ((rc == 0)); then results+=(passed); else results+=("FAILED ($rc)"); fi
+  echo "test.sh: $name: ${results[-1]} in ${times[-1]} s"
+  return 0
+}
 
-failed=()
-for check in check-thread-safety check-format; do
-  start=$SECONDS
-  deploy/$check.sh || failed+=("$check")
-  echo "test.sh: $check took $((SECONDS - start)) s"
-done
-if ((${#failed[@]} > 0)); then
-  echo "test.sh: failed: ${failed[*]} (see above); running the tests, then exiting 1"
-fi
+release_build() {
+  local generator=()
+  if [[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then
+    generator=(-G Ninja)
+  fi
+  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build -j"$(nproc)"
+}
+release_tests() {
+  local rc=0
+  ctest --test-dir build --output-on-failure -j"$CTEST_JOBS" || rc=$?
+  # A test killed by a timeout cannot remove its folders: remove them now.
+  tests/reap_temp_dirs.sh || true
+  return "$rc"
+}
+
+total=$SECONDS
+step "dependencies" deploy/install-deps.sh
+step "Release build (GCC)" release_build
+step "format check" deploy/check-format.sh
+step "thread-safety check of bench/, tests/gpu/, client/examples/" \
+  deploy/check-thread-safety.sh build bench/ tests/gpu/ client/examples/
+step "Release tests" release_tests
+step "ASan+UBSan build (clang, -Wthread-safety)" env SANITIZE_STEP=build deploy/sanitize.sh address
+step "ASan+UBSan tests" env SANITIZE_STEP=test deploy/sanitize.sh address
+step "TSan build" env SANITIZE_STEP=build deploy/sanitize.sh thread
+step "TSan tests" env SANITIZE_STEP=test deploy/sanitize.sh thread
+step "fuzzing, ${FUZZ_SECONDS:-30} s a target" deploy/fuzz.sh
 
 status=0
-ctest --test-dir build --output-on-failure -j2 || status=$?
-# A test killed by a timeout cannot remove its folders: remove them now.
-tests/reap_temp_dirs.sh || true
-
-# Every test again under ASan + UBSan + LSan, the concurrent parts under
-# TSan, then the fuzz targets (in the ASan tree) each for a bounded time.
-for step in "sanitize.sh address" "sanitize.sh thread" fuzz.sh; do
-  start=$SECONDS
-  # shellcheck disable=SC2086  # the step's words: script and mode
-  deploy/$step || failed+=("$step")
-  echo "test.sh: $step took $((SECONDS - start)) s"
+echo
+printf 'test.sh: %-60s %8s  %s\n' step seconds result
+for i in "${!names[@]}"; do
+  printf 'test.sh: %-60s %8s  %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
+  [[ "${results[$i]}" == passed ]] || status=1
 done
-if ((status == 0 && ${#failed[@]} > 0)); then status=1; fi
+printf 'test.sh: %-60s %8s\n' "total" "$((SECONDS - total))"
 exit "$status"

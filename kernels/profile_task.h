@@ -44,12 +44,19 @@ inline constexpr double kDefaultLaunchTimeoutS = 10;
 inline constexpr double kDefaultTimingBudgetS = 0.25;
 inline constexpr int kDefaultMinSamples = 30;
 
+// The serial rounds' stopping rule when a task leaves it at zero: stop once
+// every candidate's median is within half a percent (the tie band's size),
+// after a few rounds, or after two GPU seconds per problem.
+inline constexpr double kDefaultSerialNoise = 0.005;
+inline constexpr int kDefaultSerialMinRounds = 5;
+inline constexpr double kDefaultSerialMaxS = 2;
+
 // Serial rounds (worker.proto, SerialOptions), with the defaults resolved:
 // the worker runs by them, and the daemon's deadlines allow for them.
 struct SerialRule {
-  double target_noise = 0.005;
-  int min_rounds = 5;
-  double max_seconds = 2;
+  double target_noise = kDefaultSerialNoise;
+  int min_rounds = kDefaultSerialMinRounds;
+  double max_seconds = kDefaultSerialMaxS;
   double round_seconds = 0.001;
   double throttle_fraction = 0.75;
 };

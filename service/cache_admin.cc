@@ -6,6 +6,7 @@
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 #include "service/lookup_resolver.h"
 
 namespace autotune::service {
@@ -96,7 +97,7 @@ absl::StatusOr<v1::ListEntriesResponse> CacheAdmin::ListEntries(
   if (request.offset() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("offset: ", request.offset(), " is negative"));
   }
-  const int limit = request.limit() == 0 ? 1000 : request.limit();
+  const int limit = request.limit() == 0 ? kDefaultListEntriesLimit : request.limit();
   int64_t total = 0;
   ASSIGN_OR_RETURN(std::vector<v1::Entry> entries,
                    store_->ListEntries(request.filter(), limit, request.offset(), &total));
@@ -205,8 +206,9 @@ absl::StatusOr<v1::ListJobsResponse> CacheAdmin::ListJobs(
     return absl::InvalidArgumentError(
         absl::StrCat("limit: ", request.limit(), " is not in 0..", kMaxListLimit));
   }
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
-                   store_->ListJobs(request.limit() == 0 ? 50 : request.limit()));
+  ASSIGN_OR_RETURN(
+      std::vector<v1::Job> jobs,
+      store_->ListJobs(request.limit() == 0 ? kDefaultListJobsLimit : request.limit()));
   v1::ListJobsResponse response;
   for (v1::Job& job : jobs) *response.add_jobs() = std::move(job);
   return response;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "proto/autotune.pb.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 
@@ -57,9 +58,9 @@ Choice ChooseConfig(const std::vector<Candidate>& candidates, const v1::Config* 
 
 // Which screened variants go on to the serial phase.
 struct CandidateRule {
-  double band = 0.10;  // within 1.10x of the best screened median...
-  int min_count = 3;   // ...but at least the fastest few...
-  int max_count = 8;   // ...and at most this many (Helion re-benchmarks its top 8)
+  double band = kDefaultCandidateBand;          // within (1 + band) of the best median...
+  int min_count = kDefaultMinSerialCandidates;  // ...but at least the fastest few...
+  int max_count = kDefaultSerialCandidates;     // ...and at most this many
 };
 
 // Indices into `screened`, fastest first: every variant whose median, less

@@ -25,6 +25,7 @@
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 #include "service/compile_pool.h"
+#include "service/defaults.h"
 #include "service/job_plan.h"
 
 namespace autotune::service {
@@ -48,7 +49,7 @@ using CompileResults = std::map<std::string, CompileEnd>;  // by compile key
 
 struct CompilePhaseOptions {
   int parallelism = 1;  // compiles in flight
-  absl::Duration timeout = absl::Seconds(120);
+  absl::Duration timeout = absl::Seconds(kDefaultCompileTimeoutS);
   bool keep_cubins = false;  // for a job that screens next
 };
 

@@ -11,6 +11,8 @@
 #include "base/paths.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "kernels/profile_task.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 namespace {
@@ -159,6 +161,69 @@ DaemonConfig DaemonConfigOf(const CLI::App& app) {
   return config;
 }
 
+DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
+  const ServerOptions& options = flags.server;
+  DaemonConfig config;
+  config.set_db(options.db_path.empty() ? DefaultDatabasePath() : options.db_path);
+  if (options.listen.empty()) {
+    config.add_listen(DefaultServerAddress());
+  } else {
+    for (const std::string& address : options.listen) config.add_listen(address);
+  }
+  config.set_insecure(options.insecure);
+  if (!options.tls_cert.empty()) config.set_tls_cert(options.tls_cert);
+  if (!options.tls_key.empty()) config.set_tls_key(options.tls_key);
+  if (!options.tls_client_ca.empty()) config.set_tls_client_ca(options.tls_client_ca);
+  config.set_readers(options.readers);
+  if (!options.kernels_dir.empty()) config.set_kernels(options.kernels_dir);
+  if (!options.worker_path.empty()) config.set_worker(options.worker_path);
+  if (!options.profile_worker_path.empty()) config.set_profile_worker(options.profile_worker_path);
+  config.set_compile_workers(options.compile_workers);
+  if (!options.gpus.empty()) config.set_gpus(options.gpus);
+  config.set_variant_timeout(options.variant_timeout_s);
+  if (!options.lease_dir.empty()) config.set_lease_dir(options.lease_dir);
+  config.set_quiet_wait(options.quiet_wait_s);
+  config.set_tune_on_miss_per_hour(options.tune_on_miss_per_hour);
+  config.set_max_job_variants(options.max_job_variants);
+  config.set_max_jobs_per_submitter(options.max_jobs_per_submitter);
+  if (!options.auth.token_file.empty()) config.set_token_file(options.auth.token_file);
+  for (const std::string& role : options.auth.peer_roles) config.add_peer_role(role);
+  for (const std::string& role : options.auth.cert_roles) config.add_cert_role(role);
+  if (!options.auth.anonymous_role.empty()) config.set_anonymous_role(options.auth.anonymous_role);
+  if (!options.http_listen.empty()) config.set_http_listen(options.http_listen);
+  if (!options.audit_log.empty()) config.set_audit_log(options.audit_log);
+  config.set_socket_mode(absl::StrFormat("%04o", options.socket_mode));
+  if (!flags.log_level.empty()) config.set_log_level(flags.log_level);
+  if (!flags.log_format.empty()) config.set_log_format(flags.log_format);
+  config.set_health_interval(absl::ToDoubleSeconds(options.health_interval));
+  return config;
+}
+
+std::string EffectiveConfigText(const DaemonFlags& flags) {
+  const DaemonConfig config = EffectiveDaemonConfig(flags);
+  const auto* reflection = config.GetReflection();
+  std::string text =
+      "# autotuned's settings in effect: the command line, the config file and the defaults.\n";
+  const auto* descriptor = DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    int count = 0;
+    if (field->is_repeated()) {
+      count = reflection->FieldSize(config, field);
+    } else if (reflection->HasField(config, field)) {
+      count = 1;
+    }
+    if (count == 0) absl::StrAppend(&text, "# ", field->name(), ": not set\n");
+    for (int j = 0; j < count; ++j) {
+      std::string value;
+      google::protobuf::TextFormat::PrintFieldValueToString(config, field,
+                                                            field->is_repeated() ? j : -1, &value);
+      absl::StrAppend(&text, field->name(), ": ", value, "\n");
+    }
+  }
+  return text;
+}
+
 std::string ConfigErrorText(const CLI::App& app, const CLI::ParseError& error,
                             const std::vector<std::string>& args) {
   const CLI::Option* config_option = app.get_config_ptr();
@@ -189,7 +254,8 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
                  "read options from FILE, protobuf text format with one field per flag "
                  "(proto/daemon_config.proto); flags given here win");
   app.add_flag("--print-config", flags.print_config,
-               "print the options in effect (config file and flags) as a config file, and exit")
+               "print every setting in effect (flags, config file and defaults) as a config "
+               "file, and exit")
       ->configurable(false);
   app.add_option("--db", options.db_path,
                  "SQLite database file (default " + DefaultDatabasePath() + ")");
@@ -204,7 +270,8 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
                  "PEM CA: require client certificates signed by it")
       ->check(CLI::ExistingFile);
   app.add_option("--readers", options.readers, "pooled database read connections")
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--kernels", options.kernels_dir,
                  "directory of built-in kernel families (*.textproto); 'none' to skip (default: "
                  "../share/autotune/kernels beside autotuned, or the checkout's kernels/ for a "
@@ -225,7 +292,7 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
   app.add_option("--variant-timeout", options.variant_timeout_s,
                  absl::StrCat("seconds one kernel launch may run before its variant is TIMEOUT "
                               "(default ",
-                              options.variant_timeout_s, "; a job may set its own)"))
+                              kernels::kDefaultLaunchTimeoutS, "; a job may set its own)"))
       ->check(CLI::PositiveNumber);
   app.add_option("--lease-dir", options.lease_dir,
                  "directory of the host-wide GPU leases every autotune daemon and benchmark "
@@ -274,7 +341,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
          [&options](const std::string& text) {
            options.socket_mode = static_cast<unsigned>(std::stoul(text, nullptr, 8));
          },
-         "permissions of Unix sockets, octal (0600; 0660 lets the group connect)")
+         absl::StrFormat("permissions of Unix sockets, octal (default %04o; 0660 lets the group "
+                         "connect)",
+                         kDefaultSocketMode))
       ->check([](const std::string& text) -> std::string {
         return OctalMode(text) ? "" : "expected an octal mode such as 0600 or 0660";
       });
@@ -283,7 +352,7 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
          [&options](double seconds) { options.health_interval = absl::Seconds(seconds); },
          absl::StrCat("seconds between checks that the database answers; health is NOT_SERVING "
                       "while it does not (default ",
-                      absl::ToDoubleSeconds(options.health_interval), ")"))
+                      kDefaultHealthIntervalS, ")"))
       ->check(CLI::PositiveNumber);
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

@@ -15,6 +15,10 @@
 // parse is a CLI::ConfigError saying "line L column C: <why>"; a value that
 // fails its check is the flag's own error; ConfigErrorText() adds the file,
 // and the field, to either.
+//
+// Every default is a constant of service/defaults.h (or of the layer that
+// resolves it); `autotuned --print-config` prints every setting in effect,
+// defaults included (EffectiveConfigText).
 #ifndef AUTOTUNE_SERVICE_DAEMON_FLAGS_H_
 #define AUTOTUNE_SERVICE_DAEMON_FLAGS_H_
 
@@ -33,7 +37,7 @@ struct DaemonFlags {
   ServerOptions server;
   std::string log_level = "info";
   std::string log_format = "text";  // or "json": one JSON object per line
-  bool print_config = false;        // print the options in effect and exit
+  bool print_config = false;        // print every setting in effect and exit
 };
 
 // Adds every autotuned option to `app`, bound to `flags`, and makes
@@ -43,10 +47,23 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
 // Parses `text` as a DaemonConfig; the error says "line L column C: ...".
 absl::StatusOr<config::v1::DaemonConfig> ParseDaemonConfig(const std::string& text);
 
-// The options `app` holds now, from the command line or the config file,
-// as a DaemonConfig (what --print-config prints). Options left at their
-// defaults are not in it.
+// The options `app` was given, on the command line or in the config file,
+// as a DaemonConfig. Options left at their defaults are not in it.
 config::v1::DaemonConfig DaemonConfigOf(const CLI::App& app);
+
+// Every setting in effect once `flags` are parsed (the command line, the
+// config file and the defaults) as a DaemonConfig: each field is set, but
+// for a string or repeated one left empty (not set, or a default resolved
+// at start-up such as the kernels directory). The database and listen
+// addresses are written resolved (DefaultDatabasePath(),
+// DefaultServerAddress()).
+config::v1::DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags);
+
+// What --print-config prints: EffectiveDaemonConfig in the config file's
+// format, one line per value in field order, with a comment line for each
+// field left empty ("# tls_cert: not set"). It parses back to the same
+// settings.
+std::string EffectiveConfigText(const DaemonFlags& flags);
 
 // The one-line message for a parse error of `app`: a config file error
 // names the file, and a check that failed on a value the file gave names

@@ -4,18 +4,28 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "base/gpu_lease.h"
+#include "base/paths.h"
 #include "base/temp_dir.h"
+#include "cache/store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "kernels/profile_task.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 namespace {
 
 using config::v1::DaemonConfig;
 using google::protobuf::FieldDescriptor;
+using google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -113,15 +123,27 @@ TEST_F(DaemonFlagsTest, TheFileFillsWhatTheCommandLineLeavesAndFlagsWin) {
   EXPECT_EQ(flags.log_format, "json");
   EXPECT_EQ(flags.log_level, "info");  // in neither: the default
 
-  // What --print-config shows: every value in effect, from either source.
-  const DaemonConfig effective = DaemonConfigOf(app);
+  // The options given, from either source; the defaults are not in it.
+  const DaemonConfig given = DaemonConfigOf(app);
+  EXPECT_EQ(given.db(), "/var/lib/autotune/from-file.db");
+  EXPECT_EQ(given.readers(), 2);
+  EXPECT_THAT(given.listen(), ElementsAre("unix:///tmp/b.sock"));
+  EXPECT_TRUE(given.has_max_job_variants());
+  EXPECT_EQ(given.max_job_variants(), 0);
+  EXPECT_DOUBLE_EQ(given.health_interval(), 0.5);
+  EXPECT_FALSE(given.has_log_level());
+
+  // What --print-config shows: every value in effect, from either source
+  // or the defaults.
+  const DaemonConfig effective = EffectiveDaemonConfig(flags);
   EXPECT_EQ(effective.db(), "/var/lib/autotune/from-file.db");
   EXPECT_EQ(effective.readers(), 2);
   EXPECT_THAT(effective.listen(), ElementsAre("unix:///tmp/b.sock"));
   EXPECT_TRUE(effective.has_max_job_variants());
   EXPECT_EQ(effective.max_job_variants(), 0);
   EXPECT_DOUBLE_EQ(effective.health_interval(), 0.5);
-  EXPECT_FALSE(effective.has_log_level());
+  EXPECT_EQ(effective.log_level(), "info");
+  EXPECT_EQ(effective.quiet_wait(), kDefaultQuietWaitS);
 }
 
 TEST_F(DaemonFlagsTest, AFalseInTheFileTurnsAFlagOff) {
@@ -181,6 +203,143 @@ TEST_F(DaemonFlagsTest, AMissingConfigFileIsAnError) {
   AddDaemonFlags(app, flags);
   EXPECT_THAT(Parse(app, {"--config", dir_.File("absent.textproto")}),
               HasSubstr("absent.textproto"));
+}
+
+TEST(DaemonConfigTest, PrintConfigListsEveryDefaultWithTheValueOfItsConstant) {
+  DaemonFlags flags;
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  ASSERT_EQ(Parse(app, {}), "");
+  const DaemonConfig config = EffectiveDaemonConfig(flags);
+  EXPECT_EQ(config.db(), DefaultDatabasePath());
+  EXPECT_THAT(config.listen(), ElementsAre(DefaultServerAddress()));
+  EXPECT_TRUE(config.has_insecure());
+  EXPECT_FALSE(config.insecure());
+  EXPECT_EQ(config.readers(), cache::kDefaultReaders);
+  EXPECT_TRUE(config.has_compile_workers());
+  EXPECT_EQ(config.compile_workers(), 0);  // one per core
+  EXPECT_EQ(config.variant_timeout(), kernels::kDefaultLaunchTimeoutS);
+  EXPECT_EQ(config.lease_dir(), kDefaultLeaseDir);
+  EXPECT_EQ(config.quiet_wait(), kDefaultQuietWaitS);
+  EXPECT_EQ(config.tune_on_miss_per_hour(), kDefaultTuneOnMissPerHour);
+  EXPECT_EQ(config.max_job_variants(), kDefaultMaxJobVariants);
+  EXPECT_EQ(config.max_jobs_per_submitter(), kDefaultMaxJobsPerSubmitter);
+  EXPECT_EQ(config.anonymous_role(), "none");
+  EXPECT_EQ(config.socket_mode(), absl::StrFormat("%04o", kDefaultSocketMode));
+  EXPECT_EQ(config.log_level(), "info");
+  EXPECT_EQ(config.log_format(), "text");
+  EXPECT_EQ(config.health_interval(), kDefaultHealthIntervalS);
+
+  // The text: one line per setting, in the config file's format, and a
+  // comment for each one not set.
+  const std::string text = EffectiveConfigText(flags);
+  for (const std::string& line : {
+           absl::StrCat("readers: ", cache::kDefaultReaders),
+           absl::StrCat("variant_timeout: ", kernels::kDefaultLaunchTimeoutS),
+           absl::StrCat("lease_dir: \"", kDefaultLeaseDir, "\""),
+           absl::StrCat("quiet_wait: ", kDefaultQuietWaitS),
+           absl::StrCat("tune_on_miss_per_hour: ", kDefaultTuneOnMissPerHour),
+           absl::StrCat("max_job_variants: ", kDefaultMaxJobVariants),
+           absl::StrCat("max_jobs_per_submitter: ", kDefaultMaxJobsPerSubmitter),
+           absl::StrFormat("socket_mode: \"%04o\"", kDefaultSocketMode),
+           absl::StrCat("health_interval: ", kDefaultHealthIntervalS),
+           std::string("insecure: false"),
+           std::string("compile_workers: 0"),
+           std::string("log_level: \"info\""),
+           std::string("# tls_cert: not set"),
+           std::string("# peer_role: not set"),
+       }) {
+    EXPECT_THAT(text, HasSubstr("\n" + line + "\n"));
+  }
+  const auto* descriptor = DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const std::string name = descriptor->field(i)->name();
+    EXPECT_TRUE(absl::StrContains(text, "\n" + name + ": ") ||
+                absl::StrContains(text, "\n# " + name + ": not set\n"))
+        << name << " is not in --print-config's text:\n"
+        << text;
+  }
+  // It parses back as a config file, to the same settings.
+  absl::StatusOr<DaemonConfig> parsed = ParseDaemonConfig(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*parsed, config)) << text;
+}
+
+TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
+  // Every field, none at its default: --print-config reads each from its
+  // own option (a field added later must be added here too).
+  const std::string file = WriteConfig("");
+  DaemonConfig given;
+  given.set_db("/srv/autotune/cache.db");
+  given.add_listen("unix:///srv/autotune/a.sock");
+  given.add_listen("127.0.0.1:7000");
+  given.set_insecure(true);
+  given.set_tls_cert(file);
+  given.set_tls_key(file);
+  given.set_tls_client_ca(file);
+  given.set_readers(9);
+  given.set_kernels("/srv/autotune/kernels");
+  given.set_worker("/srv/autotune/worker");
+  given.set_profile_worker(file);
+  given.set_compile_workers(3);
+  given.set_gpus("0,1");
+  given.set_variant_timeout(2.5);
+  given.set_lease_dir("/srv/autotune/leases");
+  given.set_quiet_wait(30);
+  given.set_tune_on_miss_per_hour(0);
+  given.set_max_job_variants(7);
+  given.set_max_jobs_per_submitter(2);
+  given.set_token_file(file);
+  given.add_peer_role("uid:1000=tuner");
+  given.add_peer_role("gid:100=reader");
+  given.add_cert_role("ci=tuner");
+  given.set_anonymous_role("reader");
+  given.set_http_listen("127.0.0.1:9464");
+  given.set_audit_log("none");
+  given.set_socket_mode("0660");
+  given.set_log_level("debug");
+  given.set_log_format("json");
+  given.set_health_interval(0.5);
+  const auto* descriptor = DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    EXPECT_TRUE(field->is_repeated() ? given.GetReflection()->FieldSize(given, field) > 0
+                                     : given.GetReflection()->HasField(given, field))
+        << field->name() << " is not set in this test";
+  }
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(given, &text));
+
+  DaemonFlags flags;
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  ASSERT_EQ(Parse(app, {"--config", WriteConfig(text)}), "");
+  const DaemonConfig effective = EffectiveDaemonConfig(flags);
+  EXPECT_TRUE(MessageDifferencer::Equals(effective, given)) << "given:\n"
+                                                            << given.DebugString() << "in effect:\n"
+                                                            << effective.DebugString();
+  absl::StatusOr<DaemonConfig> printed = ParseDaemonConfig(EffectiveConfigText(flags));
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*printed, given));
+}
+
+TEST(DaemonConfigTest, TheHintOfEverySettingNamesItsFlag) {
+  DaemonFlags flags;
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  const auto* descriptor = DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const std::string hint = DaemonSettingHint(descriptor->field(i)->name());
+    absl::string_view flag = hint;
+    ASSERT_TRUE(absl::ConsumePrefix(&flag, "autotuned ")) << hint;
+    EXPECT_NE(app.get_option_no_throw(std::string(flag)), nullptr) << hint;
+  }
+  // The settings the core's errors name are the config file's fields.
+  for (const char* setting :
+       {"max_job_variants", "max_jobs_per_submitter", "tune_on_miss_per_hour", "quiet_wait"}) {
+    EXPECT_NE(descriptor->FindFieldByName(setting), nullptr) << setting;
+  }
+  EXPECT_EQ(DaemonSettingHint("max_job_variants"), "autotuned --max-job-variants");
 }
 
 TEST(DaemonConfigTest, PrintedConfigParsesBack) {

@@ -10,6 +10,7 @@
 #include "kernels/compile_request.h"
 #include "kernels/manifest.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 
@@ -40,9 +41,9 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
                                                    ", not a finite number >= 0"));
   }
   if (options.serial_candidates() < 0 || options.serial_candidates() > kMaxSerialCandidates) {
-    return absl::InvalidArgumentError(absl::StrCat("options.serial_candidates is ",
-                                                   options.serial_candidates(), ", not in 0..",
-                                                   kMaxSerialCandidates, " (0 = 8)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.serial_candidates is ", options.serial_candidates(), ", not in 0..",
+                     kMaxSerialCandidates, " (0 = ", kDefaultSerialCandidates, ")"));
   }
   const struct {
     const char* name;

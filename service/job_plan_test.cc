@@ -3,11 +3,16 @@
 #include <limits>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "kernels/profile_task.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
+#include "service/job_options.h"
 
 namespace autotune::service {
 namespace {
@@ -61,6 +66,9 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   serial.mutable_options()->set_serial_candidates(257);
   EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
                                              HasSubstr("options.serial_candidates is 257")));
+  EXPECT_THAT(CheckJobSpec(serial),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("(0 = ", kDefaultSerialCandidates, ")"))));
   v1::JobSpec wait = Spec({1024});
   wait.mutable_options()->set_quiet_wait_s(-1);
   EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -177,6 +185,82 @@ TEST_F(JobPlanTest, SameButSpaceAllowsOnlyWhatChoosesAmongVariantsToDiffer) {
   v1::KernelFamily warm = family;
   warm.set_cache_state(v1::HOT);
   EXPECT_FALSE(SameButSpace(family, warm));
+}
+
+// ResolveJobOptions (job_options.h): a job's options resolved once, onto the
+// daemon's.
+
+TEST(ResolveJobOptionsTest, ZerosAreTheDefaults) {
+  const ResolvedJobOptions resolved = ResolveJobOptions(v1::JobOptions(), JobRunnerOptions());
+  EXPECT_EQ(resolved.screen.launch_timeout_s, kernels::kDefaultLaunchTimeoutS);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(kDefaultCompileTimeoutS));
+  EXPECT_EQ(resolved.quiet_wait, absl::Seconds(kDefaultQuietWaitS));
+  EXPECT_EQ(resolved.candidates.max_count, kDefaultSerialCandidates);
+  EXPECT_EQ(resolved.candidates.min_count, kDefaultMinSerialCandidates);
+  EXPECT_EQ(resolved.candidates.band, kDefaultCandidateBand);
+  EXPECT_FALSE(resolved.force);
+  // The rounds' limits stay zero: the worker resolves them.
+  EXPECT_EQ(resolved.rounds.max_seconds(), 0);
+  EXPECT_EQ(resolved.rounds.target_noise(), 0);
+  const kernels::SerialRule rule = kernels::ResolveSerialRule(resolved.rounds);
+  EXPECT_EQ(rule.max_seconds, kernels::kDefaultSerialMaxS);
+  EXPECT_EQ(rule.target_noise, kernels::kDefaultSerialNoise);
+  EXPECT_EQ(rule.min_rounds, kernels::kDefaultSerialMinRounds);
+  // The screen's timing is short and fixed, whatever the job gives.
+  EXPECT_GT(resolved.screen.timing_budget_s, 0);
+  EXPECT_LT(resolved.screen.timing_budget_s, kernels::kDefaultTimingBudgetS);
+  EXPECT_GT(resolved.screen.min_samples, 0);
+  EXPECT_GT(resolved.screen.warmup_s, 0);
+}
+
+TEST(ResolveJobOptionsTest, ZerosFallBackToTheDaemonsOptions) {
+  JobRunnerOptions daemon;
+  daemon.variant_timeout_s = 3;
+  daemon.compile_timeout = absl::Seconds(30);
+  daemon.quiet_wait = absl::Seconds(45);
+  const ResolvedJobOptions resolved = ResolveJobOptions(v1::JobOptions(), daemon);
+  EXPECT_EQ(resolved.screen.launch_timeout_s, 3);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(30));
+  EXPECT_EQ(resolved.quiet_wait, absl::Seconds(45));
+}
+
+TEST(ResolveJobOptionsTest, ValuesTheJobGivesWin) {
+  JobRunnerOptions daemon;
+  daemon.variant_timeout_s = 3;
+  daemon.compile_timeout = absl::Seconds(30);
+  daemon.quiet_wait = absl::Seconds(45);
+  v1::JobOptions job;
+  job.set_variant_timeout_s(2.5);
+  job.set_compile_timeout_s(7);
+  job.set_quiet_wait_s(1.5);
+  job.set_serial_candidates(4);
+  job.set_candidate_band(0.25);
+  job.set_serial_max_s(9);
+  job.set_serial_noise(0.01);
+  job.set_force(true);
+  const ResolvedJobOptions resolved = ResolveJobOptions(job, daemon);
+  EXPECT_EQ(resolved.screen.launch_timeout_s, 2.5);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(7));
+  EXPECT_EQ(resolved.quiet_wait, absl::Milliseconds(1500));
+  EXPECT_EQ(resolved.candidates.max_count, 4);
+  EXPECT_EQ(resolved.candidates.min_count, kDefaultMinSerialCandidates);  // not a job option
+  EXPECT_EQ(resolved.candidates.band, 0.25);
+  EXPECT_EQ(resolved.rounds.max_seconds(), 9);
+  EXPECT_EQ(resolved.rounds.target_noise(), 0.01);
+  EXPECT_TRUE(resolved.force);
+  // The screen's timing is not the job's to set.
+  EXPECT_EQ(resolved.screen.timing_budget_s,
+            ResolveJobOptions(v1::JobOptions(), daemon).screen.timing_budget_s);
+}
+
+TEST(NameSettingTest, TheCoreNamesASettingAndTheDaemonMayAddHowItIsSet) {
+  EXPECT_EQ(NameSetting("max_job_variants", "20000", nullptr), "max_job_variants (20000)");
+  EXPECT_EQ(
+      NameSetting("max_job_variants", "1",
+                  [](absl::string_view setting) { return absl::StrCat("autotuned --", setting); }),
+      "max_job_variants (1; autotuned --max_job_variants)");
+  EXPECT_EQ(NameSetting("max_job_variants", "1", [](absl::string_view) { return ""; }),
+            "max_job_variants (1)");
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
-// Runs warmup jobs and their lifecycle: a job is planned (job_plan.h),
+// JobRunner: runs warmup jobs from Submit to their end. A job is planned
+// (job_plan.h) with its options resolved onto the daemon's (job_options.h),
 // compiled (compile_phase.h), then, unless compile_only, screened on the
-// GPUs one problem per GPU at a time (screen_phase.h), with progress
-// streamed to whoever watches.
+// GPUs one problem per GPU at a time (screen_phase.h) and its best
+// candidates timed serially, one GPU each (serial_phase.h); each problem
+// measured is reported (job_report.h), and progress, with an ETA
+// (job_progress.h), is streamed to whoever watches.
 //
 //   JobRunner runner(store, pool, "", {});
 //   ASSIGN_OR_RETURN(v1::Job job, runner.Submit(spec));   // returns at once
@@ -32,13 +35,11 @@
 #ifndef AUTOTUNE_SERVICE_JOB_RUNNER_H_
 #define AUTOTUNE_SERVICE_JOB_RUNNER_H_
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,50 +47,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
-#include "kernels/profile_task.h"
 #include "proto/autotune.pb.h"
 #include "service/compile_pool.h"
+#include "service/job_options.h"
+#include "service/job_progress.h"
 #include "service/profile_pool.h"
-#include "service/screen_phase.h"
-#include "service/serial_phase.h"
 
 namespace autotune::service {
-
-struct JobRunnerOptions {
-  int compile_parallelism = 0;                          // 0 = the pool's size
-  absl::Duration compile_timeout = absl::Seconds(120);  // when the job gives none
-  std::string default_arch = "sm_90";                   // when there is no GPU
-  // GPU workers: worker_path empty = profiling is off (`profile_off_reason`
-  // says why).
-  ProfilePoolOptions profile;
-  std::string profile_off_reason = "profiling is turned off";
-  // When the runner was given no pool (NVRTC did not load): how to start
-  // one, tried again when a job needs compiling, at most every
-  // `pool_retry`, so compiling comes back once NVRTC does. Empty = never.
-  std::function<absl::StatusOr<std::unique_ptr<CompilePool>>()> start_pool;
-  absl::Duration pool_retry = absl::Seconds(5);
-  // Per launch, when the job gives none.
-  double variant_timeout_s = kernels::kDefaultLaunchTimeoutS;
-  // How long a serial phase waits for a quiet GPU, when the job gives none.
-  absl::Duration quiet_wait = absl::Minutes(10);
-  // Limits on what one job, and one submitter, may ask for; 0 = none.
-  int64_t max_variants_per_job = 500000;
-  int max_unfinished_jobs_per_submitter = 16;
-};
-
-// Wall seconds per unit of each phase (per distinct compile, per variant
-// screened, per problem validated serially) as a finished job measured
-// them; 0 = that job did not run the phase. ETAs use them for the phases a
-// job has not reached yet.
-struct PhaseRates {
-  double compile_s = 0;
-  double screen_s = 0;
-  double serial_s = 0;
-
-  static PhaseRates Of(const v1::Job& job);
-  // This one, with the phases `newer` measured replaced.
-  PhaseRates Updated(const PhaseRates& newer) const;
-};
 
 class JobRunner {
  public:
@@ -154,37 +118,41 @@ class JobRunner {
   GpuSnapshot Snapshot();
 
  private:
+  // What each job works on and its state as it runs (running_job.h).
   struct Work;
   struct Running;
 
+  // The run (job_runner.cc).
   // Everything Submit and ResumeUnfinished check and read before a job
   // starts; `job_id` is the resumed job's (empty for a new one).
   absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec, const std::string& job_id);
+  void Start(v1::Job job, std::shared_ptr<Work> work);
+  void Run(Running* running);
+
+  // The worker pools, started when first needed (job_runner.cc).
+  // The compile pool: the one given, else one options_.start_pool gave.
+  // FAILED_PRECONDITION with why there is none.
+  absl::StatusOr<CompilePool*> Pool();
   // The GPU workers, started on first use. FAILED_PRECONDITION with the
   // reason when there is no usable GPU.
   absl::StatusOr<ProfilePool*> Gpus();
-  void Start(v1::Job job, std::shared_ptr<Work> work);
-  void Run(Running* running);
+
+  // The phases (job_phases.cc).
   void Compile(Running* running);
   // Screens every problem (GPUs in parallel), then runs the serial phase of
   // each (one GPU each) and reports it.
   void Measure(Running* running);
-  static v1::ProblemReport Report(const PlannedProblem& problem, const ScreenResult& screen,
-                                  const SerialResult* serial);
   // Stores a measurement and announces it; `count` adds it to the job's
   // counts (false for a variant measured a second time).
   absl::Status Record(Running* running, const v1::Measurement& measurement, bool count);
   void FailProblem(Running* running, const absl::Status& why, bool store_error);
+
+  // Progress (job_progress.cc).
   // Stores and announces the job's new state.
   void Publish(Running* running, const v1::Measurement* last, absl::string_view message);
-
   // The rates of the last finished job (read from the store on first use).
   PhaseRates Rates();
   void LearnRates(const v1::Job& finished);
-
-  // The compile pool: the one given, else one options_.start_pool gave.
-  // FAILED_PRECONDITION with why there is none.
-  absl::StatusOr<CompilePool*> Pool();
 
   cache::Store* store_;
   absl::Mutex pool_mu_;

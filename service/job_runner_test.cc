@@ -6,7 +6,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -18,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -30,6 +33,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "service/testing/worker_hold.h"
 
 namespace autotune::service {
 namespace {
@@ -37,6 +41,7 @@ namespace {
 namespace v1 = ::autotune::v1;
 using ::autotune::testing::StatusIs;
 using ::autotune::testing::TempDir;
+using ::autotune::testing::WorkerHold;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -82,9 +87,11 @@ class ScreenJobTest : public ::testing::Test {
     return spec;
   }
 
-  // Submits and waits for the end; `messages` gets every progress message.
+  // Submits and waits for the end; `messages` gets every progress message,
+  // `phases` every phase seen, and `on_progress` sees every progress.
   v1::Job Run(const v1::JobSpec& spec, std::vector<std::string>* messages = nullptr,
-              std::set<std::string>* phases = nullptr) {
+              std::set<std::string>* phases = nullptr,
+              const std::function<void(const v1::JobProgress&)>& on_progress = nullptr) {
     absl::StatusOr<v1::Job> job = runner_->Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
     if (!job.ok()) return {};
@@ -95,6 +102,7 @@ class ScreenJobTest : public ::testing::Test {
         messages->push_back(progress.message());
       }
       if (phases != nullptr) phases->insert(progress.timing().phase());
+      if (on_progress) on_progress(progress);
       return true;
     }));
     return last;
@@ -120,12 +128,17 @@ class ScreenJobTest : public ::testing::Test {
     options.max_variants_per_job = max_variants;
     options.max_unfinished_jobs_per_submitter = max_unfinished;
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
-    options.profile.grace = absl::Seconds(1);
+    options.profile.grace = grace_;
     options.profile.lease_dir = lease_dir;
     options.variant_timeout_s = 0.1;
     runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
   }
 
+  // How long past a variant's launch timeout RestartRunner's workers may
+  // take to answer before they are taken for hung: short, for the MODE 3
+  // variants. A test whose worker holds (WorkerHold) for longer, and whose
+  // family has no MODE 3, lengthens it.
+  absl::Duration grace_ = absl::Seconds(1);
   TempDir dir_;
   std::unique_ptr<cache::Store> store_;
   std::unique_ptr<CompilePool> compile_pool_;
@@ -586,8 +599,15 @@ TEST_F(ScreenJobTest, ACandidateThatFailsTheSerialPhaseIsDropped) {
 }
 
 TEST_F(ScreenJobTest, ReportsTimingAndPhasesAndComparesWithTheCache) {
+  // The serial phase of two problems is over in moments: a watcher that
+  // comes late sees the states after it folded into one. It is held at its
+  // first validation until the watcher has seen it.
+  WorkerHold serial(dir_.path() + "/hold", "serial", 1);
+  ScopedEnv held("FAKE_WORKER_HOLD", serial.spec());
   std::set<std::string> phases;
-  const v1::Job first = Run(Spec(), nullptr, &phases);
+  const v1::Job first = Run(Spec(), nullptr, &phases, [&](const v1::JobProgress& progress) {
+    if (progress.timing().phase() == "serial") serial.Go();
+  });
   ASSERT_EQ(first.state(), v1::SUCCEEDED) << first.error();
   EXPECT_THAT(phases, ::testing::IsSupersetOf({"compile", "screen", "serial", "done"}));
   EXPECT_EQ(first.timing().phase(), "done");
@@ -689,15 +709,20 @@ TEST_F(ScreenJobTest, TheEtaCoversEveryPhaseOnceAJobHasRunThem) {
 }
 
 // Jobs running at once take turns on the GPU problem by problem: a small
-// job submitted while a large one measures ends long before it.
+// job submitted while a large one measures ends long before it. The large
+// one is held at its second screened variant until the small one has
+// compiled and goes for the GPU, so the small one's turns come while the
+// large one has nearly all its problems ahead, however slow the machine.
 TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
                        kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
   family.mutable_params(0)->clear_values();
   for (int64_t mode : {0, 1}) family.mutable_params(0)->add_values(mode);
   ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
-  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "40");
-  RestartRunner();  // its workers start with the variable set
+  WorkerHold hold(dir_.path() + "/hold", "screen", 2);
+  ScopedEnv held("FAKE_WORKER_HOLD", hold.spec());
+  grace_ = absl::Minutes(2);  // MODE 0 and 1 never hang
+  RestartRunner();            // its workers start with the variable set
 
   v1::JobSpec large = Spec();
   v1::ManifestItem::DimValues* n = large.mutable_manifest()->mutable_items(0)->mutable_dims(0);
@@ -708,6 +733,7 @@ TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
   small.mutable_manifest()->mutable_items(0)->mutable_dims(0)->add_values(100000);
 
   ASSERT_OK_AND_ASSIGN(v1::Job first, runner_->Submit(large));
+  ASSERT_TRUE(hold.WaitHeld()) << "the large job never screened its second variant";
   // Once the large job measures, the small one comes.
   bool measuring = false;
   ASSERT_OK(runner_->Watch(first.id(), [&](const v1::JobProgress& progress) {
@@ -716,6 +742,11 @@ TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
   }));
   ASSERT_TRUE(measuring);
   ASSERT_OK_AND_ASSIGN(v1::Job second, runner_->Submit(small));
+  // It compiles while the large job cannot go on, then waits for the GPU.
+  ASSERT_OK(runner_->Watch(second.id(), [&](const v1::JobProgress& progress) {
+    return !absl::StrContains(progress.message(), "validating and timing the variants");
+  }));
+  hold.Go();
   v1::Job small_end;
   ASSERT_OK(runner_->Watch(second.id(), [&](const v1::JobProgress& progress) {
     small_end = progress.job();
@@ -739,11 +770,14 @@ TEST_F(ScreenJobTest, ASmallJobIsNotQueuedBehindALargeOne) {
 TEST_F(ScreenJobTest, AJobTooLargeOrOneSubmitterTooManyIsRefusedNamingTheLimit) {
   RestartRunner("", /*max_variants=*/1);
   EXPECT_THAT(runner_->Submit(Spec(), "token:ci"),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-job-variants")));
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_job_variants")));
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> none, store_->ListJobs(10));
   EXPECT_THAT(none, SizeIs(0));  // nothing was stored
 
-  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "5");  // the first job still runs at the second
+  // The first job cannot end before its first screened variant is let go:
+  // it still runs at the second submission.
+  WorkerHold hold(dir_.path() + "/hold", "screen", 1);
+  ScopedEnv held("FAKE_WORKER_HOLD", hold.spec());
   RestartRunner("", /*max_variants=*/0, /*max_unfinished=*/1);
   ASSERT_OK_AND_ASSIGN(v1::Job first, runner_->Submit(Spec(), "token:ci"));
   EXPECT_EQ(first.submitted_by(), "token:ci");
@@ -752,6 +786,7 @@ TEST_F(ScreenJobTest, AJobTooLargeOrOneSubmitterTooManyIsRefusedNamingTheLimit) 
                        HasSubstr("token:ci has 1 jobs that have not ended")));
   // Another submitter is not held back by it.
   ASSERT_OK(runner_->Submit(Spec(), "token:nightly").status());
+  hold.Go();
   ASSERT_OK(runner_->Watch(first.id(), [](const v1::JobProgress&) { return true; }));
   // Once its job has ended, the submitter may submit again.
   ASSERT_OK(runner_->Submit(Spec(), "token:ci").status());
@@ -841,7 +876,9 @@ TEST_F(ScreenJobTest, AJobWaitsForTheGpuLeaseOfAnotherHolder) {
 
 // A host with two GPUs of one model, played by the stand-in worker
 // (FAKE_WORKER_GPUS=2). Each worker writes the span of every task it ran
-// (FAKE_WORKER_SPANS), so what ran where, and when, can be checked.
+// (FAKE_WORKER_SPANS), so what ran where, and when, can be checked. What
+// must happen at once (both GPUs busy) is made to by holding each GPU's
+// worker (WorkerHold) until the other's holds too.
 class TwoGpuTest : public ScreenJobTest {
  protected:
   struct Span {
@@ -882,22 +919,50 @@ class TwoGpuTest : public ScreenJobTest {
                                            const std::string& leases) {
     JobRunnerOptions options;
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
-    options.profile.grace = absl::Seconds(1);
+    options.profile.grace = absl::Minutes(2);  // no variant of "pair" hangs; a held one waits
     options.profile.lease_dir = leases;
     options.variant_timeout_s = 0.1;
     return std::make_unique<JobRunner>(store, pool, "", options);
   }
 
-  static v1::Job RunOn(JobRunner& runner, const v1::JobSpec& spec) {
+  // Submits and waits for the end; `on_progress` sees every progress.
+  static v1::Job RunOn(JobRunner& runner, const v1::JobSpec& spec,
+                       const std::function<void(const v1::JobProgress&)>& on_progress = nullptr) {
     absl::StatusOr<v1::Job> job = runner.Submit(spec);
     EXPECT_OK(job.status());
     if (!job.ok()) return {};
     v1::Job last;
     EXPECT_OK(runner.Watch(job->id(), [&](const v1::JobProgress& progress) {
       last = progress.job();
+      if (on_progress) on_progress(progress);
       return true;
     }));
     return last;
+  }
+
+  // Holds of each GPU's worker before its first variant outcome of `phase`,
+  // and the FAKE_WORKER_HOLD naming them.
+  std::vector<std::unique_ptr<WorkerHold>> HoldEachGpu(const std::string& phase) {
+    std::vector<std::unique_ptr<WorkerHold>> holds;
+    for (int ordinal : {0, 1}) {
+      holds.push_back(std::make_unique<WorkerHold>(
+          absl::StrCat(dir_.path(), "/hold-", phase, "-", ordinal), phase, 1, ordinal));
+    }
+    return holds;
+  }
+  static std::string Specs(const std::vector<std::unique_ptr<WorkerHold>>& holds) {
+    std::vector<std::string> specs;
+    for (const auto& hold : holds) specs.push_back(hold->spec());
+    return absl::StrJoin(specs, ",");
+  }
+  // Until every hold holds (each within `timeout`), then lets them all go.
+  // Whether all held.
+  static bool AllHeldThenGo(const std::vector<std::unique_ptr<WorkerHold>>& holds,
+                            absl::Duration timeout = absl::Minutes(2)) {
+    bool all = true;
+    for (const auto& hold : holds) all = hold->WaitHeld(timeout) && all;
+    for (const auto& hold : holds) hold->Go();
+    return all;
   }
 
   std::vector<Span> Spans() const {
@@ -941,12 +1006,19 @@ class TwoGpuTest : public ScreenJobTest {
 
 TEST_F(TwoGpuTest, BothGpusScreenAtOnceAndEachMeasuresOneTaskAtATime) {
   ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
-  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "100");
+  // Each GPU's first screen is held until the other's holds too: if one
+  // GPU took every problem, the other's never would.
+  const std::vector<std::unique_ptr<WorkerHold>> holds = HoldEachGpu("screen");
+  ScopedEnv held("FAKE_WORKER_HOLD", Specs(holds));
   ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
   ASSERT_OK(RegisterPair(*store_));
   runner_ = Runner(store_.get(), compile_pool_.get(), leases_);
 
-  const v1::Job job = RunOn(*runner_, PairSpec());
+  v1::Job job;
+  std::thread run([&] { job = RunOn(*runner_, PairSpec()); });
+  const bool both_held = AllHeldThenGo(holds);
+  run.join();
+  EXPECT_TRUE(both_held) << "the two GPUs never screened at once";
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
   EXPECT_THAT(job.results(), SizeIs(4));
 
@@ -974,7 +1046,11 @@ TEST_F(TwoGpuTest, BothGpusScreenAtOnceAndEachMeasuresOneTaskAtATime) {
 // Two daemons on one host, each with both GPUs, sharing the host's leases.
 TEST_F(TwoGpuTest, TwoRunnersSharingTheLeasesNeverMeasureOnOneGpuAtOnce) {
   ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
-  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "60");
+  // The first screen on each GPU, whichever runner's, is held (and its
+  // lease with it) until a task of a runner has found a GPU's lease taken:
+  // both GPUs are used, and the leases are put to the test.
+  const std::vector<std::unique_ptr<WorkerHold>> holds = HoldEachGpu("screen");
+  ScopedEnv held("FAKE_WORKER_HOLD", Specs(holds));
   ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<cache::Store> other,
                        cache::Store::Open({.path = dir_.path() + "/other.db"}));
@@ -983,10 +1059,24 @@ TEST_F(TwoGpuTest, TwoRunnersSharingTheLeasesNeverMeasureOnOneGpuAtOnce) {
   runner_ = Runner(store_.get(), compile_pool_.get(), leases_);
   std::unique_ptr<JobRunner> second = Runner(other.get(), compile_pool_.get(), leases_);
 
+  std::atomic<bool> lease_waited{false};
+  const auto on_progress = [&](const v1::JobProgress& progress) {
+    if (absl::StrContains(progress.message(), "waiting for the lease")) lease_waited = true;
+  };
   v1::Job first_job;
-  std::thread first([&] { first_job = RunOn(*runner_, PairSpec()); });
-  const v1::Job second_job = RunOn(*second, PairSpec());
+  v1::Job second_job;
+  std::thread first([&] { first_job = RunOn(*runner_, PairSpec(), on_progress); });
+  std::thread other_run([&] { second_job = RunOn(*second, PairSpec(), on_progress); });
+  bool both_held = true;
+  for (const auto& hold : holds) both_held = hold->WaitHeld() && both_held;
+  // With both GPUs held, the next task of either runner finds a lease taken.
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (!lease_waited && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  for (const auto& hold : holds) hold->Go();
   first.join();
+  other_run.join();
+  EXPECT_TRUE(both_held) << "the two GPUs were never both measuring";
+  EXPECT_TRUE(lease_waited) << "no task waited for a GPU's lease while both were held";
   EXPECT_EQ(first_job.state(), v1::SUCCEEDED) << first_job.error();
   EXPECT_EQ(second_job.state(), v1::SUCCEEDED) << second_job.error();
 
@@ -1006,7 +1096,10 @@ TEST_F(TwoGpuTest, TwoRunnersSharingTheLeasesNeverMeasureOnOneGpuAtOnce) {
 // validates under --force is marked CONTENDED.
 TEST_F(TwoGpuTest, AForeignLoadOnOneGpuMarksOnlyWhatThatGpuMeasured) {
   ScopedEnv gpus("FAKE_WORKER_GPUS", "2");
-  ScopedEnv slow("FAKE_WORKER_SLEEP_MS", "60");
+  // Each GPU's first serial task is held until the other's holds too, so
+  // both GPUs validate something.
+  const std::vector<std::unique_ptr<WorkerHold>> holds = HoldEachGpu("serial");
+  ScopedEnv held("FAKE_WORKER_HOLD", Specs(holds));
   ScopedEnv spans("FAKE_WORKER_SPANS", spans_path_);
   ScopedEnv foreign("FAKE_WORKER_FOREIGN", "4121:1073741824");
   ScopedEnv on_gpu_1("FAKE_WORKER_FOREIGN_GPU", "1");
@@ -1015,7 +1108,11 @@ TEST_F(TwoGpuTest, AForeignLoadOnOneGpuMarksOnlyWhatThatGpuMeasured) {
   v1::JobSpec spec = PairSpec();
   spec.mutable_options()->set_force(true);
 
-  const v1::Job job = RunOn(*runner_, spec);
+  v1::Job job;
+  std::thread run([&] { job = RunOn(*runner_, spec); });
+  const bool both_held = AllHeldThenGo(holds);
+  run.join();
+  EXPECT_TRUE(both_held) << "the two GPUs never validated at once";
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
   ASSERT_THAT(job.results(), SizeIs(4));
   int contended = 0;

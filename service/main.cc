@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "google/protobuf/text_format.h"
 #include "service/daemon_flags.h"
 #include "service/logging.h"
 #include "service/server.h"
@@ -31,9 +30,7 @@ int main(int argc, char** argv) {
     return error.get_exit_code();
   }
   if (flags.print_config) {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(autotune::service::DaemonConfigOf(app), &text);
-    std::fputs(text.c_str(), stdout);
+    std::fputs(autotune::service::EffectiveConfigText(flags).c_str(), stdout);
     return 0;
   }
   const autotune::service::ServerOptions& options = flags.server;

@@ -74,7 +74,7 @@ class ProblemScreen {
     if (!store_.error().ok()) return StoreFailed(store_.error());
     if (compiled.empty()) return Failed(absl::AbortedError("no variant compiled"));
     absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
-        family_, problem_.problem, problem_.space, reference, compiled, job_.settings);
+        family_, problem_.problem, problem_.space, reference, compiled, job_.options->screen);
     if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
     task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
     result_.task = *task;

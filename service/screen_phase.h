@@ -37,6 +37,7 @@
 #include "kernels/profile_task.h"
 #include "proto/autotune.pb.h"
 #include "service/compile_phase.h"
+#include "service/job_options.h"
 #include "service/job_plan.h"
 #include "service/profile_pool.h"
 
@@ -47,7 +48,9 @@ struct ScreenJob {
   std::string job_id;
   std::string arch;
   std::string nvrtc_version;
-  kernels::ProfileSettings settings;
+  // The job's options, resolved (the screen reads `screen`); outlives the
+  // phase.
+  const ResolvedJobOptions* options = nullptr;
   const CompileResults* compiled = nullptr;
   cache::Store* store = nullptr;
   ProfilePool* gpus = nullptr;

@@ -52,7 +52,7 @@ class ProblemSerial {
       }
     }
     std::vector<size_t> chosen =
-        SelectCandidates(screened, current, family_default, job_.candidates);
+        SelectCandidates(screened, current, family_default, job_.options->candidates);
 
     std::unique_ptr<ProfilePool::Reservation> gpu = job_.gpus->Reserve();
     int contended_retries = 0;
@@ -71,7 +71,7 @@ class ProblemSerial {
         }
       }
       task.set_task_id(absl::StrCat(screen_.task.task_id(), "/serial"));
-      *task.mutable_serial() = job_.rounds;
+      *task.mutable_serial() = job_.options->rounds;
       // Validation is as in the screen; only the rounds are timed.
       task.set_timing_budget_s(std::max(task.timing_budget_s(), 1e-3));
       const absl::Time lease_start = absl::Now();
@@ -103,7 +103,8 @@ class ProblemSerial {
             absl::StrCat("serial phase: ", run.done.phase(), ": ", run.done.detail())));
       }
       const wv1::SerialReport& report = run.done.serial();
-      if (report.contended_rounds() > 0 && !job_.force && contended_retries++ < kContendedRetries) {
+      if (report.contended_rounds() > 0 && !job_.options->force &&
+          contended_retries++ < kContendedRetries) {
         Say(absl::StrCat("another process used GPU ", gpu->device().ordinal(), " during ",
                          report.contended_rounds(), " of ", report.rounds(), " serial rounds (",
                          DescribeProcesses(report.foreign()),
@@ -142,12 +143,12 @@ class ProblemSerial {
         nvml_error_ = state->nvml_error();
         return absl::OkStatus();
       }
-      if (state->foreign().empty() || job_.force) return absl::OkStatus();
+      if (state->foreign().empty() || job_.options->force) return absl::OkStatus();
       const absl::Duration waited = absl::Now() - start;
-      if (waited >= job_.quiet_wait) {
+      if (waited >= job_.options->quiet_wait) {
         return absl::UnavailableError(absl::StrCat(
             "GPU ", gpu.device().ordinal(), " was not quiet for the serial phase within ",
-            absl::FormatDuration(job_.quiet_wait), ": ", DescribeDeviceState(*state),
+            absl::FormatDuration(job_.options->quiet_wait), ": ", DescribeDeviceState(*state),
             "; stop those processes, or measure anyway with --force (entries are then marked "
             "CONTENDED)"));
       }
@@ -156,7 +157,7 @@ class ProblemSerial {
         Say(absl::StrCat("waiting for a quiet GPU ", gpu.device().ordinal(), ": ",
                          DescribeDeviceState(*state), " (",
                          absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
-                         " of at most ", absl::FormatDuration(job_.quiet_wait), ")"));
+                         " of at most ", absl::FormatDuration(job_.options->quiet_wait), ")"));
       }
       if (Cancelled()) return absl::CancelledError("cancelled while waiting for a quiet GPU");
       absl::SleepFor(kProbeEvery);

@@ -14,8 +14,9 @@
 //
 // Quiet GPU: before the rounds the GPU's worker is asked what else runs on
 // the GPU (NVML). While another compute process is there the phase waits,
-// saying so through `progress` every few seconds, up to `quiet_wait`; then
-// the problem fails (UNAVAILABLE, naming the processes) unless `force`, in
+// saying so through `progress` every few seconds, up to the job's
+// `quiet_wait` (ResolvedJobOptions); then the problem fails (UNAVAILABLE,
+// naming the processes) unless the job's `force`, in
 // which case it proceeds and the entry and its measurements are marked
 // contended with what was seen. A process that appears during the rounds
 // makes them contended too: without `force` they are measured again once
@@ -40,11 +41,11 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 #include "service/choice.h"
+#include "service/job_options.h"
 #include "service/job_plan.h"
 #include "service/profile_pool.h"
 #include "service/screen_phase.h"
@@ -60,10 +61,10 @@ struct SerialJob {
   std::string nvrtc_version;
   cache::Store* store = nullptr;
   ProfilePool* gpus = nullptr;
-  CandidateRule candidates;
-  worker::v1::SerialOptions rounds;  // stopping rule; zeros are the worker's defaults
-  bool force = false;
-  absl::Duration quiet_wait = absl::Minutes(10);
+  // The job's options, resolved: the candidate rule, the rounds' stopping
+  // rule (zeros are the worker's defaults), force and the quiet wait.
+  // Outlives the phase.
+  const ResolvedJobOptions* options = nullptr;
   // Stores a measurement (`count` false: already counted in the screen).
   std::function<absl::Status(const v1::Measurement& measurement, bool count)> record;
   // Says what the phase waits for ("waiting for a quiet GPU 0: pid 4121

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
@@ -187,6 +188,10 @@ absl::StatusOr<KernelsDir> DefaultKernelsDir() {
 
 }  // namespace
 
+std::string DaemonSettingHint(absl::string_view setting) {
+  return absl::StrCat("autotuned --", absl::StrReplaceAll(setting, {{"_", "-"}}));
+}
+
 class Server::Impl {
  public:
   absl::Status Start(const ServerOptions& options);
@@ -320,6 +325,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   job_options.quiet_wait = absl::Seconds(options.quiet_wait_s);
   job_options.max_variants_per_job = options.max_job_variants;
   job_options.max_unfinished_jobs_per_submitter = options.max_jobs_per_submitter;
+  job_options.setting_hint = DaemonSettingHint;
   job_options.profile.lease_dir = options.lease_dir == "none" ? "" : options.lease_dir;
   if (options.gpus == "none") {
     job_options.profile_off_reason = "the daemon runs with --gpus none";
@@ -340,7 +346,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
                                       std::move(job_options));
   tune_on_miss_ = std::make_unique<TuneOnMiss>(
       store_.get(), jobs_.get(),
-      TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour});
+      TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour,
+                        .setting_hint = DaemonSettingHint});
   if (!options.http_listen.empty()) {
     metrics_ =
         Metrics::Create({.resolver = resolver_.get(), .store = store_.get(), .jobs = jobs_.get()});

@@ -15,8 +15,8 @@
 // reason. While the database is unavailable (removed or replaced under the
 // daemon, its write lock held elsewhere, unreadable) health is NOT_SERVING
 // and the reason is logged; calls still go on, each with its own error. Files are created
-// owner-only: the database 0600 in a 0700 directory, the socket `socket_mode` (0600 unless the
-// operator widens it).
+// owner-only: the database 0600 in a 0700 directory, the socket `socket_mode` (owner-only
+// unless the operator widens it).
 #ifndef AUTOTUNE_SERVICE_SERVER_H_
 #define AUTOTUNE_SERVICE_SERVER_H_
 
@@ -25,10 +25,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/gpu_lease.h"
+#include "cache/store.h"
 #include "kernels/profile_task.h"
 #include "service/auth.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 
@@ -38,9 +41,9 @@ struct ServerOptions {
   bool insecure = false;            // allow plaintext TCP on loopback
   std::string tls_cert;             // PEM files; both or neither
   std::string tls_key;
-  std::string tls_client_ca;    // set: clients must present a cert it signed
-  int readers = 4;              // pooled database read connections
-  unsigned socket_mode = 0600;  // Unix sockets; 0660 lets a group in
+  std::string tls_client_ca;                  // set: clients must present a cert it signed
+  int readers = cache::kDefaultReaders;       // pooled database read connections
+  unsigned socket_mode = kDefaultSocketMode;  // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
   // Built-in kernel families (*.textproto), registered at start-up. Empty =
   // <prefix>/share/autotune/kernels beside this program (installed), else,
@@ -62,12 +65,13 @@ struct ServerOptions {
   // Host-wide GPU leases (base/gpu_lease.h) every GPU task holds; "none" =
   // take none (only when no other autotune process shares the GPUs).
   std::string lease_dir = kDefaultLeaseDir;
-  double quiet_wait_s = 600;  // serial phase: wait for a quiet GPU, when a job gives none
+  // Serial phase: how long to wait for a quiet GPU, when a job gives none.
+  double quiet_wait_s = kDefaultQuietWaitS;
   // Tune-on-miss (service/tune_on_miss.h): problems accepted per hour; 0 = off.
-  int tune_on_miss_per_hour = 60;
+  int tune_on_miss_per_hour = kDefaultTuneOnMissPerHour;
   // Limits on one job and on one submitter's unfinished jobs; 0 = none.
-  int64_t max_job_variants = 500000;
-  int max_jobs_per_submitter = 16;
+  int64_t max_job_variants = kDefaultMaxJobVariants;
+  int max_jobs_per_submitter = kDefaultMaxJobsPerSubmitter;
   // Who may call what (service/auth.h); daemon_uid is filled in by the server.
   AuthOptions auth;
   // The HTTP port (service/http_server.h): Prometheus metrics at /metrics,
@@ -80,8 +84,14 @@ struct ServerOptions {
   // How often the database is checked (cache::Store::CheckAvailable());
   // grpc.health.v1 says NOT_SERVING, for the whole server and for
   // autotune.v1.Autotune, from a failed check until one passes.
-  absl::Duration health_interval = absl::Seconds(5);
+  absl::Duration health_interval = absl::Seconds(kDefaultHealthIntervalS);
 };
+
+// How an operator changes one of the daemon's settings, for the errors of
+// the core that name it (SettingHint, job_options.h): "max_job_variants" ->
+// "autotuned --max-job-variants". Each setting is the config file's field
+// of the flag of the same name (proto/daemon_config.proto).
+std::string DaemonSettingHint(absl::string_view setting);
 
 class Server {
  public:

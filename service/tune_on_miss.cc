@@ -43,7 +43,11 @@ absl::StatusOr<v1::RequestTuningResponse> TuneOnMiss::Request(
     return response;
   };
   if (options_.max_problems_per_hour <= 0) {
-    return refuse_all("tune-on-miss is off on this daemon (--tune-on-miss-per-hour 0)");
+    return refuse_all(absl::StrCat(
+        "tune-on-miss is off on this daemon: its setting ",
+        NameSetting("tune_on_miss_per_hour", absl::StrCat(options_.max_problems_per_hour),
+                    options_.setting_hint),
+        " allows no problems"));
   }
   absl::StatusOr<std::vector<worker::v1::DeviceInfo>> devices = jobs_->Devices();
   if (!devices.ok() || devices->empty()) {

@@ -1,7 +1,7 @@
 // Tune-on-miss: problems whose lookups missed, queued as ordinary jobs so
 // that the next start of the inference server that missed finds them.
 //
-//   TuneOnMiss tune(store, jobs, {.max_problems_per_hour = 60});
+//   TuneOnMiss tune(store, jobs, {.max_problems_per_hour = 20});
 //   ASSIGN_OR_RETURN(v1::RequestTuningResponse answer, tune.Request(request));
 //
 // Each lookup of a request ends in one state (v1::TuningRequestState):
@@ -28,13 +28,18 @@
 #include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
+#include "service/defaults.h"
+#include "service/job_options.h"
 #include "service/job_runner.h"
 
 namespace autotune::service {
 
 struct TuneOnMissOptions {
-  // Problems accepted per sliding hour; 0 turns tune-on-miss off.
-  int max_problems_per_hour = 60;
+  // Problems accepted per sliding hour; 0 turns tune-on-miss off. Errors
+  // name it as the daemon's tune_on_miss_per_hour, with `setting_hint`'s
+  // word (job_options.h).
+  int max_problems_per_hour = kDefaultTuneOnMissPerHour;
+  SettingHint setting_hint = nullptr;
   // Most lookups in one request.
   int max_lookups = 1000;
   // The clock (tests replace it).

@@ -2,6 +2,8 @@
 // the stand-in profile worker (service/testing/fake_profile_worker.cc).
 #include "service/tune_on_miss.h"
 
+#include <stdlib.h>
+
 #include <memory>
 #include <string>
 
@@ -11,12 +13,28 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "service/testing/worker_hold.h"
 
 namespace autotune::service {
 namespace {
 
 using ::autotune::testing::TempDir;
+using ::autotune::testing::WorkerHold;
 using ::testing::HasSubstr;
+
+// Sets an environment variable for the workers a test starts.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 class TuneOnMissTest : public ::testing::Test {
  protected:
@@ -31,7 +49,8 @@ class TuneOnMissTest : public ::testing::Test {
                          CompilePool::Start({.worker_path = AUTOTUNE_WORKER_PATH, .workers = 2}));
     JobRunnerOptions options;
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
-    options.profile.grace = absl::Seconds(1);
+    // MODE 0 and 1 never hang: a worker held by a test is not taken for hung.
+    options.profile.grace = absl::Minutes(2);
     runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
   }
 
@@ -74,6 +93,10 @@ class TuneOnMissTest : public ::testing::Test {
 };
 
 TEST_F(TuneOnMissTest, AMissIsQueuedOnceAndTunedByAnOrdinaryJob) {
+  // The job cannot end, nor store an entry, before its first screened
+  // variant is let go: it is still queued at the second request.
+  WorkerHold hold(dir_.path() + "/hold", "screen", 1);
+  ScopedEnv held("FAKE_WORKER_HOLD", hold.spec());
   std::unique_ptr<TuneOnMiss> tune = Make(60);
   // The same problem twice in one request, and from a second server at once.
   ASSERT_OK_AND_ASSIGN(v1::RequestTuningResponse first,
@@ -87,6 +110,7 @@ TEST_F(TuneOnMissTest, AMissIsQueuedOnceAndTunedByAnOrdinaryJob) {
   ASSERT_OK_AND_ASSIGN(v1::RequestTuningResponse again, tune->Request(Request({Lookup(256)})));
   EXPECT_EQ(again.results(0).state(), v1::TUNING_ALREADY_QUEUED);
   EXPECT_EQ(again.results(0).job_id(), job_id);
+  hold.Go();
 
   const v1::Job job = WaitFor(job_id);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();

@@ -29,7 +29,16 @@
 // for the first FAKE_WORKER_FOREIGN_PROBES probes (default: all), and into
 // the rounds of the first FAKE_WORKER_FOREIGN_SERIALS serial tasks
 // (default: none), only on the GPU of ordinal FAKE_WORKER_FOREIGN_GPU when
-// that is set; FAKE_WORKER_NO_NVML=1 answers probes with an NVML error.
+// that is set; FAKE_WORKER_NO_NVML=1 answers probes with an NVML error;
+// FAKE_WORKER_HOLD=<dir>:<screen|serial>:<n>[:<ordinal>] holds the phase open
+// for a test: before the n-th variant outcome of that phase (counted from 1
+// in this process), in the worker of GPU <ordinal> only when that is given,
+// the worker writes <dir>/held (the task's context) and answers nothing
+// until <dir>/go exists (it exits if its parent dies meanwhile), so a test
+// acts at a known point of a phase instead of racing a poll against it.
+// Several holds, comma-separated and each with a dir of its own, hold in
+// turn at their points; one whose go exists passes at once (a replaced
+// worker counts from 1 again).
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,9 +46,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "proto/worker.pb.h"
 #include "service/worker_pipe.h"
@@ -97,6 +111,56 @@ wv1::DeviceState Probe(int probes) {
   state.set_sm_clock_mhz(1980);
   state.set_default_sm_clock_mhz(1980);
   return state;
+}
+
+// One point of FAKE_WORKER_HOLD: where and when to hold.
+struct Hold {
+  std::string dir;
+  bool serial = false;
+  int at = 0;        // the outcome of the phase, from 1
+  int ordinal = -1;  // -1: on every GPU
+};
+
+// FAKE_WORKER_HOLD's points; those of malformed items are left out.
+std::vector<Hold> ParseHolds() {
+  std::vector<Hold> holds;
+  const char* value = std::getenv("FAKE_WORKER_HOLD");
+  if (value == nullptr) return holds;
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    // From the right: the dir is what is left.
+    std::vector<absl::string_view> fields = absl::StrSplit(item, ':');
+    Hold hold;
+    if (fields.size() >= 4 &&
+        (fields[fields.size() - 3] == "screen" || fields[fields.size() - 3] == "serial")) {
+      if (!absl::SimpleAtoi(fields.back(), &hold.ordinal)) continue;
+      fields.pop_back();
+    }
+    if (fields.size() < 3 || !absl::SimpleAtoi(fields.back(), &hold.at)) continue;
+    fields.pop_back();
+    hold.serial = fields.back() == "serial";
+    fields.pop_back();
+    hold.dir = absl::StrJoin(fields, ":");
+    holds.push_back(hold);
+  }
+  return holds;
+}
+
+// Says it holds, then waits for the test's go.
+void HoldUntilGo(const Hold& hold, const std::string& context) {
+  const std::string held = hold.dir + "/held";
+  const std::string partial = held + ".partial";
+  if (FILE* file = std::fopen(partial.c_str(), "w"); file != nullptr) {
+    std::fprintf(file, "%s\n", context.c_str());
+    std::fclose(file);
+    std::rename(partial.c_str(), held.c_str());
+  }
+  // A daemon killed while its worker holds leaves no one to say go.
+  const pid_t parent = getppid();
+  const std::string go = hold.dir + "/go";
+  while (access(go.c_str(), F_OK) != 0) {
+    if (getppid() != parent) _exit(0);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
 }
 
 }  // namespace
@@ -158,6 +222,9 @@ int main(int argc, char** argv) {
   const char* log_path = std::getenv("FAKE_WORKER_LOG");
   int probes = 0;
   int serials = 0;
+  const std::vector<Hold> holds = ParseHolds();
+  int screen_outcomes = 0;
+  int serial_outcomes = 0;
   while (true) {
     wv1::WorkerRequest request;
     if (!ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), &request).ok()) return 0;
@@ -189,6 +256,13 @@ int main(int argc, char** argv) {
     }
     const int sleep_ms = EnvInt("FAKE_WORKER_SLEEP_MS", 0);
     for (const wv1::KernelImage& variant : task.variants()) {
+      const int outcome_number = serial ? ++serial_outcomes : ++screen_outcomes;
+      for (const Hold& hold : holds) {
+        if (hold.serial == serial && hold.at == outcome_number &&
+            (hold.ordinal < 0 || hold.ordinal == g_ordinal)) {
+          HoldUntilGo(hold, task.context());
+        }
+      }
       if (sleep_ms > 0) absl::SleepFor(absl::Milliseconds(sleep_ms));
       wv1::WorkerResponse response;
       wv1::VariantOutcome* outcome = response.mutable_variant();

@@ -13,6 +13,7 @@
 #include <link.h>
 #include <sched.h>
 #include <sqlite3.h>
+#include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
+#include "service/testing/worker_hold.h"
 #include "tests/process.h"
 #include "tests/sample_bundle.h"
 
@@ -298,9 +300,16 @@ TEST(ResourceTest, AReadOnlyDatabaseIsRefusedNamingItAndServedOnceWritableAgain)
 TEST(ResourceTest, AProfileWorkerThatNeverAnswersTimesOutAloneWhileLookupsGoOn) {
   TempDir dir;
   ASSERT_OK(WriteModesFamily(dir.path(), "[0, 3]", "[256]"));
+  // The worker holds just before the MODE=3 variant, so the lookups below
+  // start when it starts to hang (for about 30 s) however long the compile
+  // took, not before.
+  WorkerHold hold(dir.File("hold"), "screen", 2);
   Daemon daemon(dir.path(), {"--kernels", "none", "--profile-worker", FAKE_PROFILE_WORKER_PATH,
                              "--lease-dir", dir.File("leases"), "--variant-timeout", "2"});
-  ASSERT_OK(daemon.Start());
+  setenv("FAKE_WORKER_HOLD", hold.spec().c_str(), 1);
+  const absl::Status started = daemon.Start();
+  unsetenv("FAKE_WORKER_HOLD");
+  ASSERT_OK(started);
   std::unique_ptr<client::Client> client = Connect(daemon);
   ASSERT_OK(client->Import(Bundle(4096, 1024), /*replace=*/false).status());
   const std::vector<std::string> cli = {AutotuneCliPath(), "--server", daemon.address()};
@@ -314,6 +323,9 @@ TEST(ResourceTest, AProfileWorkerThatNeverAnswersTimesOutAloneWhileLookupsGoOn) 
     argv.insert(argv.end(), {"warmup", dir.File("modes.manifest"), "--json"});
     warmup = RunCommand(argv, absl::Minutes(2));
   });
+  const bool held = hold.WaitHeld();
+  hold.Go();
+  EXPECT_TRUE(held) << "the worker never came to the MODE=3 variant" << daemon.Stderr();
   // While the worker hangs, lookups are answered at once.
   absl::Duration slowest;
   int lookups = 0;

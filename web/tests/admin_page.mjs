@@ -3,24 +3,30 @@
 //
 //   node web/tests/admin_page.mjs --url http://127.0.0.1:PORT/admin --screenshot OUT.png
 //       [--token-file FILE] [--reader-token-file FILE] [--expect-entries N] [--invalidate]
-//       [--expect-running] [--node-modules DIR]
+//       [--expect-running [--go-files FILE,...]] [--node-modules DIR]
 //
 // --expect-running: a job runs when the page opens; the page must show its
 // progress moving and then its end, by itself (no reload).
+// --go-files: the job is held (the profile worker's FAKE_WORKER_HOLD) until
+// the page has seen it: the i-th file is made once the page has shown i
+// different progress texts, which lets the job go on to its next hold.
 //
 // Token files hold the raw bearer token on their first line.
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { check, die, openPage, parseArgs, run } from './browser.mjs';
 import { checkLandscape, drawnLandscape, expectedLandscape } from './landscape_checks.mjs';
 
 const USAGE = 'admin_page.mjs --url URL --screenshot OUT.png [--token-file FILE] [--reader-token-file FILE] ' +
-  '[--expect-entries N] [--invalidate] [--expect-running]';
+  '[--expect-entries N] [--invalidate] [--expect-running [--go-files FILE,...]]';
 const args = parseArgs({
   url: 'string', screenshot: 'string', 'token-file': 'string', 'reader-token-file': 'string',
-  'expect-entries': 'number', invalidate: 'flag', 'expect-running': 'flag', 'node-modules': 'string',
+  'expect-entries': 'number', invalidate: 'flag', 'expect-running': 'flag', 'go-files': 'string',
+  'node-modules': 'string',
 }, USAGE);
 if (!args.url || !args.screenshot) die(`usage: ${USAGE}`, 2);
 if (args.invalidate && !args['token-file']) die('--invalidate needs --token-file (an admin token)', 2);
+if (args['go-files'] && !args['expect-running']) die('--go-files needs --expect-running', 2);
+const goFiles = args['go-files'] ? args['go-files'].split(',') : [];
 
 function readToken(file) {
   let text;
@@ -51,13 +57,15 @@ function apiGet(page, path) {
 }
 
 // A running job's row, followed as the page polls: its progress text must
-// change at least once and the row must end SUCCEEDED.
+// change at least once and the row must end SUCCEEDED. With --go-files the
+// job moves on only as the page shows it.
 async function followRunningJob(page) {
   const row = page.locator('#jobs-table tbody tr[data-job]').filter({ has: page.locator('[role="progressbar"]') }).first();
   await row.waitFor({ timeout: TIMEOUT });
   const id = await row.getAttribute('data-job');
   const selector = `#jobs-table tbody tr[data-job="${id}"]`;
   const seen = new Set();
+  let released = 0;
   const deadline = Date.now() + 120000;
   let jobState = '';
   while (Date.now() < deadline) {
@@ -65,6 +73,7 @@ async function followRunningJob(page) {
     if (!RUNNING.has(jobState)) break;
     const text = await page.locator(`${selector} .progress-text`).textContent().catch(() => null);
     if (text) seen.add(text.trim());
+    while (released < Math.min(seen.size, goFiles.length)) writeFileSync(goFiles[released++], '');
     await page.waitForTimeout(200);
   }
   check(jobState === 'SUCCEEDED', `job ${id} shows ${jobState || 'nothing'} on the page, not SUCCEEDED, after following it`);

@@ -1,0 +1,72 @@
+// The defaults of autotuned's settings and of a job's options, each written
+// once, here. The daemon's flags and ServerOptions (daemon_flags.cc,
+// server.h), JobRunnerOptions and the resolution of a job's options
+// (job_options.h), the serial phase's CandidateRule (choice.h), the list
+// calls (cache_admin.cc) and the CLI's help read them from here;
+// `autotuned --print-config` prints the daemon's as they are in effect.
+//
+// Defaults that the lower layers resolve themselves stay with them and are
+// only referenced:
+//   kernels::kDefaultLaunchTimeoutS   a launch's timeout (kernels/profile_task.h)
+//   kernels::kDefaultSerialNoise,     the serial rounds' stopping rule, which
+//   kernels::kDefaultSerialMaxS, ...  the worker applies to a task's zeros
+//   cache::kDefaultReaders            pooled read connections (cache/store.h)
+//   kDefaultLeaseDir                  host-wide GPU leases (base/gpu_lease.h)
+//
+// Header only, with no dependencies, so that the CLI can include it.
+#ifndef AUTOTUNE_SERVICE_DEFAULTS_H_
+#define AUTOTUNE_SERVICE_DEFAULTS_H_
+
+#include <cstdint>
+
+namespace autotune::service {
+
+// --- The daemon's settings (autotuned's flags and config file) -------------
+
+// How long the serial phase waits for a GPU without other compute
+// processes: long enough for another tuning run or a short job to finish,
+// short enough that a GPU in use fails the problem within the hour.
+inline constexpr double kDefaultQuietWaitS = 600;
+// Variants one job may plan: far above any manifest worth one job (a large
+// family over a large manifest is tens of thousands), low enough that a
+// mistyped range is refused before it is stored.
+inline constexpr int64_t kDefaultMaxJobVariants = 500000;
+// Unfinished jobs one submitter may have: a CI matrix's worth, so that one
+// caller cannot queue work that starves the others.
+inline constexpr int kDefaultMaxJobsPerSubmitter = 16;
+// Problems tune-on-miss may queue per hour, over all clients: a fleet
+// starting up asks for the same few problems; more than this is a misuse.
+inline constexpr int kDefaultTuneOnMissPerHour = 60;
+// Unix sockets are owner-only unless the operator lets a group in.
+inline constexpr unsigned kDefaultSocketMode = 0600;
+// How often the database is checked for health: a removed or locked
+// database is reported within seconds, at the cost of one query.
+inline constexpr double kDefaultHealthIntervalS = 5;
+
+// --- A job's options (v1::JobOptions: 0 = these) ---------------------------
+
+// One compile: NVRTC takes seconds for most variants; two minutes is a
+// compiler that hangs, not a slow kernel.
+inline constexpr double kDefaultCompileTimeoutS = 120;
+// Candidates timed in the serial phase at most (Helion re-benchmarks its
+// top 8): enough to hold the screen's near ties, few enough to time at
+// length.
+inline constexpr int kDefaultSerialCandidates = 8;
+// ...and at least (when the screen found that many): a screen's ranking of
+// close variants is noise.
+inline constexpr int kDefaultMinSerialCandidates = 3;
+// Candidates are the variants within 1.10x of the best screened median
+// (widened by the screen's noise): the screen's short timings are a few
+// percent off, rarely ten.
+inline constexpr double kDefaultCandidateBand = 0.10;
+
+// --- The list calls (ListJobs, ListEntries: limit 0 = these) ----------------
+
+// One page of jobs: the recent ones an operator looks at.
+inline constexpr int kDefaultListJobsLimit = 50;
+// One page of entries: a screenful for a person, small enough for one reply.
+inline constexpr int kDefaultListEntriesLimit = 1000;
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_DEFAULTS_H_
