@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/scoped_env.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
@@ -18,6 +19,8 @@
 
 namespace autotune::kernels {
 namespace {
+
+using ::autotune::testing::ScopedEnv;
 
 using ::autotune::testing::StatusIs;
 using ::testing::AllOf;
@@ -74,30 +77,6 @@ CompileRequest VectorScaleRequest() {
                         .options = {"-std=c++17"},
                         .arch = "sm_90"};
 }
-
-// Sets (or unsets, for nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 class CompilerTest : public ::testing::Test {
  protected:

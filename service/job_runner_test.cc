@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/gpu_lease.h"
+#include "base/scoped_env.h"
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -38,25 +39,14 @@
 namespace autotune::service {
 namespace {
 
+using ::autotune::testing::ScopedEnv;
+
 namespace v1 = ::autotune::v1;
 using ::autotune::testing::StatusIs;
 using ::autotune::testing::TempDir;
 using ::autotune::testing::WorkerHold;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 class ScreenJobTest : public ::testing::Test {
  protected:

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/scoped_env.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
@@ -18,24 +19,14 @@
 namespace autotune::service {
 namespace {
 
+using ::autotune::testing::ScopedEnv;
+
 namespace v1 = ::autotune::v1;
 namespace wv1 = ::autotune::worker::v1;
 using ::autotune::testing::StatusIs;
 using ::autotune::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Sets an environment variable for the workers a test starts.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 wv1::ProfileTask TaskWithModes(const std::vector<int>& modes) {
   wv1::ProfileTask task;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "base/scoped_env.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "cache/store.h"
@@ -18,23 +19,11 @@
 namespace autotune::service {
 namespace {
 
+using ::autotune::testing::ScopedEnv;
+
 using ::autotune::testing::TempDir;
 using ::autotune::testing::WorkerHold;
 using ::testing::HasSubstr;
-
-// Sets an environment variable for the workers a test starts.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 class TuneOnMissTest : public ::testing::Test {
  protected:

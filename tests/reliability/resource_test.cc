@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
+#include "base/scoped_env.h"
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -47,6 +48,8 @@
 
 namespace autotune::testing {
 namespace {
+
+using ::autotune::testing::ScopedEnv;
 
 using ::testing::HasSubstr;
 
@@ -221,28 +224,6 @@ TEST(ResourceTest, AFullDiskFailsTheWriteAloneAndWritesWorkAgainOnceThereIsSpace
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
   EXPECT_EQ(IntegrityCheck(db), "ok");
 }
-
-// Sets an environment variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* before = getenv(name); before != nullptr) previous_ = before;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (previous_.has_value()) {
-      setenv(name_, previous_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> previous_;
-};
 
 // Runs autotuned without the capabilities that let root ignore file modes,
 // so a read-only file is read-only to it as it would be to a service user.
