@@ -263,9 +263,10 @@ Command WarmupCommand(CLI::App& root, Streams io) {
   command.app
       ->add_option("--candidates", s->candidates,
                    absl::StrCat("At most N candidates per problem in the serial validation "
-                                "(1..256; default ",
+                                "(1..",
+                                service::kMaxSerialCandidates, "; default ",
                                 service::kDefaultSerialCandidates, ")"))
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, service::kMaxSerialCandidates));
   command.app
       ->add_option("--candidate-band", s->candidate_band,
                    absl::StrCat("Candidates are the variants within (1 + B) of the best "

@@ -38,11 +38,9 @@ deploy/install-deps.sh
 
 say "build (Release, build/): autotuned, autotune, autotune-worker"
 build_start=$SECONDS
-generator=()
-if [[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then
-  generator=(-G Ninja)
-fi
-cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+# CMake takes CMAKE_GENERATOR only for a new tree; an existing one keeps its own.
+command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)" --target autotuned autotune autotune-worker
 echo "quickstart: built in $((SECONDS - build_start)) s"
 for binary in "$daemon" "$cli"; do

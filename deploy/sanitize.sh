@@ -32,7 +32,7 @@
 # suppressed in deploy/sanitizer-suppressions/, each with its reason.
 #
 # Environment: SANITIZE_STEP=build|test runs only that half (deploy/test.sh
-# times them apart); both by default.
+# times them apart); both by default. CTEST_JOBS as in deploy/test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mode=${1:-address}
@@ -65,11 +65,9 @@ if [[ "$step" != test ]]; then
   if [[ -d build/web/npm/node_modules/d3 ]]; then
     node_modules=(-DAUTOTUNE_NODE_MODULES="$PWD/build/web/npm/node_modules")
   fi
-  generator=()
-  if [[ ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
-    generator=(-G Ninja)
-  fi
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" "${generator[@]}" \
+  # CMake takes CMAKE_GENERATOR only for a new tree; an existing one keeps its own.
+  command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
@@ -84,4 +82,4 @@ export LSAN_OPTIONS="suppressions=$suppressions/lsan.txt:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions/tsan.txt"
 export CRASH_TEST_KILLS=${CRASH_TEST_KILLS:-20}
-ctest --test-dir "$dir" --output-on-failure -j"${CTEST_JOBS:-2}" --timeout 600 -LE gpu "${select[@]}"
+ctest --test-dir "$dir" --output-on-failure -j"${CTEST_JOBS:-4}" --timeout 600 -LE gpu "${select[@]}"

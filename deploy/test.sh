@@ -17,6 +17,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CTEST_JOBS=${CTEST_JOBS:-4}
+# CMake takes CMAKE_GENERATOR only for a new tree; an existing one keeps its own.
+command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 
 names=()
 results=()
@@ -35,11 +37,7 @@ step() {
 }
 
 release_build() {
-  local generator=()
-  if [[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then
-    generator=(-G Ninja)
-  fi
-  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release &&
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
     cmake --build build -j"$(nproc)"
 }
 release_tests() {

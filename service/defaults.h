@@ -55,6 +55,9 @@ inline constexpr int kDefaultSerialCandidates = 8;
 // ...and at least (when the screen found that many): a screen's ranking of
 // close variants is noise.
 inline constexpr int kDefaultMinSerialCandidates = 3;
+// Most serial-phase candidates a job may ask for (a limit, not a default;
+// the CLI checks it before asking).
+inline constexpr int kMaxSerialCandidates = 256;
 // Candidates are the variants within 1.10x of the best screened median
 // (widened by the screen's noise): the screen's short timings are a few
 // percent off, rarely ten.

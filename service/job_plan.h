@@ -28,6 +28,7 @@
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
+#include "service/defaults.h"
 
 namespace autotune::service {
 
@@ -62,9 +63,6 @@ struct PlannedProblem {
   // the job runner.
   std::string screens_from_hash;
 };
-
-// Most serial-phase candidates a job may ask for.
-inline constexpr int kMaxSerialCandidates = 256;
 
 struct JobPlan {
   std::string arch;
