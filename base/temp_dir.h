@@ -5,7 +5,7 @@
 // Its name holds the pid of the process that made it
 // ("autotune-test-<pid>-XXXXXX"). A process killed before its destructors
 // ran leaves its folders behind; ReapTempDirsOfDeadProcesses() removes
-// those, and every new TempDir calls it first (deploy/test.sh runs
+// those, and every new TempDir calls it first (.ci/test.sh runs
 // tests/reap_temp_dirs.sh, which does the same, once ctest has ended).
 #ifndef AUTOTUNE_BASE_TEMP_DIR_H_
 #define AUTOTUNE_BASE_TEMP_DIR_H_

@@ -1,5 +1,5 @@
 // Bearer tokens: how they are made and how the daemon's token file stores
-// them (service/auth.h reads the file; `autotune token new` writes a line).
+// them (service/rpc/auth.h reads the file; `autotune token new` writes a line).
 #ifndef AUTOTUNE_BASE_TOKEN_H_
 #define AUTOTUNE_BASE_TOKEN_H_
 

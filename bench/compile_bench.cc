@@ -73,13 +73,13 @@
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "cache/store.h"
-#include "kernels/compiler.h"
 #include "kernels/family_loader.h"
+#include "kernels/gpu/compiler.h"
 #include "kernels/manifest.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
 #include "proto/worker.pb.h"
-#include "service/compile_pool.h"
+#include "service/pools/compile_pool.h"
 
 extern char** environ;
 

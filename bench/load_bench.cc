@@ -5,7 +5,7 @@
 // Starts the real daemon (autotuned, with the stand-in profile worker
 // acting out the GPU, so jobs run on any machine) on a Unix socket over a
 // temporary database, and fills it with two sets of entries of the sample
-// family (tests/sample_bundle.h):
+// family (tests/support/sample_bundle.h):
 // - stable: --stable problems on "NVIDIA H200", imported once, never changed;
 // - churn: --churn problems on "NVIDIA B200", which a writer imports in
 //   waves (each wave its own median and its own binaries, so an answer says
@@ -66,8 +66,8 @@
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
-#include "tests/process.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/process.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::bench {
 namespace {

@@ -62,11 +62,11 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/problem.h"
-#include "service/lookup_resolver.h"
+#include "service/lookup/lookup_resolver.h"
 #include "service/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::bench {
 namespace {

@@ -5,7 +5,7 @@ CuPy, and compares the medians with the profile worker's.
     python3 bench/profile_fidelity.py OUT/fidelity.json [--results FILE]
     python3 bench/profile_fidelity.py --dry-run OUT/fidelity.json
 
-The measurement copies the worker's method (kernels/profiler.h) with a
+The measurement copies the worker's method (service/worker/profiler.h) with a
 different code path: the cubin is loaded with cupy.RawModule; the input sets
 are as many as the worker rotated over (pool_sets), each one allocation that
 holds every buffer at 256-byte aligned offsets, filled with random data of

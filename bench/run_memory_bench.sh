@@ -8,7 +8,7 @@
 # growth from the end of the first run to the end of the last (the first run
 # pays for the one-time allocations: CUDA context, NVRTC, caches).
 #
-#   bash bench/run_memory_bench.sh [MANIFEST] [RUNS]   # default kernels/gla_decode.manifest 3
+#   bash bench/run_memory_bench.sh [MANIFEST] [RUNS]   # default kernels/builtin/gla_decode.manifest 3
 #
 # Needs bundle/gpu from `bash tests/gpu/run.sh bundle` (AUTOTUNE_BUNDLE
 # overrides it). AUTOTUNED_ARGS: more flags for autotuned (its words).

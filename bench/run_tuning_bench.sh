@@ -3,14 +3,14 @@
 # daemon and CLI (bundle/gpu from `bash tests/gpu/run.sh bundle`):
 #
 #   bash bench/run_tuning_bench.sh fixture [MANIFEST] [RUNS]
-#       RUNS cold warmups of MANIFEST (default kernels/gla_decode.manifest, 1),
+#       RUNS cold warmups of MANIFEST (default kernels/builtin/gla_decode.manifest, 1),
 #       each on a fresh database, then a rerun on the last one (steady
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
 #       stability).
 #   bash bench/run_tuning_bench.sh grow [MANIFEST]
 #       A family that gains a parameter value: a cold warmup of MANIFEST
-#       (default kernels/gla_decode.manifest), then gla_decode registered
+#       (default kernels/builtin/gla_decode.manifest), then gla_decode registered
 #       again with UNROLL=8 added (a version that differs only in its search
 #       space) and warmed up on the same database: only the new variants are
 #       screened, the others carried. For comparison a cold warmup of the

@@ -48,7 +48,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "service/server.h"
 #include "spdlog/spdlog.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune {
 namespace {

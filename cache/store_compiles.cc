@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "base/timestamp.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
 #include "cache/store_impl.h"
@@ -54,10 +55,7 @@ absl::StatusOr<std::string> Store::PutCompile(const CompileRecord& record,
     binary.set_family_hash(record.family_hash);
     ASSIGN_OR_RETURN(sha256, ValidateBinary(binary, "compile.binary", /*require_sha256=*/false));
   }
-  const std::string created_at =
-      record.created_at.empty()
-          ? absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())
-          : record.created_at;
+  const std::string created_at = record.created_at.empty() ? TimestampMillis() : record.created_at;
   Impl::Write write(*impl_);
   RETURN_IF_ERROR(write.Begin());
   Connection& db = write.db();

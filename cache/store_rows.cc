@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
+#include "base/timestamp.h"
 #include "cache/sqlite.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -60,9 +61,7 @@ absl::StatusOr<bool> RowExists(Connection& db, absl::string_view sql, absl::stri
 
 }  // namespace
 
-std::string Now() {
-  return absl::FormatTime("%Y-%m-%d%ET%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
-}
+std::string Now() { return TimestampMillis(); }
 
 absl::Status ValidateFamilyName(absl::string_view name, absl::string_view field) {
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));

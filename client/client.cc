@@ -106,6 +106,11 @@ absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLooku
   return Unary(&v1::Autotune::Stub::BatchLookup, request);
 }
 
+absl::StatusOr<v1::GetBinariesResponse> Client::GetBinaries(const v1::GetBinariesRequest& request,
+                                                            absl::Duration timeout) {
+  return Unary(&v1::Autotune::Stub::GetBinaries, request, timeout);
+}
+
 absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLookupRequest& request,
                                                             absl::Duration timeout) {
   return Unary(&v1::Autotune::Stub::BatchLookup, request, timeout);

@@ -60,7 +60,7 @@ struct ClientOptions {
   // Unset: plaintext, which is what a unix socket or a loopback daemon
   // started with --insecure expects.
   std::optional<TlsOptions> tls;
-  // A bearer token (service/auth.h): sent as "authorization: Bearer <token>"
+  // A bearer token (service/rpc/auth.h): sent as "authorization: Bearer <token>"
   // on every call. Empty = none (a Unix socket's owner needs none).
   std::string token;
   // Largest response accepted. A BatchLookup with cubins of a thousand
@@ -93,11 +93,15 @@ class Client {
   // One answer per lookup, in order; a per-item error does not fail the call.
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request);
   // The same with its own deadline instead of options.timeout.
+  // Stored cubins by sha256 (GetBinariesRequest); the caller checks each
+  // against its digest.
+  absl::StatusOr<v1::GetBinariesResponse> GetBinaries(const v1::GetBinariesRequest& request,
+                                                      absl::Duration timeout);
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
                                                       absl::Duration timeout);
 
   // Tune-on-miss: asks the daemon to queue the problems of lookups that
-  // missed (service/tune_on_miss.h says what each result means).
+  // missed (service/lookup/tune_on_miss.h says what each result means).
   absl::StatusOr<v1::RequestTuningResponse> RequestTuning(
       const v1::RequestTuningRequest& request, absl::Duration timeout = absl::ZeroDuration());
 
@@ -124,9 +128,9 @@ class Client {
 
   // Collects the streamed parts into one bundle.
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request);
-  // Streams `bundle` in parts of about 2 MB (SplitBundle). The server applies
-  // it all or nothing. `replace` overwrites entries the server already has.
   absl::StatusOr<v1::BackupResponse> Backup(const v1::BackupRequest& request);
+  // Streams `bundle` in parts of about 2 MB (SplitBundle). The server applies
+  // it all or nothing. `replace` overwrites entries the server already has;
   // `keep_better`: ImportRequest.keep_better (not with `replace`).
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace,
                                             bool keep_better = false);

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
-#include "kernels/compiler.h"
-#include "kernels/cuda_driver.h"
+#include "kernels/gpu/compiler.h"
+#include "kernels/gpu/cuda_driver.h"
 #include "proto/problem.h"
 
 namespace autotune::client {

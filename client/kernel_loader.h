@@ -11,7 +11,7 @@
 //   void* args[] = {&q, &k, &v, &state, &out, &batch};
 //   RETURN_IF_ERROR(gpu->Launch(kernel, args, stream));
 //
-// The CUDA driver is loaded with dlopen (kernels/cuda_driver.h): a program
+// The CUDA driver is loaded with dlopen (kernels/gpu/cuda_driver.h): a program
 // that links this library starts on a machine without one, and Open() says
 // what is missing. Nothing here includes cuda.h: functions and streams are
 // passed as void* (CUfunction, CUstream).
@@ -29,7 +29,7 @@
 // (StartupOptions.recipes), the config is compiled with the NVRTC found on
 // this host for this GPU (sm_<compute capability>) and that is loaded; the
 // LoadedKernel says so (origin, note). NVRTC is dlopen'ed like the driver
-// ($AUTOTUNE_NVRTC, libnvrtc.so.13, ...; kernels/compiler.h).
+// ($AUTOTUNE_NVRTC, libnvrtc.so.13, ...; kernels/gpu/compiler.h).
 //
 // Errors name the problem and what failed: FAILED_PRECONDITION when there is
 // nothing to load (a MISS without a default config, no cubin and no recipe:

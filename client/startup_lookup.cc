@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/sha256.h"
+#include "base/timestamp.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/problem.h"
 
@@ -20,12 +21,7 @@ namespace autotune::client {
 namespace {
 
 std::string Context(const v1::LookupRequest& request) {
-  return absl::StrCat(request.family(), " ", FormatDims(request.problem().dims()), " ",
-                      DTypeName(request.problem().dtype()));
-}
-
-std::string NowText() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+  return ProblemContext(request.family(), request.problem());
 }
 
 void AddNote(StartupAnswer& answer, absl::string_view note) {
@@ -126,8 +122,8 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   if (requests.empty()) return answers;
   // A first start on this host (most answers not kept here, judged on up
   // to 16 of them): the cubins come with the answers, in one call.
-  // Otherwise the answers alone, and the cubins the local cache lacks in a
-  // second call.
+  // Otherwise the answers alone, and the cubins the local cache lacks by
+  // their sha256 (GetBinaries).
   const size_t step = std::max<size_t>(1, answers.size() / 16);
   int sampled = 0;
   for (size_t i = 0; local_ && i < answers.size(); i += step, ++sampled) {
@@ -213,7 +209,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     std::shared_ptr<const std::string> source;  // the recipe's, from the service
   };
   auto kept = std::make_shared<std::vector<Kept>>();
-  const std::string now = NowText();
+  const std::string now = Timestamp();
   for (size_t i = 0; i < answers.size(); ++i) {
     const StartupAnswer& answer = answers[i];
     if (!answer.error.ok()) continue;
@@ -274,8 +270,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
   }
   std::map<std::string, absl::StatusOr<std::optional<std::string>>> local;
   if (local_) local = ReadCubins(wanted);
-  v1::BatchLookupRequest fetch;
-  fetch.set_include_cubin(true);
+  v1::GetBinariesRequest fetch;
   std::vector<size_t> to_fetch;
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
@@ -288,15 +283,15 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
     if (it != local.end() && !it->second.ok()) {
       AddNote(answer, absl::StrCat(it->second.status().message(), "; fetched again"));
     }
-    *fetch.add_lookups() = answer.request;
+    fetch.add_sha256(answer.response.entry().binary_sha256());
     to_fetch.push_back(i);
   }
   if (to_fetch.empty()) return;
   const absl::Duration left = deadline - absl::Now();
-  absl::StatusOr<v1::BatchLookupResponse> binaries =
+  absl::StatusOr<v1::GetBinariesResponse> binaries =
       left > absl::ZeroDuration()
-          ? client_->BatchLookup(fetch, left)
-          : absl::StatusOr<v1::BatchLookupResponse>(
+          ? client_->GetBinaries(fetch, left)
+          : absl::StatusOr<v1::GetBinariesResponse>(
                 absl::DeadlineExceededError("no time was left for the cubins"));
   for (size_t i : to_fetch) {
     StartupAnswer& answer = answers[i];
@@ -307,7 +302,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
     }
     auto it = binaries->binaries().find(sha);
     if (it == binaries->binaries().end()) {
-      AddNote(answer, "the service sent no cubin for it (the entry changed between the calls?)");
+      AddNote(answer, "the service no longer stores its cubin (removed since it answered)");
     } else if (Sha256Hex(it->second) != sha) {
       AddNote(answer, absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
     } else {

@@ -16,8 +16,9 @@
 //
 // Cost: at most `deadline` waiting on the service, whatever it does (absent,
 // slow, hung). When the local cache holds most of the answers, one
-// BatchLookup without cubins, then one for the cubins the local cache lacks
-// or holds damaged (a damaged cubin is refused and fetched again); on a
+// BatchLookup without cubins, then one GetBinaries, by sha256, for the
+// cubins the local cache lacks or holds damaged (a damaged cubin is refused
+// and fetched again); on a
 // first start one BatchLookup with the cubins. Local cubins are read and
 // checked on several threads. The answers the service gave, and the cubins
 // it sent, are written to the local cache by a background thread after

@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential      # g++, make
   cmake
-  ninja-build          # the generator of the trees deploy/test.sh makes
+  ninja-build          # the generator of the trees .ci/test.sh makes
   pkg-config           # finds sqlite3
   protobuf-compiler    # protoc
   protobuf-compiler-grpc  # grpc_cpp_plugin
@@ -25,11 +25,11 @@ packages=(
   libmuparser-dev      # expressions in kernel family descriptors
   prometheus-cpp-dev   # the daemon's metrics over HTTP
   openssl              # the TLS end-to-end test makes its own certificates
-  clang-14             # clang++-14: deploy/check-thread-safety.sh, deploy/fuzz.sh
-  libclang-rt-14-dev   # libFuzzer and the sanitizers runtimes (deploy/fuzz.sh)
-  lld-14               # links the sanitizer trees (deploy/sanitize.sh)
+  clang-14             # clang++-14: .ci/check-thread-safety.sh, .ci/fuzz.sh
+  libclang-rt-14-dev   # libFuzzer and the sanitizers runtimes (.ci/fuzz.sh)
+  lld-14               # links the sanitizer trees (.ci/sanitize.sh)
   jq                   # reads compile_commands.json for that check
-  clang-format-14      # deploy/check-format.sh
+  clang-format-14      # .ci/check-format.sh
   python3              # the Python client and the tests that read exported configs
   python3-grpcio       # the Python client (client/python)
   python3-protobuf

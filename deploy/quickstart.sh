@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: installs what is missing, builds what it runs (Release, in
 # build/: the daemon, the CLI, the worker and the web pages, not the tests;
-# deploy/test.sh builds those) and says how long that took, starts autotuned on its default socket and database unless one already
+# .ci/test.sh builds those) and says how long that took, starts autotuned on its default socket and database unless one already
 # answers there, runs a real warmup of the built-in rmsnorm family (three
 # problems) and looks problems up in what it tuned. On a machine without a
 # GPU the warmup compiles only, says that measuring needs a GPU, and the

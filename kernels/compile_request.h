@@ -1,6 +1,6 @@
 // What one compile of a kernel variant is made of, and its content key. The
 // daemon plans and keys compiles with this alone; the NVRTC code that runs
-// them (kernels/compiler.h) lives on the worker's side of the process
+// them (kernels/gpu/compiler.h) lives on the worker's side of the process
 // boundary.
 #ifndef AUTOTUNE_KERNELS_COMPILE_REQUEST_H_
 #define AUTOTUNE_KERNELS_COMPILE_REQUEST_H_

@@ -1,5 +1,5 @@
 // Turns a family, a problem and compiled kernels into the ProfileTask a
-// profile worker runs (proto/worker.proto, kernels/profiler.h).
+// profile worker runs (proto/worker.proto, service/worker/profiler.h).
 //
 //   ASSIGN_OR_RETURN(SearchSpace space, ExpandSearchSpace(family, problem));
 //   std::vector<CompiledVariant> compiled = ...;  // from the compile cache

@@ -18,7 +18,8 @@ using ::testing::HasSubstr;
 class MakeProfileTaskTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(family_, LoadFamilyFile(AUTOTUNE_KERNELS_DIR "/rmsnorm.textproto"));
+    ASSERT_OK_AND_ASSIGN(family_,
+                         LoadFamilyFile(AUTOTUNE_KERNELS_DIR "/builtin/rmsnorm.textproto"));
     problem_ = Problem(4, 1024);
     ASSERT_OK_AND_ASSIGN(space_, ExpandSearchSpace(family_, problem_));
     ASSERT_GE(space_.variants.size(), 3u);

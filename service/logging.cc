@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/posix_error.h"
+#include "base/timestamp.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/support/log.h"
@@ -38,9 +39,9 @@ std::string JsonString(absl::string_view text) {
 // One line, its keys in a fixed order for people reading it raw.
 std::string JsonLine(absl::Time time, absl::string_view level, absl::string_view message,
                      absl::string_view source) {
-  std::string line = absl::StrCat(
-      "{\"time\":\"", absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone()),
-      "\",\"level\":", JsonString(level), ",\"message\":", JsonString(message));
+  std::string line =
+      absl::StrCat("{\"time\":\"", TimestampMillis(time), "\",\"level\":", JsonString(level),
+                   ",\"message\":", JsonString(message));
   if (!source.empty()) absl::StrAppend(&line, ",\"source\":", JsonString(source));
   line.append("}\n");
   return line;

@@ -35,18 +35,19 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "kernels/family_loader.h"
-#include "service/admin_api.h"
-#include "service/audit_log.h"
-#include "service/auth.h"
-#include "service/autotune_service.h"
-#include "service/cache_admin.h"
-#include "service/compile_pool.h"
-#include "service/http_server.h"
-#include "service/job_runner.h"
-#include "service/listen_address.h"
-#include "service/lookup_resolver.h"
-#include "service/metrics.h"
-#include "service/unix_listener.h"
+#include "service/jobs/job_runner.h"
+#include "service/lookup/cache_admin.h"
+#include "service/lookup/lookup_resolver.h"
+#include "service/pools/compile_pool.h"
+#include "service/rpc/admin_api.h"
+#include "service/rpc/admission.h"
+#include "service/rpc/audit_log.h"
+#include "service/rpc/auth.h"
+#include "service/rpc/autotune_service.h"
+#include "service/rpc/http_server.h"
+#include "service/rpc/listen_address.h"
+#include "service/rpc/metrics.h"
+#include "service/rpc/unix_listener.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -224,6 +225,7 @@ class Server::Impl {
   std::unique_ptr<JobRunner> jobs_;
   std::unique_ptr<TuneOnMiss> tune_on_miss_;
   std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<Admission> admission_;  // over auth_
   std::unique_ptr<AuditLog> audit_;
   std::string audit_path_;
   std::unique_ptr<Metrics> metrics_;
@@ -290,6 +292,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   AuthOptions auth_options = options.auth;
   auth_options.daemon_uid = getuid();
   ASSIGN_OR_RETURN(auth_, Authenticator::Create(auth_options));
+  admission_ = std::make_unique<Admission>(auth_.get());
   if (options.audit_log != "none") {
     audit_path_ = options.audit_log.empty() ? Dirname(db_path_) + "/audit.log" : options.audit_log;
     ASSIGN_OR_RETURN(audit_, AuditLog::Open(audit_path_));
@@ -351,8 +354,10 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   if (!options.http_listen.empty()) {
     metrics_ =
         Metrics::Create({.resolver = resolver_.get(), .store = store_.get(), .jobs = jobs_.get()});
-    admin_api_ = std::make_unique<AdminApi>(AdminApi::Sources{
-        .admin = admin_.get(), .jobs = jobs_.get(), .auth = auth_.get(), .audit = audit_.get()});
+    admin_api_ = std::make_unique<AdminApi>(AdminApi::Sources{.admin = admin_.get(),
+                                                              .jobs = jobs_.get(),
+                                                              .admission = admission_.get(),
+                                                              .audit = audit_.get()});
     const Metrics* metrics = metrics_.get();
     const AdminApi* api = admin_api_.get();
     ASSIGN_OR_RETURN(
@@ -378,8 +383,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
     }
   }
   service_ = std::make_unique<AutotuneService>(
-      resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), auth_.get(), audit_.get(),
-      metrics_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
+      resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), admission_.get(),
+      audit_.get(), metrics_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -488,11 +493,13 @@ void Server::Impl::Shutdown() {
   stop_watching_.Notify();
   if (database_watch_.joinable()) database_watch_.join();
   for (const std::unique_ptr<UnixListener>& listener : unix_listeners_) listener->Stop();
+  // From here every new call, gRPC or HTTP, is refused with UNAVAILABLE
+  // (admission.h); the calls in flight finish.
+  if (admission_ != nullptr) admission_->Drain();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     // New calls are refused (UNAVAILABLE), the calls running finish (up to
     // the grace period), then the connections close at once (CallCounter).
-    if (service_ != nullptr) service_->Drain();
     const absl::Time deadline = absl::Now() + shutdown_grace_;
     server_->Shutdown(absl::ToChronoTime(calls_->WaitIdle(deadline) ? absl::Now() : deadline));
     server_->Wait();

@@ -30,8 +30,8 @@
 #include "base/gpu_lease.h"
 #include "cache/store.h"
 #include "kernels/profile_task.h"
-#include "service/auth.h"
 #include "service/defaults.h"
+#include "service/rpc/auth.h"
 
 namespace autotune::service {
 
@@ -67,18 +67,18 @@ struct ServerOptions {
   std::string lease_dir = kDefaultLeaseDir;
   // Serial phase: how long to wait for a quiet GPU, when a job gives none.
   double quiet_wait_s = kDefaultQuietWaitS;
-  // Tune-on-miss (service/tune_on_miss.h): problems accepted per hour; 0 = off.
+  // Tune-on-miss (service/lookup/tune_on_miss.h): problems accepted per hour; 0 = off.
   int tune_on_miss_per_hour = kDefaultTuneOnMissPerHour;
   // Limits on one job and on one submitter's unfinished jobs; 0 = none.
   int64_t max_job_variants = kDefaultMaxJobVariants;
   int max_jobs_per_submitter = kDefaultMaxJobsPerSubmitter;
-  // Who may call what (service/auth.h); daemon_uid is filled in by the server.
+  // Who may call what (service/rpc/auth.h); daemon_uid is filled in by the server.
   AuthOptions auth;
-  // The HTTP port (service/http_server.h): Prometheus metrics at /metrics,
-  // the admin page at /admin and its API under /api/ (service/admin_api.h);
+  // The HTTP port (service/rpc/http_server.h): Prometheus metrics at /metrics,
+  // the admin page at /admin and its API under /api/ (service/rpc/admin_api.h);
   // "host:port", empty = none.
   std::string http_listen;
-  // The audit log (service/audit_log.h): empty = audit.log beside the
+  // The audit log (service/rpc/audit_log.h): empty = audit.log beside the
   // database; "none" = no audit log.
   std::string audit_log;
   // How often the database is checked (cache::Store::CheckAvailable());

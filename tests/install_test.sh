@@ -35,7 +35,7 @@ if ! "${CMAKE:-cmake}" --install "$build_dir" --prefix "$prefix" >"$work/install
   fail "cmake --install $build_dir --prefix $prefix failed"
 fi
 kernels=$prefix/share/autotune/kernels
-for file in "$source_dir"/kernels/*.textproto "$source_dir"/kernels/*.manifest; do
+for file in "$source_dir"/kernels/builtin/*.textproto "$source_dir"/kernels/builtin/*.manifest; do
   [[ -f "$kernels/${file##*/}" ]] || fail "${file##*/} is not installed in $kernels"
 done
 for binary in autotuned autotune-worker autotune; do
@@ -82,6 +82,6 @@ status=0
   >"$work/bare.log" 2>&1 </dev/null || status=$?
 ((status != 0)) || fail "a daemon without share/autotune/kernels started anyway"
 grep -qF "$work/bare/share/autotune/kernels" "$work/bare.log" &&
-  grep -qF "$source_dir/kernels" "$work/bare.log" ||
+  grep -qF "$source_dir/kernels/builtin" "$work/bare.log" ||
   fail "the start-up error does not name both places: $(cat "$work/bare.log")"
 echo "install_test: OK ($prefix)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Removes the test folders (base/temp_dir.h) of test processes that are
 # gone: a test killed by a timeout or a signal cannot remove its own.
-# Run by deploy/test.sh once ctest has ended; prints how many it removed.
+# Run by .ci/test.sh once ctest has ended; prints how many it removed.
 set -euo pipefail
 parent=${TEST_TMPDIR:-${TMPDIR:-/tmp}}
 removed=0

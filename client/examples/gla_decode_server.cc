@@ -28,7 +28,7 @@
 #include "base/status_macros.h"
 #include "client/kernel_loader.h"
 #include "client/startup_lookup.h"
-#include "kernels/cuda_driver.h"
+#include "kernels/gpu/cuda_driver.h"
 #include "proto/problem.h"
 
 namespace {
@@ -55,7 +55,7 @@ struct Flags {
 };
 
 // One decode step on the host, in double precision: the kernel's contract
-// (kernels/gla_decode.cu).
+// (kernels/builtin/gla_decode.cu).
 void ReferenceStep(int64_t heads_total, int64_t dim, std::vector<double>& state,
                    const std::vector<float>& q, const std::vector<float>& k,
                    const std::vector<float>& v, const std::vector<float>& g,

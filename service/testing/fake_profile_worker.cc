@@ -56,7 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "proto/worker.pb.h"
-#include "service/worker_pipe.h"
+#include "service/worker/worker_pipe.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // closes. The daemon kills it when a task runs past its deadline.
 //
 // `autotune-worker profile --device N` validates and times kernel variants
-// on GPU N (kernels/profiler.h): it writes a Hello with the device (or with
+// on GPU N (service/worker/profiler.h): it writes a Hello with the device (or with
 // the reason it cannot serve, then exits 1), then answers each ProfileTask
 // with one VariantOutcome per variant, each written as soon as it is known,
 // and a ProfileDone, and each DeviceProbe with a DeviceState (what NVML sees
@@ -25,10 +25,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
-#include "kernels/compiler.h"
-#include "kernels/profiler.h"
+#include "kernels/gpu/compiler.h"
 #include "proto/worker.pb.h"
-#include "service/worker_pipe.h"
+#include "service/worker/profiler.h"
+#include "service/worker/worker_pipe.h"
 
 namespace {
 

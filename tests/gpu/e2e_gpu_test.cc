@@ -22,13 +22,13 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda_driver.h"
+#include "kernels/gpu/cuda_driver.h"
 #include "kernels/profile_task.h"
 #include "proto/problem.h"
-#include "service/profile_pool.h"
+#include "service/pools/profile_pool.h"
 #include "tests/faults/fault_cases.h"
 #include "tests/gpu/gpu_test_env.h"
-#include "tests/process.h"
+#include "tests/support/process.h"
 
 namespace autotune::testing {
 namespace {

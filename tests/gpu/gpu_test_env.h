@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "tests/process.h"
+#include "tests/support/process.h"
 
 namespace autotune::testing {
 

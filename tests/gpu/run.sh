@@ -103,7 +103,7 @@ make_bundle() {
     binaries+=("$bundle/$target")
   done
   bundle_copy_libs "$bundle/lib" "${binaries[@]}"
-  cp kernels/*.cu kernels/*.textproto kernels/*.manifest "$bundle/kernels/"
+  cp kernels/builtin/*.cu kernels/builtin/*.textproto kernels/builtin/*.manifest "$bundle/kernels/"
   cp tests/faults/*.cu tests/faults/*.textproto "$bundle/faults/"
   {
     echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"

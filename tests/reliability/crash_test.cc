@@ -47,8 +47,9 @@
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/problem.h"
-#include "tests/process.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/daemon_test.h"
+#include "tests/support/process.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::testing {
 namespace {
@@ -137,7 +138,7 @@ bool Ended(const v1::Job& job) {
   return job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED;
 }
 
-class CrashTest : public ::testing::Test {
+class CrashTest : public DaemonTest {
  protected:
   void SetUp() override {
     setenv("FAKE_WORKER_SLEEP_MS", "30", 1);
@@ -163,23 +164,15 @@ class CrashTest : public ::testing::Test {
   }
 
   absl::Status StartDaemon() {
-    daemon_ = std::make_unique<Daemon>(
-        dir_.path(),
-        std::vector<std::string>{"--kernels", "none", "--compile-workers", "2", "--profile-worker",
-                                 FAKE_PROFILE_WORKER_PATH, "--lease-dir", Path("leases")});
-    absl::Status started = daemon_->Start(absl::Seconds(60));
+    absl::Status started =
+        DaemonTest::StartDaemon({"--kernels", "none", "--compile-workers", "2", "--profile-worker",
+                                 FAKE_PROFILE_WORKER_PATH, "--lease-dir", Path("leases")},
+                                absl::Seconds(60));
     if (started.ok()) {
       stub_ = v1::Autotune::NewStub(
           grpc::CreateChannel(daemon_->address(), grpc::InsecureChannelCredentials()));
     }
     return started;
-  }
-
-  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
-
-  CommandResult Cli(std::vector<std::string> args) {
-    args.insert(args.begin(), {AutotuneCliPath(), "--server", daemon_->address()});
-    return RunCommand(args, absl::Minutes(2));
   }
 
   // A bundle of kEntriesPerImport entries no other import has (n = 1000 + i).
@@ -242,10 +235,8 @@ class CrashTest : public ::testing::Test {
     return count;
   }
 
-  TempDir dir_;
   std::string family_text_;
   std::string source_;
-  std::unique_ptr<Daemon> daemon_;
   std::unique_ptr<v1::Autotune::Stub> stub_;
 };
 

@@ -1,5 +1,5 @@
 // Hostile requests to the real daemon, beyond the size limits that
-// tests/e2e_operations_test.cc covers: huge parameter spaces and problem
+// tests/e2e/e2e_operations_test.cc covers: huge parameter spaces and problem
 // lists, deep protobuf nesting, long expressions. Each must be refused with
 // an error that names what was wrong, promptly (a check that scans pairwise
 // would take hours on these), and change nothing: the daemon answers the
@@ -18,8 +18,8 @@
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/problem.h"
-#include "tests/process.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/process.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::testing {
 namespace {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A test process killed in the middle (as a ctest timeout or a crash ends
-# it) takes the daemon it started with it (tests/process.h). Runs one
+# it) takes the daemon it started with it (tests/support/process.h). Runs one
 # end-to-end test whose daemon lives for seconds, SIGKILLs the test once its
 # daemon is up, and fails when an autotuned started from the test's folder
 # is still running a second later. The test's folder is left (nothing of

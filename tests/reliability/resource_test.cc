@@ -43,8 +43,8 @@
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
 #include "service/testing/worker_hold.h"
-#include "tests/process.h"
-#include "tests/sample_bundle.h"
+#include "tests/support/process.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::testing {
 namespace {

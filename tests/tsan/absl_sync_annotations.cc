@@ -6,7 +6,7 @@
 // the linker (--wrap, the list in CMakeLists.txt), which runs the real
 // function and adds a release before it or an acquire after it, on the
 // object. Conditions that Abseil evaluates inside Await and LockWhen (with
-// the lock held) are covered by deploy/sanitizer-suppressions/tsan.txt.
+// the lock held) are covered by .ci/sanitizer-suppressions/tsan.txt.
 // Calls made inside other uninstrumented libraries (gRPC) are not seen.
 #include "absl/time/time.h"
 

@@ -116,6 +116,11 @@ class Client:
             request_serializer=pb.BatchLookupRequest.SerializeToString,
             response_deserializer=pb.BatchLookupResponse.FromString,
         )
+        self._get_binaries = self._channel.unary_unary(
+            f"{_SERVICE}/GetBinaries",
+            request_serializer=pb.GetBinariesRequest.SerializeToString,
+            response_deserializer=pb.GetBinariesResponse.FromString,
+        )
         self._list_kernels = self._channel.unary_unary(
             f"{_SERVICE}/ListKernels",
             request_serializer=pb.ListKernelsRequest.SerializeToString,
@@ -251,6 +256,21 @@ class Client:
                 "lookups",
                 "INTERNAL",
             )
+        return response
+
+    def raw_get_binaries(
+        self, request: pb.GetBinariesRequest, timeout: Optional[float] = None
+    ) -> pb.GetBinariesResponse:
+        """The GetBinaries RPC on messages: stored cubins by sha256 (the caller
+        checks each against its digest)."""
+        try:
+            response: pb.GetBinariesResponse = self._get_binaries(
+                request,
+                timeout=self._timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, self._address) from None
         return response
 
 

@@ -19,8 +19,8 @@ local cache (local_cache.py):
         answer.note           # where it came from, what went wrong on the way
 
 Cost: at most `deadline` seconds waiting on the service, whatever it does
-(absent, slow, hung): one BatchLookup without cubins, then one for the
-cubins the local cache lacks or holds damaged (a damaged cubin is refused
+(absent, slow, hung): one BatchLookup without cubins, then one GetBinaries,
+by sha256, for the cubins the local cache lacks or holds damaged (a damaged cubin is refused
 and fetched again). Then only local reads. Each answer the service gives is
 written to the local cache with its cubin, so the next start finds it when
 the service is down; a failed write is said in the answer's note.
@@ -181,7 +181,7 @@ class StartupLookup:
         # A first start on this host (most answers not kept here, judged on
         # up to 16 of them): the cubins come with the answers, in one call.
         # Otherwise the answers alone, and the cubins the local cache lacks
-        # in a second call.
+        # by their sha256 (GetBinaries).
         cubins_now = self._cubins and self._mostly_new(pending)
         batch = pb.BatchLookupRequest(include_cubin=cubins_now)
         for item in pending:
@@ -242,7 +242,7 @@ class StartupLookup:
     def _attach_cubins(self, deadline: float, pending: list[_Pending]) -> None:
         """Fills each item's cubin from the local cache or, for those it lacks,
         from the service before `deadline`."""
-        fetch = pb.BatchLookupRequest(include_cubin=True)
+        fetch = pb.GetBinariesRequest()
         fetched: list[_Pending] = []
         for item in pending:
             sha256 = item.binary_sha256()
@@ -257,16 +257,16 @@ class StartupLookup:
                     if cubin is not None:
                         item.cubin = cubin
                         continue
-            fetch.lookups.append(item.answer.request)
+            fetch.sha256.append(sha256)
             fetched.append(item)
         if not fetched:
             return
         left = deadline - time.monotonic()
-        binaries = pb.BatchLookupResponse()
+        binaries = pb.GetBinariesResponse()
         failure: Optional[AutotuneError] = None
         if left > 0:
             try:
-                binaries = self._client.raw_batch_lookup(fetch, timeout=left)
+                binaries = self._client.raw_get_binaries(fetch, timeout=left)
             except AutotuneError as error:
                 failure = error
         else:
@@ -277,7 +277,7 @@ class StartupLookup:
                 item.answer.add_note(f"its cubin was not fetched: {failure.message}")
             elif sha256 not in binaries.binaries:
                 item.answer.add_note(
-                    "the service sent no cubin for it (the entry changed between the calls?)"
+                    "the service no longer stores its cubin (removed since it answered)"
                 )
             elif sha256_hex(binaries.binaries[sha256]) != sha256:
                 item.answer.add_note(

@@ -238,7 +238,7 @@ class LocalCacheTest(unittest.TestCase):
 
 class CppWrittenCacheTest(unittest.TestCase):
     """testdata/cpp_local_cache is a local cache as the C++ StartupLookup left
-    it in tests/e2e_startup_test.cc (TheServiceAnswersAndTheLocalCacheKeeps-
+    it in tests/e2e/e2e_startup_test.cc (TheServiceAnswersAndTheLocalCacheKeeps-
     TheAnswers: vector_scale bf16 at batch 8 and 12 with n=4096, and batch 8
     with n=1000, on "NVIDIA H200"; a synthetic 4 KiB cubin). The C++ side
     named every file, so finding them is the key's interop test."""

@@ -1,4 +1,4 @@
-// The daemon <-> worker framing (service/worker_pipe.h): bytes as a worker
+// The daemon <-> worker framing (service/worker/worker_pipe.h): bytes as a worker
 // (or a daemon) might write them, read back as each side reads.
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "proto/worker.pb.h"
-#include "service/worker_pipe.h"
+#include "service/worker/worker_pipe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 60000) return 0;  // what one pipe buffer holds without a reader

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds with clang-14 under a sanitizer and runs the tests there.
+#
+#   .ci/sanitize.sh [address]  AddressSanitizer + UndefinedBehaviorSanitizer
+#                                 (LeakSanitizer on) in build-asan/: every
+#                                 test. The same tree holds the fuzz targets
+#                                 (.ci/fuzz.sh). The 100-kill crash test
+#                                 kills 20 times here (CRASH_TEST_KILLS).
+#   .ci/sanitize.sh thread     ThreadSanitizer in build-tsan/: the tests
+#                                 labelled tsan (ctest -L tsan), built by the
+#                                 target tsan_tests: the binaries of the
+#                                 concurrent parts that run without an
+#                                 in-process gRPC server (the store under
+#                                 concurrent readers and writers, the lookup
+#                                 resolver, the compile and profile pools, the
+#                                 job runner, tune-on-miss, the local cache).
+#                                 Debian's Abseil is not built with TSan:
+#                                 tests/tsan/absl_sync_annotations.cc makes
+#                                 its locks visible; gRPC's are not, hence
+#                                 the choice of binaries.
+#
+# Both trees are clang builds with warnings as errors and -Wthread-safety, so
+# building them checks the lock annotations of every unit they hold. They
+# leave out what no test runs there (-DAUTOTUNE_EXTRAS=OFF: the benchmarks,
+# the GPU suite, the client example), compile at -O1 with line tables only
+# (enough for the sanitizers' stack traces) and link with lld. The web pages
+# reuse build/'s node_modules when that tree has them.
+#
+# The daemons, workers and commands the tests start are sanitized builds
+# too, so a report in any of them fails its test. Each sanitizer stops the
+# program at its first report. Reports in code that is not ours are
+# suppressed in .ci/sanitizer-suppressions/, each with its reason.
+#
+# Environment: SANITIZE_STEP=build|test runs only that half (.ci/test.sh
+# times them apart); both by default. CTEST_JOBS as in .ci/test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mode=${1:-address}
+step=${SANITIZE_STEP:-all}
+suppressions=$PWD/.ci/sanitizer-suppressions
+case "$mode" in
+  address)
+    dir=build-asan
+    configure=(-DAUTOTUNE_FUZZ=ON)
+    targets=(all)
+    # downstream_find_package is left out: a project built without the
+    # sanitizer cannot link archives built with it.
+    select=(-E '^downstream_find_package$')
+    ;;
+  thread)
+    dir=build-tsan
+    configure=(-DAUTOTUNE_SANITIZE=thread)
+    targets=(tsan_tests)
+    select=(-L '^tsan$')
+    ;;
+  *)
+    echo "usage: .ci/sanitize.sh [address|thread]" >&2
+    exit 2
+    ;;
+esac
+
+if [[ "$step" != test ]]; then
+  mkdir -p "$dir"
+  node_modules=()
+  if [[ -d build/web/npm/node_modules/d3 ]]; then
+    node_modules=(-DAUTOTUNE_NODE_MODULES="$PWD/build/web/npm/node_modules")
+  fi
+  # CMake takes CMAKE_GENERATOR only for a new tree; an existing one keeps its own.
+  command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+    -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld \
+    -DAUTOTUNE_EXTRAS=OFF "${node_modules[@]}" "${configure[@]}" > "$dir/configure.log"
+  cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
+fi
+[[ "$step" == build ]] && exit 0
+
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0"
+export LSAN_OPTIONS="suppressions=$suppressions/lsan.txt:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions/tsan.txt"
+export CRASH_TEST_KILLS=${CRASH_TEST_KILLS:-20}
+ctest --test-dir "$dir" --output-on-failure -j"${CTEST_JOBS:-4}" --timeout 600 -LE gpu "${select[@]}"

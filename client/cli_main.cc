@@ -1,7 +1,0 @@
-#include <iostream>
-
-#include "client/cli.h"
-
-int main(int argc, char** argv) {
-  return autotune::client::RunCli(argc, argv, std::cout, std::cerr);
-}

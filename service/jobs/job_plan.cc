@@ -1,0 +1,200 @@
+#include "service/jobs/job_plan.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "kernels/compile_request.h"
+#include "kernels/manifest.h"
+#include "proto/problem.h"
+#include "service/defaults.h"
+
+namespace autotune::service {
+
+absl::Status CheckJobSpec(const v1::JobSpec& spec) {
+  const v1::JobOptions& options = spec.options();
+  if (spec.manifest().items_size() == 0) {
+    return absl::InvalidArgumentError("manifest.items is empty");
+  }
+  for (int i = 0; i < spec.manifest().items_size(); ++i) {
+    if (spec.manifest().items(i).family().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest.items[", i, "].family is empty"));
+    }
+  }
+  if (options.shard_count() < 0 || options.shard_index() < 0 ||
+      (options.shard_count() > 0 && options.shard_index() >= options.shard_count())) {
+    return absl::InvalidArgumentError(absl::StrCat("options.shard_index ", options.shard_index(),
+                                                   " is not in 0..shard_count-1 (shard_count ",
+                                                   options.shard_count(), ")"));
+  }
+  if (!(options.compile_timeout_s() >= 0) || std::isinf(options.compile_timeout_s())) {
+    return absl::InvalidArgumentError(absl::StrCat("options.compile_timeout_s is ",
+                                                   options.compile_timeout_s(),
+                                                   ", not a finite number >= 0"));
+  }
+  if (!(options.variant_timeout_s() >= 0) || std::isinf(options.variant_timeout_s())) {
+    return absl::InvalidArgumentError(absl::StrCat("options.variant_timeout_s is ",
+                                                   options.variant_timeout_s(),
+                                                   ", not a finite number >= 0"));
+  }
+  if (options.serial_candidates() < 0 || options.serial_candidates() > kMaxSerialCandidates) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.serial_candidates is ", options.serial_candidates(), ", not in 0..",
+                     kMaxSerialCandidates, " (0 = ", kDefaultSerialCandidates, ")"));
+  }
+  const struct {
+    const char* name;
+    double value;
+    double max;
+  } seconds[] = {{"quiet_wait_s", options.quiet_wait_s(), 7 * 24 * 3600.0},
+                 {"serial_max_s", options.serial_max_s(), 3600},
+                 {"candidate_band", options.candidate_band(), 10},
+                 {"serial_noise", options.serial_noise(), 0.5}};
+  for (const auto& [name, value, max] : seconds) {
+    if (!(value >= 0) || !(value <= max)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.", name, " is ", value, ", not a number in 0..", max));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ResolveArch(const v1::Manifest& manifest,
+                                        const worker::v1::DeviceInfo* gpu,
+                                        const std::string& default_arch) {
+  std::string arch = manifest.arch();
+  if (arch.empty()) {
+    arch = gpu != nullptr ? absl::StrCat("sm_", gpu->compute_capability()) : default_arch;
+  }
+  if (gpu != nullptr && arch != absl::StrCat("sm_", gpu->compute_capability())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest.arch: '", arch, "' cannot run on ", gpu->name(), " (sm_",
+        gpu->compute_capability(), "); leave it empty to compile for the GPU present"));
+  }
+  if (!IsGpuArch(arch)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("manifest.arch: '", arch, "' is not a GPU architecture like sm_90"));
+  }
+  return arch;
+}
+
+kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu) {
+  kernels::DeviceLimits limits;
+  if (gpu == nullptr) return limits;
+  if (gpu->max_threads_per_block() > 0) limits.max_threads_per_block = gpu->max_threads_per_block();
+  if (gpu->max_shared_bytes_per_block() > 0) {
+    limits.max_dynamic_shared_bytes = gpu->max_shared_bytes_per_block();
+  }
+  return limits;
+}
+
+absl::StatusOr<JobPlan> PlanJob(
+    const v1::JobSpec& spec,
+    const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
+    const PlanTarget& target) {
+  const v1::JobOptions& options = spec.options();
+  absl::flat_hash_map<std::string, v1::KernelFamily> by_name;
+  for (const auto& [name, record] : families) by_name[name] = record->family;
+  ASSIGN_OR_RETURN(std::vector<kernels::ManifestProblem> problems,
+                   kernels::ExpandManifest(spec.manifest(), by_name));
+  if (options.shard_count() > 0) {
+    ASSIGN_OR_RETURN(
+        problems, kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
+  }
+
+  JobPlan plan;
+  plan.arch = target.arch;
+  absl::flat_hash_map<std::string, size_t> seen;
+  auto add = [&](const cache::FamilyRecord& record, const v1::Problem& problem,
+                 const std::string& name_expression,
+                 const std::vector<std::string>& compile_options,
+                 const v1::Config* config) -> std::string {
+    kernels::CompileRequest request;
+    request.source = record.family.source();
+    request.program_name = record.family.name() + ".cu";
+    request.name_expression = name_expression;
+    request.options = compile_options;
+    request.arch = target.arch;
+    std::string key = kernels::CompileKey(request, target.nvrtc_version);
+    if (seen.contains(key)) return key;
+    seen.emplace(key, plan.units.size());
+    CompileUnit unit;
+    unit.key = key;
+    unit.task.set_task_id(key);
+    unit.task.set_source(request.source);
+    unit.task.set_program_name(request.program_name);
+    unit.task.set_name_expression(request.name_expression);
+    for (const std::string& option : request.options) unit.task.add_options(option);
+    unit.task.set_arch(target.arch);
+    unit.family = record.family.name();
+    unit.family_hash = record.content_hash;
+    unit.problem = problem;
+    if (config != nullptr) unit.config = *config;
+    plan.units.push_back(std::move(unit));
+    return key;
+  };
+  for (kernels::ManifestProblem& item : problems) {
+    const std::shared_ptr<const cache::FamilyRecord>& record = families.at(item.family);
+    absl::StatusOr<kernels::SearchSpace> space =
+        kernels::ExpandSearchSpace(record->family, item.problem, target.limits);
+    if (!space.ok()) {
+      return absl::Status(
+          space.status().code(),
+          absl::StrCat(ProblemContext(item.family, item.problem), ": ", space.status().message()));
+    }
+    plan.variants += static_cast<int64_t>(space->variants.size());
+    PlannedProblem planned;
+    planned.record = record;
+    planned.problem = std::move(item.problem);
+    planned.reference_key = add(*record, planned.problem, space->reference_name,
+                                space->reference_compile_options, nullptr);
+    for (const kernels::Variant& variant : space->variants) {
+      planned.variant_keys.push_back(add(*record, planned.problem, variant.name_expression,
+                                         variant.compile_options, &variant.config));
+    }
+    planned.space = *std::move(space);
+    plan.problems.push_back(std::move(planned));
+  }
+  return plan;
+}
+
+void KeepProblems(const std::set<size_t>& keep, JobPlan* plan) {
+  std::vector<PlannedProblem> kept;
+  // Compile key -> the first kept problem that needs it, which reports name.
+  std::map<std::string, const v1::Problem*> needed;
+  for (size_t i = 0; i < plan->problems.size(); ++i) {
+    if (!keep.contains(i)) continue;
+    kept.push_back(std::move(plan->problems[i]));
+  }
+  for (const PlannedProblem& problem : kept) {
+    needed.emplace(problem.reference_key, &problem.problem);
+    for (const std::string& key : problem.variant_keys) needed.emplace(key, &problem.problem);
+  }
+  std::vector<CompileUnit> units;
+  for (CompileUnit& unit : plan->units) {
+    auto it = needed.find(unit.key);
+    if (it == needed.end()) continue;
+    unit.problem = *it->second;
+    units.push_back(std::move(unit));
+  }
+  plan->problems = std::move(kept);
+  plan->units = std::move(units);
+}
+
+bool SameButSpace(const v1::KernelFamily& a, const v1::KernelFamily& b) {
+  const auto run_part = [](const v1::KernelFamily& family) {
+    v1::KernelFamily part = family;
+    part.clear_params();
+    part.clear_constraints();
+    part.clear_default_config();
+    part.clear_description();
+    part.clear_source_file();  // where the source was read from; `source` holds it
+    return part;
+  };
+  return google::protobuf::util::MessageDifferencer::Equals(run_part(a), run_part(b));
+}
+
+}  // namespace autotune::service

@@ -1,0 +1,267 @@
+#include "service/jobs/job_plan.h"
+
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/family_loader.h"
+#include "kernels/profile_task.h"
+#include "proto/problem.h"
+#include "service/defaults.h"
+#include "service/jobs/job_options.h"
+
+namespace autotune::service {
+namespace {
+
+using ::autotune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class JobPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(v1::KernelFamily axpy,
+                         kernels::LoadFamilyFile(KERNELS_TESTDATA "/good/axpy.textproto"));
+    auto record = std::make_shared<cache::FamilyRecord>();
+    record->content_hash = FamilyContentHash(axpy);
+    record->family = std::move(axpy);
+    families_["axpy"] = std::move(record);
+  }
+
+  static v1::JobSpec Spec(std::vector<int64_t> sizes) {
+    v1::JobSpec spec;
+    v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+    item->set_family("axpy");
+    v1::ManifestItem::DimValues* n = item->add_dims();
+    n->set_name("n");
+    for (int64_t size : sizes) n->add_values(size);
+    item->add_dtypes(v1::FLOAT32);
+    return spec;
+  }
+
+  std::map<std::string, std::shared_ptr<const cache::FamilyRecord>> families_;
+  PlanTarget target_{.arch = "sm_90", .nvrtc_version = "13.0", .limits = {}};
+};
+
+TEST_F(JobPlanTest, SpecChecksNameTheField) {
+  EXPECT_OK(CheckJobSpec(Spec({1024})));
+  v1::JobSpec empty;
+  EXPECT_THAT(CheckJobSpec(empty),
+              StatusIs(absl::StatusCode::kInvalidArgument, "manifest.items is empty"));
+  v1::JobSpec no_family = Spec({1024});
+  no_family.mutable_manifest()->add_items();
+  EXPECT_THAT(CheckJobSpec(no_family),
+              StatusIs(absl::StatusCode::kInvalidArgument, "manifest.items[1].family is empty"));
+  v1::JobSpec shard = Spec({1024});
+  shard.mutable_options()->set_shard_count(2);
+  shard.mutable_options()->set_shard_index(2);
+  EXPECT_THAT(CheckJobSpec(shard), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("options.shard_index 2 is not in")));
+  v1::JobSpec serial = Spec({1024});
+  serial.mutable_options()->set_serial_candidates(8);
+  EXPECT_OK(CheckJobSpec(serial));
+  serial.mutable_options()->set_serial_candidates(257);
+  EXPECT_THAT(CheckJobSpec(serial), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("options.serial_candidates is 257")));
+  EXPECT_THAT(CheckJobSpec(serial),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("(0 = ", kDefaultSerialCandidates, ")"))));
+  v1::JobSpec wait = Spec({1024});
+  wait.mutable_options()->set_quiet_wait_s(-1);
+  EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("options.quiet_wait_s is -1")));
+  v1::JobSpec cap = Spec({1024});
+  cap.mutable_options()->set_serial_max_s(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_THAT(CheckJobSpec(cap), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("options.serial_max_s is nan")));
+}
+
+TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {
+  worker::v1::DeviceInfo h200;
+  h200.set_name("NVIDIA H200");
+  h200.set_compute_capability(90);
+  v1::Manifest manifest;
+  ASSERT_OK_AND_ASSIGN(std::string from_gpu, ResolveArch(manifest, &h200, "sm_80"));
+  EXPECT_EQ(from_gpu, "sm_90");
+  ASSERT_OK_AND_ASSIGN(std::string from_default, ResolveArch(manifest, nullptr, "sm_80"));
+  EXPECT_EQ(from_default, "sm_80");
+  manifest.set_arch("sm_100a");
+  EXPECT_THAT(ResolveArch(manifest, &h200, "sm_80"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'sm_100a' cannot run on NVIDIA H200 (sm_90)")));
+  manifest.set_arch("compute_90");
+  EXPECT_THAT(ResolveArch(manifest, nullptr, "sm_80"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a GPU architecture")));
+}
+
+TEST_F(JobPlanTest, VariantsCompiledTheSameWayInSeveralProblemsAreCompiledOnce) {
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({1024, 4096}), families_, target_));
+  ASSERT_EQ(plan.problems.size(), 2u);
+  // 21 configs pass the constraint; 2 need more threads than a block has.
+  EXPECT_EQ(plan.problems[0].space.variants.size(), 19u);
+  EXPECT_EQ(plan.variants, 38);
+  // The size is not a compile option: both problems share every compile,
+  // the reference included.
+  EXPECT_EQ(plan.units.size(), 20u);
+  EXPECT_EQ(plan.problems[0].variant_keys, plan.problems[1].variant_keys);
+  EXPECT_EQ(plan.problems[0].reference_key, plan.problems[1].reference_key);
+  for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.task.arch(), "sm_90");
+}
+
+TEST_F(JobPlanTest, TheGpusReportedLimitsShapeTheSearchSpace) {
+  worker::v1::DeviceInfo small;
+  small.set_max_threads_per_block(256);
+  small.set_max_shared_bytes_per_block(48 * 1024);
+  const kernels::DeviceLimits limits = LimitsOf(&small);
+  EXPECT_EQ(limits.max_threads_per_block, 256);
+  EXPECT_EQ(limits.max_dynamic_shared_bytes, 48 * 1024);
+  EXPECT_EQ(LimitsOf(nullptr).max_threads_per_block, kernels::DeviceLimits{}.max_threads_per_block);
+
+  PlanTarget target = target_;
+  target.limits = limits;
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({4096}), families_, target));
+  // BLOCK 64, 128 and 256 with 4 ELEMS each fit 256 threads.
+  EXPECT_EQ(plan.problems[0].space.variants.size(), 12u);
+}
+
+TEST_F(JobPlanTest, KeepProblemsDropsTheCompilesNoKeptProblemNeeds) {
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({1024, 4096}), families_, target_));
+  KeepProblems({1}, &plan);
+  ASSERT_EQ(plan.problems.size(), 1u);
+  EXPECT_EQ(plan.problems[0].problem.dims().at("n"), 4096);
+  EXPECT_EQ(plan.units.size(), 20u);
+  // Reports name a problem the job still has, not the dropped n=1024.
+  for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.problem.dims().at("n"), 4096);
+  KeepProblems({}, &plan);
+  EXPECT_TRUE(plan.problems.empty());
+  EXPECT_TRUE(plan.units.empty());
+}
+
+TEST_F(JobPlanTest, KeepProblemsDropsTheUnitsOfTheProblemsItDrops) {
+  v1::JobSpec spec = Spec({4096});
+  spec.mutable_manifest()->mutable_items(0)->add_dtypes(v1::FLOAT16);
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(spec, families_, target_));
+  ASSERT_EQ(plan.problems.size(), 2u);
+  // The dtype is a compile option: each problem has its own 20 compiles.
+  EXPECT_EQ(plan.units.size(), 40u);
+  const std::string fp16_reference = plan.problems[1].reference_key;
+  ASSERT_EQ(plan.problems[1].problem.dtype(), v1::FLOAT16);
+  KeepProblems({1}, &plan);
+  ASSERT_EQ(plan.units.size(), 20u);
+  bool has_reference = false;
+  for (const CompileUnit& unit : plan.units) {
+    EXPECT_EQ(unit.problem.dtype(), v1::FLOAT16);
+    has_reference = has_reference || unit.key == fp16_reference;
+  }
+  EXPECT_TRUE(has_reference);
+}
+
+TEST_F(JobPlanTest, AProblemTheFamilyRejectsIsNamed) {
+  EXPECT_THAT(PlanJob(Spec({0}), families_, target_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "items[0].dims[0].values[0]: 0 is not positive"));
+}
+
+TEST_F(JobPlanTest, SameButSpaceAllowsOnlyWhatChoosesAmongVariantsToDiffer) {
+  const v1::KernelFamily& family = families_["axpy"]->family;
+  v1::KernelFamily wider = family;
+  wider.mutable_params(0)->add_values(4096);
+  wider.add_constraints("1");
+  wider.set_description("a new value");
+  EXPECT_TRUE(SameButSpace(family, wider));
+
+  v1::KernelFamily new_source = family;
+  new_source.set_source(family.source() + "\n// changed\n");
+  EXPECT_FALSE(SameButSpace(family, new_source));
+  v1::KernelFamily new_tolerance = family;
+  new_tolerance.add_tolerances()->set_rtol(0.5);
+  EXPECT_FALSE(SameButSpace(family, new_tolerance));
+  v1::KernelFamily new_options = family;
+  new_options.add_compile_options("-DEXTRA=1");
+  EXPECT_FALSE(SameButSpace(family, new_options));
+  v1::KernelFamily warm = family;
+  warm.set_cache_state(v1::HOT);
+  EXPECT_FALSE(SameButSpace(family, warm));
+}
+
+// ResolveJobOptions (job_options.h): a job's options resolved once, onto the
+// daemon's.
+
+TEST(ResolveJobOptionsTest, ZerosAreTheDefaults) {
+  const ResolvedJobOptions resolved = ResolveJobOptions(v1::JobOptions(), JobRunnerOptions());
+  EXPECT_EQ(resolved.screen.launch_timeout_s, kernels::kDefaultLaunchTimeoutS);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(kDefaultCompileTimeoutS));
+  EXPECT_EQ(resolved.quiet_wait, absl::Seconds(kDefaultQuietWaitS));
+  EXPECT_EQ(resolved.candidates.max_count, kDefaultSerialCandidates);
+  EXPECT_EQ(resolved.candidates.min_count, kDefaultMinSerialCandidates);
+  EXPECT_EQ(resolved.candidates.band, kDefaultCandidateBand);
+  EXPECT_FALSE(resolved.force);
+  // The rounds' limits stay zero: the worker resolves them.
+  EXPECT_EQ(resolved.rounds.max_seconds(), 0);
+  EXPECT_EQ(resolved.rounds.target_noise(), 0);
+  const kernels::SerialRule rule = kernels::ResolveSerialRule(resolved.rounds);
+  EXPECT_EQ(rule.max_seconds, kernels::kDefaultSerialMaxS);
+  EXPECT_EQ(rule.target_noise, kernels::kDefaultSerialNoise);
+  EXPECT_EQ(rule.min_rounds, kernels::kDefaultSerialMinRounds);
+  // The screen's timing is short and fixed, whatever the job gives.
+  EXPECT_GT(resolved.screen.timing_budget_s, 0);
+  EXPECT_LT(resolved.screen.timing_budget_s, kernels::kDefaultTimingBudgetS);
+  EXPECT_GT(resolved.screen.min_samples, 0);
+  EXPECT_GT(resolved.screen.warmup_s, 0);
+}
+
+TEST(ResolveJobOptionsTest, ZerosFallBackToTheDaemonsOptions) {
+  JobRunnerOptions daemon;
+  daemon.variant_timeout_s = 3;
+  daemon.compile_timeout = absl::Seconds(30);
+  daemon.quiet_wait = absl::Seconds(45);
+  const ResolvedJobOptions resolved = ResolveJobOptions(v1::JobOptions(), daemon);
+  EXPECT_EQ(resolved.screen.launch_timeout_s, 3);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(30));
+  EXPECT_EQ(resolved.quiet_wait, absl::Seconds(45));
+}
+
+TEST(ResolveJobOptionsTest, ValuesTheJobGivesWin) {
+  JobRunnerOptions daemon;
+  daemon.variant_timeout_s = 3;
+  daemon.compile_timeout = absl::Seconds(30);
+  daemon.quiet_wait = absl::Seconds(45);
+  v1::JobOptions job;
+  job.set_variant_timeout_s(2.5);
+  job.set_compile_timeout_s(7);
+  job.set_quiet_wait_s(1.5);
+  job.set_serial_candidates(4);
+  job.set_candidate_band(0.25);
+  job.set_serial_max_s(9);
+  job.set_serial_noise(0.01);
+  job.set_force(true);
+  const ResolvedJobOptions resolved = ResolveJobOptions(job, daemon);
+  EXPECT_EQ(resolved.screen.launch_timeout_s, 2.5);
+  EXPECT_EQ(resolved.compile_timeout, absl::Seconds(7));
+  EXPECT_EQ(resolved.quiet_wait, absl::Milliseconds(1500));
+  EXPECT_EQ(resolved.candidates.max_count, 4);
+  EXPECT_EQ(resolved.candidates.min_count, kDefaultMinSerialCandidates);  // not a job option
+  EXPECT_EQ(resolved.candidates.band, 0.25);
+  EXPECT_EQ(resolved.rounds.max_seconds(), 9);
+  EXPECT_EQ(resolved.rounds.target_noise(), 0.01);
+  EXPECT_TRUE(resolved.force);
+  // The screen's timing is not the job's to set.
+  EXPECT_EQ(resolved.screen.timing_budget_s,
+            ResolveJobOptions(v1::JobOptions(), daemon).screen.timing_budget_s);
+}
+
+TEST(NameSettingTest, TheCoreNamesASettingAndTheDaemonMayAddHowItIsSet) {
+  EXPECT_EQ(NameSetting("max_job_variants", "20000", nullptr), "max_job_variants (20000)");
+  EXPECT_EQ(
+      NameSetting("max_job_variants", "1",
+                  [](absl::string_view setting) { return absl::StrCat("autotuned --", setting); }),
+      "max_job_variants (1; autotuned --max_job_variants)");
+  EXPECT_EQ(NameSetting("max_job_variants", "1", [](absl::string_view) { return ""; }),
+            "max_job_variants (1)");
+}
+
+}  // namespace
+}  // namespace autotune::service

@@ -1,0 +1,483 @@
+#include "service/jobs/job_runner.h"
+
+#include <malloc.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "base/timestamp.h"
+#include "proto/problem.h"
+#include "service/jobs/job_options.h"
+#include "service/jobs/job_plan.h"
+#include "service/jobs/job_progress.h"
+#include "service/jobs/job_text.h"
+#include "service/jobs/running_job.h"
+#include "spdlog/spdlog.h"
+
+namespace autotune::service {
+
+JobRunner::JobRunner(cache::Store* store, CompilePool* pool, std::string pool_error,
+                     JobRunnerOptions options)
+    : store_(store),
+      pool_(pool),
+      pool_error_(std::move(pool_error)),
+      pool_tried_(absl::Now()),
+      options_(std::move(options)) {}
+
+absl::StatusOr<CompilePool*> JobRunner::Pool() {
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_ != nullptr) return pool_;
+  if (options_.start_pool && absl::Now() - pool_tried_ >= options_.pool_retry) {
+    pool_tried_ = absl::Now();
+    absl::StatusOr<std::unique_ptr<CompilePool>> started = options_.start_pool();
+    if (started.ok()) {
+      started_pool_ = *std::move(started);
+      pool_ = started_pool_.get();
+      spdlog::info("compiling is available again: compile pool of {} workers, NVRTC {}",
+                   pool_->size(), pool_->nvrtc_version());
+      return pool_;
+    }
+    pool_error_ = std::string(started.status().message());
+  }
+  return absl::FailedPreconditionError(absl::StrCat("cannot compile here: ", pool_error_));
+}
+
+JobRunner::~JobRunner() {
+  std::vector<std::shared_ptr<Running>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, running] : running_) {
+      running->cancel = true;
+      jobs.push_back(running);
+    }
+  }
+  for (const std::shared_ptr<Running>& running : jobs) {
+    if (running->thread.joinable()) running->thread.join();
+  }
+}
+
+absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::JobSpec& spec,
+                                                                    const std::string& job_id) {
+  RETURN_IF_ERROR(CheckJobSpec(spec));
+  const v1::JobOptions& options = spec.options();
+  const auto cannot_measure = [](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot measure on a GPU: ", why,
+                     "; submit with JobOptions.compile_only to compile without measuring"));
+  };
+  // Known without starting anything, so said first.
+  if (!options.compile_only() && options_.profile.worker_path.empty()) {
+    return cannot_measure(options_.profile_off_reason);
+  }
+  ASSIGN_OR_RETURN(CompilePool * pool, Pool());
+  // The current version of every family the manifest names.
+  std::map<std::string, std::shared_ptr<const cache::FamilyRecord>> families;
+  for (int i = 0; i < spec.manifest().items_size(); ++i) {
+    const std::string& name = spec.manifest().items(i).family();
+    if (families.contains(name)) continue;
+    absl::StatusOr<cache::FamilyRecord> record = store_->GetFamily(name);
+    if (!record.ok()) {
+      return absl::Status(
+          record.status().code(),
+          absl::StrCat("manifest.items[", i, "].family: ", record.status().message()));
+    }
+    families[name] = std::make_shared<const cache::FamilyRecord>(*std::move(record));
+  }
+  auto work = std::make_shared<Work>();
+  work->profile = !options.compile_only();
+  std::optional<worker::v1::DeviceInfo> gpu;
+  if (work->profile) {
+    absl::StatusOr<ProfilePool*> gpus = Gpus();
+    if (!gpus.ok()) return cannot_measure(gpus.status().message());
+    gpu = (*gpus)->devices().front();
+  }
+  const worker::v1::DeviceInfo* device = gpu.has_value() ? &*gpu : nullptr;
+  PlanTarget target;
+  ASSIGN_OR_RETURN(target.arch, ResolveArch(spec.manifest(), device, options_.default_arch));
+  target.nvrtc_version = pool->nvrtc_version();
+  target.limits = LimitsOf(device);
+  ASSIGN_OR_RETURN(work->plan, PlanJob(spec, families, target));
+  work->problems = static_cast<int64_t>(work->plan.problems.size());
+  work->nvrtc_version = target.nvrtc_version;
+  work->resumed = !job_id.empty();
+  work->options = ResolveJobOptions(options, options_);
+  if (!work->profile) return work;
+
+  // Problems already tuned on this GPU model are not measured again: those
+  // of earlier jobs unless retune, those of this (resumed) job always.
+  std::set<size_t> to_screen;
+  for (size_t i = 0; i < work->plan.problems.size(); ++i) {
+    const PlannedProblem& problem = work->plan.problems[i];
+    cache::EntryKey key{.family = problem.record->family.name(),
+                        .family_hash = problem.record->content_hash,
+                        .problem = problem.problem,
+                        .device = gpu->name()};
+    absl::StatusOr<std::optional<v1::Entry>> stored = store_->FindEntry(key);
+    if (!stored.ok()) {
+      return absl::Status(stored.status().code(),
+                          absl::StrCat(ProblemContext(key.family, key.problem),
+                                       ": cannot read its entry: ", stored.status().message()));
+    }
+    const bool ours = stored->has_value() && !job_id.empty() && (*stored)->job_id() == job_id;
+    if (stored->has_value() && (!options.retune() || ours)) {
+      if (!options.retune()) ++work->cached_problems;
+      v1::ProblemReport report;
+      report.set_family(key.family);
+      *report.mutable_problem() = key.problem;
+      *report.mutable_entry() = **stored;
+      report.set_cached(!ours);
+      work->done_reports.push_back(std::move(report));
+      continue;
+    }
+    if (stored->has_value()) work->plan.problems[i].current_config = (*stored)->config();
+    // What the cache held before, of any family version: the report's
+    // comparison.
+    v1::EntryFilter filter;
+    filter.set_family(key.family);
+    filter.set_device(key.device);
+    *filter.mutable_problem() = key.problem;
+    absl::StatusOr<std::vector<v1::Entry>> earlier = store_->ListEntries(filter, -1, 0);
+    if (!earlier.ok()) {
+      return absl::Status(
+          earlier.status().code(),
+          absl::StrCat(ProblemContext(key.family, key.problem),
+                       ": cannot read its earlier entries: ", earlier.status().message()));
+    }
+    const v1::Entry* previous = stored->has_value() ? &**stored : nullptr;
+    for (const v1::Entry& entry : *earlier) {
+      if (previous == nullptr || entry.tuned_at() > previous->tuned_at()) previous = &entry;
+    }
+    if (previous != nullptr) {
+      PlannedProblem& planned = work->plan.problems[i];
+      planned.previous = *previous;
+      // The config served until now goes on to the serial phase when it is
+      // still in the space, and a tie keeps it.
+      if (!planned.current_config) planned.current_config = previous->config();
+      if (previous->family_hash() != key.family_hash) {
+        absl::StatusOr<cache::FamilyRecord> older =
+            store_->GetFamilyVersion(key.family, previous->family_hash());
+        if (!older.ok() && !absl::IsNotFound(older.status())) {
+          return absl::Status(older.status().code(),
+                              absl::StrCat(ProblemContext(key.family, key.problem),
+                                           ": cannot read the family version of its entry: ",
+                                           older.status().message()));
+        }
+        if (older.ok() && SameButSpace(older->family, problem.record->family)) {
+          planned.screens_from_hash = older->content_hash;
+        }
+      }
+    }
+    to_screen.insert(i);
+  }
+  KeepProblems(to_screen, &work->plan);
+  return work;
+}
+
+namespace {
+
+void SetPlannedCounts(int64_t problems, int64_t variants, int64_t compiles, int64_t cached,
+                      v1::Job* job) {
+  v1::JobCounts counts;
+  counts.set_problems(problems);
+  counts.set_variants(variants);
+  counts.set_compiles(compiles);
+  counts.set_cached_problems(cached);
+  *job->mutable_counts() = counts;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
+                                          const std::string& submitted_by) {
+  if (options_.max_unfinished_jobs_per_submitter > 0 && !submitted_by.empty()) {
+    std::vector<std::shared_ptr<Running>> theirs;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, running] : running_) {
+        if (!running->ended && running->submitted_by == submitted_by) theirs.push_back(running);
+      }
+    }
+    // By state: a job whose end a watcher has seen has ended, even while
+    // its thread is still finishing.
+    int unfinished = 0;
+    for (const std::shared_ptr<Running>& running : theirs) {
+      absl::MutexLock lock(&running->mu);
+      const v1::JobState state = running->job.state();
+      if (state != v1::SUCCEEDED && state != v1::FAILED && state != v1::CANCELLED) ++unfinished;
+    }
+    if (unfinished >= options_.max_unfinished_jobs_per_submitter) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          submitted_by, " has ", unfinished,
+          " jobs that have not ended, the most one submitter may have (the daemon's limit ",
+          NameSetting("max_jobs_per_submitter",
+                      absl::StrCat(options_.max_unfinished_jobs_per_submitter),
+                      options_.setting_hint),
+          "); wait for one or cancel one"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
+  if (options_.max_variants_per_job > 0 && work->plan.variants > options_.max_variants_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job has ", work->plan.variants, " variants, more than the daemon's limit ",
+        NameSetting("max_job_variants", absl::StrCat(options_.max_variants_per_job),
+                    options_.setting_hint),
+        " allows; split it into shards (the job's shard_index and shard_count) or narrow the "
+        "manifest"));
+  }
+  ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
+  SetPlannedCounts(work->problems, work->plan.variants,
+                   static_cast<int64_t>(work->plan.units.size()), work->cached_problems, &job);
+  Start(job, std::move(work));
+  return job;
+}
+
+void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
+  // Jobs that ended are forgotten here (the store has them), so a daemon
+  // that runs many jobs does not keep them all.
+  std::vector<std::shared_ptr<Running>> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->second->ended) {
+        ended.push_back(std::move(it->second));
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const std::shared_ptr<Running>& old : ended) {
+    if (old->thread.joinable()) old->thread.join();
+  }
+
+  auto running = std::make_shared<Running>();
+  Running* raw = running.get();
+  std::string id;
+  {
+    absl::MutexLock lock(&raw->mu);
+    raw->submitted_by = job.submitted_by();
+    raw->job = std::move(job);
+    raw->latest.set_message("queued");
+    *raw->latest.mutable_job() = raw->job;
+    id = raw->job.id();
+  }
+  raw->measures = work->profile;
+  raw->work = std::move(work);
+  absl::MutexLock lock(&mu_);
+  running_[id] = std::move(running);
+  raw->thread = std::thread([this, raw] { Run(raw); });
+}
+
+JobRunner::Totals JobRunner::totals() {
+  Totals totals;
+  {
+    absl::MutexLock lock(&rates_mu_);
+    totals = totals_;
+  }
+  {
+    absl::MutexLock lock(&pool_mu_);
+    totals.workers_replaced = pool_ != nullptr ? pool_->replaced() : 0;
+  }
+  absl::MutexLock lock(&gpus_mu_);
+  if (gpus_ != nullptr) totals.workers_replaced += gpus_->replaced();
+  return totals;
+}
+
+void JobRunner::Run(Running* running) {
+  Work& work = *running->work;
+  std::string id;
+  {
+    absl::MutexLock lock(&running->mu);
+    running->job.set_state(v1::COMPILING);
+    id = running->job.id();
+    for (const v1::ProblemReport& report : work.done_reports) {
+      *running->job.add_results() = report.entry();
+    }
+  }
+  Publish(running, nullptr,
+          absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
+  const absl::Time started = absl::Now();
+  Compile(running);
+  if (work.profile && !running->cancel) Measure(running);
+  if (!work.profile) {
+    // A compile-only job still says which problems it covered (a shard's
+    // share of the manifest, say).
+    absl::MutexLock lock(&running->mu);
+    for (const PlannedProblem& problem : work.plan.problems) {
+      v1::ProblemReport report;
+      report.set_family(problem.record->family.name());
+      *report.mutable_problem() = problem.problem;
+      running->reports.push_back(std::move(report));
+    }
+  }
+
+  std::string message;
+  {
+    absl::MutexLock lock(&running->mu);
+    running->EnterPhase("done", 0);
+    // The reports in plan order: the cached problems first, as planned.
+    running->job.clear_reports();
+    for (const v1::ProblemReport& report : work.done_reports) *running->job.add_reports() = report;
+    for (const v1::ProblemReport& report : running->reports) *running->job.add_reports() = report;
+    const v1::JobCounts& counts = running->job.counts();
+    if (running->cancel) {
+      running->job.set_state(v1::CANCELLED);
+      running->job.set_error("cancelled");
+    } else {
+      running->job.set_state(running->store_error.empty() ? v1::SUCCEEDED : v1::FAILED);
+      std::vector<std::string> errors;
+      if (!running->store_error.empty()) {
+        errors.push_back(absl::StrCat("the store failed: ", running->store_error));
+      }
+      if (counts.compile_errors() > 0) {
+        errors.push_back(
+            absl::StrCat(counts.compile_errors(),
+                         " variants failed to compile; first: ", running->first_compile_error));
+      }
+      if (running->problems_failed > 0) {
+        errors.push_back(
+            absl::StrCat(running->problems_failed,
+                         " problems have no valid variant; first: ", running->first_problem_error));
+      }
+      running->job.set_error(absl::StrJoin(errors, "\n"));
+    }
+    message = absl::StrCat("compiled ", counts.compiled(), ", cache hits ",
+                           counts.compile_cache_hits(), ", errors ", counts.compile_errors());
+    if (work.profile) {
+      absl::StrAppend(&message, "; measured ", counts.measured(), ": ok ", counts.ok(),
+                      ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
+                      ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
+                      "; problems tuned ",
+                      running->job.results_size() - static_cast<int>(work.done_reports.size()),
+                      ", already cached ", counts.cached_problems());
+    }
+    absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
+  }
+  spdlog::info("job {}: {}", id, message);
+  // Learned before the end is published: a job submitted by whoever saw
+  // this one end estimates with its rates.
+  v1::Job finished;
+  {
+    const PhaseRates rates = Rates();
+    absl::MutexLock lock(&running->mu);
+    running->UpdateTiming(rates);
+    finished = running->job;
+  }
+  if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
+  {
+    absl::MutexLock lock(&rates_mu_);
+    totals_.compile_s += finished.timing().compile_s();
+    totals_.gpu_s += finished.timing().screen_s() + finished.timing().serial_s();
+  }
+  Publish(running, nullptr, message);
+  running->work.reset();
+  // The job's plan, cubins and outcomes (hundreds of MB for a large family)
+  // were freed into the malloc arenas of many threads, which keep the pages:
+  // hand them back, so the daemon does not keep every job's high-water
+  // mark (bench/run_memory_bench.sh measures it).
+  malloc_trim(0);
+  running->ended = true;
+}
+
+absl::StatusOr<std::vector<worker::v1::DeviceInfo>> JobRunner::Devices() {
+  ASSIGN_OR_RETURN(ProfilePool * gpus, Gpus());
+  return gpus->devices();
+}
+
+JobRunner::GpuSnapshot JobRunner::Snapshot() {
+  GpuSnapshot snapshot;
+  if (options_.profile.worker_path.empty()) {
+    snapshot.reason = options_.profile_off_reason;
+    return snapshot;
+  }
+  // Starting the workers holds the lock for up to a minute: say so rather
+  // than wait.
+  if (!gpus_mu_.TryLock()) {
+    snapshot.reason = "the GPU workers are starting";
+    return snapshot;
+  }
+  if (gpus_ != nullptr) {
+    snapshot.started = true;
+    snapshot.devices = gpus_->Status();
+  } else if (!gpus_error_.empty()) {
+    snapshot.reason = absl::StrCat("the GPU workers could not start: ", gpus_error_);
+  } else {
+    snapshot.reason = "the GPU workers start with the first job that measures";
+  }
+  gpus_mu_.Unlock();
+  return snapshot;
+}
+
+absl::StatusOr<ProfilePool*> JobRunner::Gpus() {
+  absl::MutexLock lock(&gpus_mu_);
+  if (gpus_ != nullptr) return gpus_.get();
+  if (options_.profile.worker_path.empty()) {
+    return absl::FailedPreconditionError(options_.profile_off_reason);
+  }
+  absl::StatusOr<std::unique_ptr<ProfilePool>> started = ProfilePool::Start(options_.profile);
+  if (!started.ok()) {
+    // The pool cannot name the daemon's setting; this says where it is.
+    const std::string setting = options_.setting_hint ? options_.setting_hint("gpus") : "gpus";
+    gpus_error_ = absl::StrCat(started.status().message(), " (GPUs are chosen by ", setting, ")");
+    return absl::Status(started.status().code(), gpus_error_);
+  }
+  gpus_ = *std::move(started);
+  for (const worker::v1::DeviceInfo& device : gpus_->devices()) {
+    spdlog::info("GPU {}: {} (sm_{}, {} SMs, {} MB L2, driver {})", device.ordinal(), device.name(),
+                 device.compute_capability(), device.sm_count(), device.l2_bytes() >> 20,
+                 device.driver_version());
+  }
+  return gpus_.get();
+}
+
+absl::StatusOr<v1::Job> JobRunner::Cancel(absl::string_view id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(std::string(id));
+    if (it != running_.end()) {
+      Running* running = it->second.get();  // alive: mu_ is held
+      running->cancel = true;
+      absl::MutexLock job_lock(&running->mu);
+      return running->job;
+    }
+  }
+  return store_->GetJob(std::string(id));
+}
+
+absl::StatusOr<int> JobRunner::ResumeUnfinished() {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
+  int resumed = 0;
+  for (v1::Job& job : jobs) {
+    if (job.state() != v1::QUEUED && job.state() != v1::COMPILING && job.state() != v1::SCREENING &&
+        job.state() != v1::VALIDATING) {
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<Work>> work = Prepare(job.spec(), job.id());
+    if (!work.ok()) {
+      job.set_state(v1::FAILED);
+      job.set_error(absl::StrCat("could not resume after a restart: ", work.status().message()));
+      job.set_updated_at(Timestamp());
+      RETURN_IF_ERROR(store_->UpdateJob(job));
+      continue;
+    }
+    SetPlannedCounts((*work)->problems, (*work)->plan.variants,
+                     static_cast<int64_t>((*work)->plan.units.size()), (*work)->cached_problems,
+                     &job);
+    job.clear_results();
+    job.set_state(v1::QUEUED);
+    spdlog::info("job {}: resuming after a restart", job.id());
+    Start(std::move(job), *std::move(work));
+    ++resumed;
+  }
+  return resumed;
+}
+
+}  // namespace autotune::service

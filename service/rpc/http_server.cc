@@ -1,0 +1,175 @@
+#include "service/rpc/http_server.h"
+
+#include <exception>
+#include <utility>
+
+#include "CivetServer.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "civetweb.h"
+
+namespace autotune::service {
+namespace {
+
+std::string UrlDecode(absl::string_view text) {
+  std::string decoded(text.size() + 1, '\0');
+  const int length = mg_url_decode(text.data(), static_cast<int>(text.size()), decoded.data(),
+                                   static_cast<int>(decoded.size()), /*is_form_url_encoded=*/1);
+  decoded.resize(length < 0 ? 0 : static_cast<size_t>(length));
+  return decoded;
+}
+
+std::map<std::string, std::string> ParseQuery(const char* query) {
+  std::map<std::string, std::string> values;
+  if (query == nullptr) return values;
+  for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
+    const size_t equals = pair.find('=');
+    values[UrlDecode(pair.substr(0, equals))] =
+        equals == absl::string_view::npos ? "" : UrlDecode(pair.substr(equals + 1));
+  }
+  return values;
+}
+
+const char* StatusText(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status < 500 ? "Error" : "Internal Server Error";
+  }
+}
+
+void Send(mg_connection* connection, const HttpResponse& response) {
+  std::string head = absl::StrCat("HTTP/1.1 ", response.status, " ", StatusText(response.status),
+                                  "\r\nContent-Type: ", response.content_type,
+                                  "\r\nContent-Length: ", response.body.size(),
+                                  "\r\nCache-Control: no-store"
+                                  "\r\nX-Content-Type-Options: nosniff"
+                                  "\r\nConnection: close\r\n");
+  for (const auto& [name, value] : response.headers)
+    absl::StrAppend(&head, name, ": ", value, "\r\n");
+  head += "\r\n";
+  mg_write(connection, head.data(), head.size());
+  mg_write(connection, response.body.data(), response.body.size());
+}
+
+HttpResponse Plain(int status, std::string text) {
+  return {.status = status,
+          .content_type = "text/plain; charset=utf-8",
+          .body = std::move(text),
+          .headers = {}};
+}
+
+}  // namespace
+
+class HttpServer::Route : public CivetHandler {
+ public:
+  explicit Route(std::vector<std::pair<std::string, HttpHandler>> routes)
+      : routes_(std::move(routes)) {}
+
+  bool handleGet(CivetServer*, mg_connection* connection) override { return Handle(connection); }
+  bool handlePost(CivetServer*, mg_connection* connection) override { return Handle(connection); }
+
+ private:
+  bool Handle(mg_connection* connection) {
+    const mg_request_info* info = mg_get_request_info(connection);
+    HttpRequest request;
+    request.method = info->request_method != nullptr ? info->request_method : "";
+    request.path = info->local_uri != nullptr ? info->local_uri : "/";
+    request.query = ParseQuery(info->query_string);
+    request.peer = absl::StrCat(
+        absl::StrContains(info->remote_addr, ':') ? "ipv6:[" : "ipv4:", info->remote_addr,
+        absl::StrContains(info->remote_addr, ':') ? "]" : "", ":", info->remote_port);
+    if (const char* value = mg_get_header(connection, "Authorization")) {
+      request.authorization = value;
+    }
+    if (const char* value = mg_get_header(connection, "Content-Type")) {
+      request.content_type = value;
+    }
+    if (info->content_length > static_cast<long long>(kMaxBodyBytes)) {
+      Send(connection, Plain(413, absl::StrCat("the body is over ", kMaxBodyBytes, " bytes\n")));
+      return true;
+    }
+    if (info->content_length > 0) {
+      request.body.resize(static_cast<size_t>(info->content_length));
+      size_t read = 0;
+      while (read < request.body.size()) {
+        const int got = mg_read(connection, request.body.data() + read, request.body.size() - read);
+        if (got <= 0) break;
+        read += static_cast<size_t>(got);
+      }
+      request.body.resize(read);
+    }
+    const HttpHandler* handler = nullptr;
+    size_t matched = 0;
+    for (const auto& [prefix, candidate] : routes_) {
+      const bool under =
+          request.path == prefix || (absl::StartsWith(request.path, prefix) &&
+                                     (prefix.back() == '/' || request.path[prefix.size()] == '/'));
+      if (under && prefix.size() >= matched) {
+        handler = &candidate;
+        matched = prefix.size();
+      }
+    }
+    if (handler == nullptr) {
+      Send(connection, Plain(404, absl::StrCat("no page at ", request.path, "\n")));
+      return true;
+    }
+    HttpResponse response;
+    try {
+      response = (*handler)(request);
+    } catch (const std::exception& e) {
+      response = Plain(500, absl::StrCat("internal error: ", e.what(), "\n"));
+    }
+    Send(connection, response);
+    return true;
+  }
+
+  const std::vector<std::pair<std::string, HttpHandler>> routes_;
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& address, std::vector<std::pair<std::string, HttpHandler>> routes) {
+  auto server = std::unique_ptr<HttpServer>(new HttpServer());
+  server->routes_.push_back(std::make_unique<Route>(std::move(routes)));
+  const std::vector<std::string> options = {
+      "listening_ports",    address, "num_threads",       "4",
+      "request_timeout_ms", "10000", "enable_keep_alive", "no"};
+  try {
+    server->server_ = std::make_unique<CivetServer>(options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--http-listen ", address, ": cannot listen (", e.what(), ")"));
+  }
+  server->server_->addHandler("/", server->routes_.front().get());
+  const std::vector<int> ports = server->server_->getListeningPorts();
+  const size_t colon = address.rfind(':');
+  server->address_ = ports.empty() || colon == std::string::npos
+                         ? address
+                         : absl::StrCat(address.substr(0, colon), ":", ports.front());
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (server_ != nullptr) server_->close();
+}
+
+}  // namespace autotune::service

@@ -1,0 +1,237 @@
+// End to end: kernel families registered through the CLI and compile-only
+// warmup jobs run by the real daemon and its autotune-worker processes,
+// with the real NVRTC.
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/autotune.pb.h"
+#include "proto/problem.h"
+#include "tests/support/daemon_test.h"
+#include "tests/support/process.h"
+
+namespace autotune::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+class WarmupEndToEndTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    cli_timeout_ = absl::Minutes(5);
+    ASSERT_OK(StartDaemon({"--kernels", "none", "--compile-workers", "2"}));
+    // A copy of the small test family, so tests can change its source.
+    const std::string testdata = AUTOTUNE_KERNELS_TESTDATA;
+    WriteText(Path("axpy.textproto"), ReadText(testdata + "/good/axpy.textproto"));
+    WriteText(Path("axpy.cu"), ReadText(testdata + "/good/axpy.cu"));
+    WriteText(Path("axpy.manifest"),
+              "arch: \"sm_90\"\n"
+              "items { family: \"axpy\" dims { name: \"n\" values: [1024, 4096] } "
+              "dtypes: [FLOAT32, FLOAT16] }\n");
+  }
+  void TearDown() override { StopDaemon(); }
+
+  // Runs a compile-only warmup and returns the finished job (from --json).
+  v1::Job Warmup(std::vector<std::string> extra = {}, int expected_exit = 0) {
+    std::vector<std::string> args = {"warmup", Path("axpy.manifest"), "--compile-only", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult result = Cli(args);
+    EXPECT_EQ(result.exit_code, expected_exit) << result.err << result.out << daemon_->Stderr();
+    v1::Job job;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(result.out, &job).ok())
+        << result.out << result.err;
+    last_err_ = result.err;
+    return job;
+  }
+
+  std::string last_err_;
+};
+
+TEST_F(WarmupEndToEndTest, CompilesEveryVariantOnceThenHitsTheCache) {
+  CommandResult registered = Cli({"register", Path("axpy.textproto")});
+  ASSERT_EQ(registered.exit_code, 0) << registered.err;
+  EXPECT_THAT(registered.out, HasSubstr("axpy registered"));
+
+  v1::Job first = Warmup();
+  EXPECT_EQ(first.state(), v1::SUCCEEDED) << first.error();
+  // axpy has 19 valid configs per problem; 2 n values x 2 dtypes.
+  EXPECT_EQ(first.counts().problems(), 4);
+  EXPECT_EQ(first.counts().variants(), 4 * 19);
+  // The n value is a run-time argument: one compile per config and dtype,
+  // plus the reference per dtype.
+  EXPECT_EQ(first.counts().compiles(), 2 * 19 + 2);
+  EXPECT_EQ(first.counts().compiled(), first.counts().compiles());
+  EXPECT_EQ(first.counts().compile_errors(), 0);
+
+  v1::Job again = Warmup();
+  EXPECT_EQ(again.state(), v1::SUCCEEDED);
+  EXPECT_EQ(again.counts().compiled(), 0);
+  EXPECT_EQ(again.counts().compile_cache_hits(), first.counts().compiles());
+
+  // The job is kept and listed.
+  CommandResult jobs = Cli({"jobs"});
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_THAT(jobs.out, HasSubstr(first.id()));
+}
+
+// Shards of one manifest, each its own job: together every problem once.
+TEST_F(WarmupEndToEndTest, ShardsCoverTheManifestOnceBetweenThem) {
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  const v1::Job whole = Warmup();
+  ASSERT_EQ(whole.reports_size(), 4);
+  std::set<std::string> expected;
+  for (const v1::ProblemReport& report : whole.reports()) {
+    expected.insert(ProblemContext(report.family(), report.problem()));
+  }
+  ASSERT_EQ(expected.size(), 4u);
+  std::multiset<std::string> covered;
+  for (int i = 0; i < 3; ++i) {
+    const v1::Job shard = Warmup({"--shard", absl::StrCat(i, "/3")});
+    EXPECT_EQ(shard.state(), v1::SUCCEEDED) << shard.error();
+    EXPECT_EQ(shard.counts().problems(), shard.reports_size());
+    for (const v1::ProblemReport& report : shard.reports()) {
+      covered.insert(ProblemContext(report.family(), report.problem()));
+    }
+  }
+  EXPECT_EQ(std::set<std::string>(covered.begin(), covered.end()), expected);
+  EXPECT_EQ(covered.size(), expected.size());  // no problem in two shards
+}
+
+TEST_F(WarmupEndToEndTest, ANewSourceGetsNewBinariesAndTheOldOnesStay) {
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  v1::Job first = Warmup();
+  ASSERT_EQ(first.counts().compile_errors(), 0);
+  CommandResult stats_before = Cli({"stats", "--json"});
+  v1::StatsResponse before;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(stats_before.out, &before).ok());
+
+  // A new global changes every cubin (a comment alone would change the
+  // family's hash but not the bytes, and binaries are stored by content).
+  WriteText(Path("axpy.cu"), ReadText(Path("axpy.cu")) + "\n__device__ int axpy_revision = 2;\n");
+  CommandResult refused = Cli({"register", Path("axpy.textproto")});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("ALREADY_EXISTS"));
+  CommandResult replaced = Cli({"register", Path("axpy.textproto"), "--replace"});
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
+
+  v1::Job second = Warmup();
+  EXPECT_EQ(second.counts().compiled(), second.counts().compiles());
+  EXPECT_EQ(second.counts().compile_cache_hits(), 0);
+  CommandResult stats_after = Cli({"stats", "--json"});
+  v1::StatsResponse after;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(stats_after.out, &after).ok());
+  // Old binaries are still there (and nothing is collectable: the compile
+  // cache refers to them).
+  EXPECT_EQ(after.binaries(), before.binaries() * 2);
+  CommandResult gc = Cli({"gc", "--dry-run", "--json"});
+  v1::GarbageCollectResponse collectable;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(gc.out, &collectable).ok()) << gc.out;
+  EXPECT_EQ(collectable.binaries_removed(), 0);
+}
+
+TEST_F(WarmupEndToEndTest, BadDescriptorsAreRefusedNamingTheField) {
+  std::string text = ReadText(Path("axpy.textproto"));
+  WriteText(Path("bad.textproto"),
+            absl::StrReplaceAll(text, {{"grid: \"ceil_div(n, BLOCK * ELEMS)\"",
+                                        "grid: \"ceil_div(n, BLOK * ELEMS)\""}}));
+  CommandResult result = Cli({"register", Path("bad.textproto")});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(result.err, HasSubstr("launch.grid[0]"));
+  EXPECT_THAT(result.err, HasSubstr("BLOK"));
+  CommandResult kernels = Cli({"kernels"});
+  EXPECT_THAT(kernels.out, Not(HasSubstr("axpy")));
+}
+
+TEST_F(WarmupEndToEndTest, ASourceThatDoesNotCompileFailsTheRunWithTheLog) {
+  WriteText(Path("axpy.cu"), ReadText(Path("axpy.cu")) + "\nthis is not C++;\n");
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  v1::Job job = Warmup({}, /*expected_exit=*/1);
+  EXPECT_EQ(job.counts().compile_errors(), job.counts().compiles());
+  EXPECT_THAT(job.error(), HasSubstr("axpy.cu("));
+  EXPECT_THAT(last_err_, HasSubstr("COMPILE_ERROR"));
+}
+
+TEST_F(WarmupEndToEndTest, ACompilePastItsDeadlineIsATimeoutAndIsNotCached) {
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  v1::Job late = Warmup({"--compile-timeout", "0.000001"}, /*expected_exit=*/1);
+  EXPECT_GT(late.counts().compile_timeouts(), 0);
+  EXPECT_EQ(late.counts().compile_errors(), late.counts().compiles());
+  EXPECT_THAT(last_err_, HasSubstr("COMPILE_TIMEOUT"));
+  // The daemon replaced its workers and compiles normally afterwards.
+  v1::Job next = Warmup();
+  EXPECT_EQ(next.counts().compile_errors(), 0);
+  EXPECT_EQ(next.counts().compiled(), next.counts().compiles());
+}
+
+TEST(BuiltinFamiliesEndToEndTest, TheDaemonRegistersItsBuiltinFamilies) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  ASSERT_OK(daemon.Start());
+  CommandResult kernels = RunCommand({AutotuneCliPath(), "--server", daemon.address(), "kernels"});
+  EXPECT_EQ(kernels.exit_code, 0) << kernels.err;
+  for (const char* name : {"gla_decode", "rmsnorm", "softmax"}) {
+    EXPECT_THAT(kernels.out, HasSubstr(name));
+  }
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
+  TempDir dir;
+  auto daemon =
+      std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
+  ASSERT_OK(daemon->Start());
+  // gla_decode has about 300 distinct compiles: long enough to kill the
+  // daemon in the middle.
+  const std::string manifest = std::string(AUTOTUNE_KERNELS_DIR) + "/gla_decode.manifest";
+  std::thread warmup([&] {
+    RunCommand(
+        {AutotuneCliPath(), "--server", daemon->address(), "warmup", manifest, "--compile-only"},
+        absl::Minutes(10));
+  });
+  v1::Job started = WaitForNewestJob(
+      daemon->address(),
+      [](const v1::Job& job) {
+        return job.state() == v1::COMPILING && job.counts().compiled() > 0;
+      },
+      absl::Minutes(2));
+  ASSERT_EQ(started.state(), v1::COMPILING);
+  daemon->Kill();
+  warmup.join();
+
+  auto restarted =
+      std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
+  ASSERT_OK(restarted->Start());
+  v1::Job finished = WaitForNewestJob(
+      restarted->address(), [](const v1::Job& job) { return job.state() == v1::SUCCEEDED; },
+      absl::Minutes(8));
+  EXPECT_EQ(finished.id(), started.id());
+  EXPECT_EQ(finished.state(), v1::SUCCEEDED) << finished.error();
+  EXPECT_EQ(finished.counts().compile_errors(), 0);
+  // What was compiled before the crash is not compiled again.
+  EXPECT_GT(finished.counts().compile_cache_hits(), 0);
+  EXPECT_EQ(finished.counts().compiled() + finished.counts().compile_cache_hits(),
+            finished.counts().compiles());
+  EXPECT_EQ(restarted->Stop(), 0) << restarted->Stderr();
+}
+
+}  // namespace
+}  // namespace autotune::testing
