@@ -1,12 +1,16 @@
 #include "base/paths.h"
 
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/posix_error.h"
 
 namespace autotune {
@@ -24,7 +28,78 @@ std::string DefaultServerAddress() {
   if (runtime_dir != nullptr && runtime_dir[0] != '\0') {
     return absl::StrCat("unix://", runtime_dir, "/autotune.sock");
   }
-  return absl::StrCat("unix:///tmp/autotune-", getuid(), ".sock");
+  return absl::StrCat("unix://", FallbackSocketDirectory(), "/autotune.sock");
+}
+
+std::string FallbackSocketDirectory() { return absl::StrCat("/tmp/autotune-", getuid()); }
+
+absl::Status CheckPrivateDirectory(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) return PosixError(absl::StrCat("cannot inspect ", dir), errno);
+  const auto refuse = [&dir](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " ", what, "; it must be a folder only uid ", getuid(),
+                     " may enter (mode 0700): another user may have made it to catch the "
+                     "socket's clients. Remove it, or give --listen another path"));
+  };
+  if (S_ISLNK(st.st_mode)) return refuse("is a symbolic link");
+  if (!S_ISDIR(st.st_mode)) return refuse("is not a folder");
+  if (st.st_uid != getuid()) return refuse(absl::StrCat("belongs to uid ", st.st_uid));
+  if ((st.st_mode & 077) != 0) {
+    return refuse(absl::StrFormat("has mode %04o", st.st_mode & 0777));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSocketOwner(const std::string& path, std::optional<uid_t> trusted_owner) {
+  const auto trusted = [&](uid_t uid) {
+    return uid == getuid() || uid == 0 || (trusted_owner.has_value() && uid == *trusted_owner);
+  };
+  const std::string hint =
+      "; if the daemon runs as that user, set AUTOTUNE_SOCKET_OWNER to it (user name or uid)";
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return absl::OkStatus();
+    return PosixError(absl::StrCat("cannot inspect the socket ", path), errno);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, " is not a socket; nothing is sent to it"));
+  }
+  if (!trusted(st.st_uid)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the socket ", path, " belongs to uid ", st.st_uid, ", not to you (uid ", getuid(),
+        ") or root: another user may be listening there, so nothing is sent to it", hint));
+  }
+  const std::string dir = Dirname(path);
+  if (stat(dir.c_str(), &st) != 0) {
+    return PosixError(absl::StrCat("cannot inspect the socket's folder ", dir), errno);
+  }
+  if (!trusted(st.st_uid)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the socket's folder ", dir, " belongs to uid ", st.st_uid, ", not to you (uid ", getuid(),
+        ") or root: its owner could put another socket there", hint));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the socket's folder ", dir,
+                     " may be written by other users and is not sticky: "
+                     "anyone could replace the socket, so nothing is sent to it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<uid_t>> SocketOwnerFromEnvironment() {
+  const std::string owner = EnvOr("AUTOTUNE_SOCKET_OWNER", "");
+  if (owner.empty()) return std::nullopt;
+  uint32_t uid = 0;
+  if (absl::SimpleAtoi(owner, &uid)) return static_cast<uid_t>(uid);
+  const passwd* user = getpwnam(owner.c_str());
+  if (user == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AUTOTUNE_SOCKET_OWNER is '", owner, "', which is no user of this host"));
+  }
+  return user->pw_uid;
 }
 
 std::string ClientServerAddress() { return EnvOr("AUTOTUNE_SERVER", DefaultServerAddress()); }

@@ -1,16 +1,23 @@
 // Default locations shared by the daemon and its clients.
 //
-// Socket:   unix://$XDG_RUNTIME_DIR/autotune.sock, else unix:///tmp/autotune-$UID.sock
+// Socket:   unix://$XDG_RUNTIME_DIR/autotune.sock, else
+//           unix:///tmp/autotune-$UID/autotune.sock, in a folder only its
+//           user may enter (the daemon creates it 0700 and refuses one that
+//           is not so: PrivateSocketDirectory)
 // Database: $XDG_STATE_HOME/autotune/cache.db, else ~/.local/state/autotune/cache.db
 // The AUTOTUNE_SERVER environment variable, when set, overrides the socket
 // address clients use.
 #ifndef AUTOTUNE_BASE_PATHS_H_
 #define AUTOTUNE_BASE_PATHS_H_
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace autotune {
 
@@ -20,6 +27,28 @@ std::string DefaultServerAddress();
 std::string ClientServerAddress();
 // The database file the daemon opens without --db.
 std::string DefaultDatabasePath();
+
+// The folder of the default socket when XDG_RUNTIME_DIR is not set
+// ("/tmp/autotune-$UID"), which another user could otherwise create first.
+std::string FallbackSocketDirectory();
+// OK when `dir` is a folder (not a symlink) owned by this process's user
+// that no one else may enter or write (mode & 077 == 0); else
+// FAILED_PRECONDITION saying what is wrong and that another user may have
+// made it.
+absl::Status CheckPrivateDirectory(const std::string& dir);
+
+// Before a client sends anything to the Unix socket `path`: OK when the
+// socket, and the folder holding it, belong to this process's user, root,
+// or `trusted_owner` (the daemon's user where it runs as another one), and
+// the folder cannot be written by anyone else unless it is sticky (/tmp).
+// OK too when nothing is at `path` (connecting will fail on its own).
+// PERMISSION_DENIED naming the path, its owner and what to set when that
+// owner is the daemon's: another local user may be listening there to
+// collect tokens and hand out wrong answers.
+absl::Status CheckSocketOwner(const std::string& path, std::optional<uid_t> trusted_owner);
+// The uid of AUTOTUNE_SOCKET_OWNER (a user name or a number); nullopt when
+// unset. INVALID_ARGUMENT for a name that is no user.
+absl::StatusOr<std::optional<uid_t>> SocketOwnerFromEnvironment();
 
 // The directory of the running program (/proc/self/exe, symlinks resolved),
 // e.g. "/usr/local/bin"; empty when it cannot be read.

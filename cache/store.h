@@ -331,8 +331,15 @@ class Store {
   // `merge` says what happens to an entry the store already has: kept,
   // replaced, or whichever MeasuredBetter() prefers (the existing one on a
   // tie). Families move their current version only with kReplace.
+  //
+  // `families_refused`: when not empty, a bundle that would store a family
+  // version the store lacks, or make another version current, fails with
+  // PERMISSION_DENIED, checked in the same transaction, nothing written:
+  // "families[0]: importing family 'x' version H would add it; <refused>".
+  // (The daemon refuses family changes this way to callers below admin.)
   enum class Merge { kKeepExisting, kReplace, kKeepBetter };
-  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, Merge merge);
+  absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, Merge merge,
+                                            std::string_view families_refused = {});
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle, bool replace) {
     return Import(bundle, replace ? Merge::kReplace : Merge::kKeepExisting);
   }

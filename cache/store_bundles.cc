@@ -18,6 +18,7 @@
 #include "cache/store.h"
 #include "cache/store_impl.h"
 #include "cache/store_rows.h"
+#include "cache/strings.h"
 #include "proto/bundle_parts.h"
 #include "proto/problem.h"
 
@@ -62,7 +63,8 @@ bool MeasuredBetter(const v1::Entry& a, const v1::Entry& b) {
   return am > 0 && bm <= 0;
 }
 
-absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, Merge merge) {
+absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, Merge merge,
+                                                 std::string_view families_refused) {
   const bool replace = merge == Merge::kReplace;
   if (bundle.format_version() != kBundleFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("format_version is ", bundle.format_version(),
@@ -155,8 +157,16 @@ absl::StatusOr<v1::ImportResponse> Store::Import(const v1::CacheBundle& bundle, 
     const std::string& hash = family_hashes[i];
     ASSIGN_OR_RETURN(bool stored, WriteFamilyVersion(db, family, hash, /*builtin=*/false));
     ASSIGN_OR_RETURN(std::optional<std::string> current, ReadCurrentHash(db, family.name()));
+    const bool moves = !current.has_value() || (replace && *current != hash);
+    if (!families_refused.empty() && (stored || moves)) {
+      // The transaction is rolled back: nothing of the bundle is written.
+      return absl::PermissionDeniedError(absl::StrCat(
+          "families[", i, "]: importing family '", family.name(), "' version ", hash.substr(0, 12),
+          " would ", stored ? "add that version" : "make that version current", "; ",
+          ToAbsl(families_refused)));
+    }
     bool moved = false;
-    if (!current.has_value() || (replace && *current != hash)) {
+    if (moves) {
       RETURN_IF_ERROR(SetCurrentHash(db, family.name(), hash));
       moved = true;
     }

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/status_macros.h"
@@ -39,7 +41,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
 
 }  // namespace
 
-ClientOptions::ClientOptions() : address(ClientServerAddress()) {}
+ClientOptions::ClientOptions() : address(ClientServerAddress()) {
+  // A name that is no user trusts no one more; Connect says so.
+  absl::StatusOr<std::optional<uid_t>> owner = SocketOwnerFromEnvironment();
+  if (owner.ok()) socket_owner = *owner;
+}
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path, "token file"));
@@ -64,6 +70,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   }
   if (options.max_receive_message_bytes <= 0) {
     return absl::InvalidArgumentError("max_receive_message_bytes must be positive");
+  }
+  if (absl::string_view path = options.address; absl::ConsumePrefix(&path, "unix://")) {
+    RETURN_IF_ERROR(SocketOwnerFromEnvironment().status());
+    RETURN_IF_ERROR(CheckSocketOwner(std::string(path), options.socket_owner));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, MakeCredentials(options));
   grpc::ChannelArguments arguments;

@@ -25,6 +25,8 @@
 #ifndef AUTOTUNE_CLIENT_CLIENT_H_
 #define AUTOTUNE_CLIENT_CLIENT_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -66,6 +68,11 @@ struct ClientOptions {
   // Largest response accepted. A BatchLookup with cubins of a thousand
   // kernels is tens of MB; gRPC's default (4 MiB) is far too small.
   int max_receive_message_bytes = 512 << 20;
+  // A unix:// socket must belong to you, root or this uid (the daemon's
+  // user where it runs as another one), else Connect refuses it before
+  // anything is sent (base/paths.h, CheckSocketOwner). Default:
+  // AUTOTUNE_SOCKET_OWNER (a user name or uid), else none.
+  std::optional<uid_t> socket_owner;
 };
 
 // The token a token file holds (surrounding white space dropped). Errors

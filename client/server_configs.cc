@@ -3,12 +3,40 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "proto/problem.h"
 
 namespace autotune::client {
+namespace {
+
+// A part of a file name from any text: characters other than letters,
+// digits and "._+-=" become "_", so no part can hold a "/" (a dim named
+// "../../x" once wrote outside --out) or a control character.
+std::string FileNamePart(absl::string_view text) {
+  std::string part(text);
+  for (char& c : part) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '+' && c != '-' && c != '=') {
+      c = '_';
+    }
+  }
+  return part;
+}
+
+// `text` as a JSON string, quotes included, written by protobuf's JSON
+// printer (every escape JSON needs).
+std::string JsonString(absl::string_view text) {
+  google::protobuf::Value value;
+  value.set_string_value(std::string(text));
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(value, &json).ok()) return "\"\"";
+  return json;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<ConfigFile>> ServerConfigFiles(const v1::KernelSummary& family,
                                                           const std::vector<v1::Entry>& entries,
@@ -55,9 +83,10 @@ absl::StatusOr<std::vector<ConfigFile>> ServerConfigFiles(const v1::KernelSummar
     std::map<std::string, int64_t> others(entry.problem().dims().begin(),
                                           entry.problem().dims().end());
     others.erase(bucket);
-    for (const auto& [name, value] : others) parts.push_back(absl::StrCat(name, "=", value));
-    parts.push_back(absl::StrCat(
-        "device_name=", absl::StrReplaceAll(entry.device().name(), {{" ", "_"}, {"/", "_"}})));
+    for (const auto& [name, value] : others) {
+      parts.push_back(absl::StrCat(FileNamePart(name), "=", value));
+    }
+    parts.push_back(absl::StrCat("device_name=", FileNamePart(entry.device().name())));
     parts.push_back(absl::StrCat("dtype=", DTypeName(entry.problem().dtype())));
     const v1::Entry*& slot = files[absl::StrCat(absl::StrJoin(parts, ","), ".json")][key];
     // Several versions or NVRTCs of one problem: the newest tuning wins.
@@ -73,9 +102,10 @@ absl::StatusOr<std::vector<ConfigFile>> ServerConfigFiles(const v1::KernelSummar
                                             entry->config().params().end());
       std::vector<std::string> fields;
       for (const auto& [param, value] : params) {
-        fields.push_back(absl::StrCat("\"", param, "\": ", value));
+        fields.push_back(absl::StrCat(JsonString(param), ": ", value));
       }
-      items.push_back(absl::StrCat("  \"", key, "\": {", absl::StrJoin(fields, ", "), "}"));
+      items.push_back(absl::StrCat("  ", JsonString(absl::StrCat(key)), ": {",
+                                   absl::StrJoin(fields, ", "), "}"));
     }
     file.json = absl::StrCat("{\n", absl::StrJoin(items, ",\n"), "\n}\n");
     file.entries = static_cast<int>(by_key.size());

@@ -76,5 +76,22 @@ TEST(ServerConfigFilesTest, TheBucketMustBeKnown) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("family softmax")));
 }
 
+// Found on e01f360: file names were built from dims and parameter names
+// as they came, and a dim named "../../x" wrote outside --out.
+TEST(ServerConfigFilesTest, NamesFromTheStoreCannotLeaveTheFolderOrBreakTheJson) {
+  v1::KernelSummary family = Gla();
+  family.mutable_dims(2)->set_name("../../x");
+  v1::Entry entry = Entry(1, 64, 16, "t1", "GPU/../../etc \n");
+  auto& dims = *entry.mutable_problem()->mutable_dims();
+  dims.erase("dim");
+  dims["../../x"] = 64;
+  (*entry.mutable_config()->mutable_params())["A\"B\\"] = 2;
+  ASSERT_OK_AND_ASSIGN(std::vector<ConfigFile> files, ServerConfigFiles(family, {entry}, {}));
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].name.find('/'), std::string::npos) << files[0].name;
+  EXPECT_EQ(files[0].name, ".._.._x=64,heads=32,device_name=GPU_.._.._etc__,dtype=bf16.json");
+  EXPECT_THAT(files[0].json, HasSubstr("\"A\\\"B\\\\\": 2"));
+}
+
 }  // namespace
 }  // namespace autotune::client

@@ -48,13 +48,13 @@ for binary in "$daemon" "$cli"; do
 done
 
 # The daemon's own defaults (no flags): the socket under XDG_RUNTIME_DIR, else
-# /tmp/autotune-UID.sock; the database under XDG_STATE_HOME, else
+# /tmp/autotune-UID/autotune.sock (a 0700 folder); the database under XDG_STATE_HOME, else
 # ~/.local/state. AUTOTUNE_SERVER points the CLI at that socket, whatever the
 # caller's environment had.
 if [[ -n "${XDG_RUNTIME_DIR:-}" ]]; then
   address="unix://$XDG_RUNTIME_DIR/autotune.sock"
 else
-  address="unix:///tmp/autotune-$(id -u).sock"
+  address="unix:///tmp/autotune-$(id -u)/autotune.sock"
 fi
 export AUTOTUNE_SERVER=$address
 state_dir="${XDG_STATE_HOME:-${HOME:-/tmp}/.local/state}/autotune"

@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
 namespace autotune::kernels {
 
 struct CompileRequest {
@@ -34,6 +37,28 @@ struct CompileRequest {
 // options in decimal, each option, arch, NVRTC version. Each field is
 // delimited, so no two different requests hash the same bytes.
 std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version);
+
+// Whether NVRTC may be given `option`. An option can make NVRTC read or
+// write files of the host (--create-pch, --use-pch, --pch-dir, --time,
+// --fdevice-time-trace, -I, -include, ...), so only these are allowed, with
+// one dash or two, and everything else is refused before NVRTC sees it:
+//
+//   -D<NAME>[=<value>]       --define-macro=<NAME>[=<value>]
+//   -U<NAME>                 --undefine-macro=<NAME>
+//   -std=c++11|c++14|c++17|c++20                 (--std=)
+//   -use_fast_math           -ftz=  -prec-div=  -prec-sqrt=  -fmad=  (true|false)
+//   -lineinfo                (--generate-line-info)
+//   -maxrregcount=<16..255>
+//   -default-device          (--device-as-default-execution-space)
+//   -restrict  -extra-device-vectorization  -w (--disable-warnings)
+//
+// NAME is a C identifier; a value holds no line break. The architecture is
+// the request's `arch`, never an option. INVALID_ARGUMENT saying which
+// option and what is allowed: "'--time=x' is not an allowed NVRTC option
+// (allowed: -D, -U, ...)". Checked when a family is registered (its
+// compile_options), and by every compile, in the worker and in the client's
+// kernel loader.
+absl::Status CheckCompileOption(absl::string_view option);
 
 }  // namespace autotune::kernels
 

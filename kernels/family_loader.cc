@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -19,6 +21,7 @@
 #include "base/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "kernels/compile_request.h"
 #include "kernels/expression.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
@@ -58,6 +61,101 @@ bool IsQualifiedName(absl::string_view name) {
   return true;
 }
 
+// The first #include of `source` that NVRTC would resolve to a file outside
+// the CUDA toolkit's headers wherever the daemon runs: an absolute path, one
+// that goes up (a ".." part), or one computed by a macro (not "file" or
+// <file>). As the preprocessor reads: comments skipped, continued lines
+// joined, "#", "%:" and spaces before "include". {line, why}, or nullopt.
+std::optional<std::pair<int, std::string>> FindHostInclude(absl::string_view source) {
+  // Logical lines with the physical line each starts on, comments blanked.
+  std::vector<std::pair<int, std::string>> lines(1, {1, ""});
+  int line = 1;
+  enum { kCode, kBlock, kLineComment, kString, kChar } state = kCode;
+  for (size_t i = 0; i < source.size(); ++i) {
+    const char c = source[i];
+    if (c == '\\' && i + 1 < source.size() && source[i + 1] == '\n') {
+      ++i;
+      ++line;
+      continue;  // joined
+    }
+    if (c == '\n') {
+      ++line;
+      if (state == kBlock) continue;
+      if (state != kBlock) state = kCode;
+      lines.emplace_back(line, "");
+      continue;
+    }
+    std::string& text = lines.back().second;
+    switch (state) {
+      case kCode:
+        if (c == '/' && i + 1 < source.size() && source[i + 1] == '*') {
+          state = kBlock;
+          ++i;
+          text.push_back(' ');
+        } else if (c == '/' && i + 1 < source.size() && source[i + 1] == '/') {
+          state = kLineComment;
+        } else {
+          if (c == '"') state = kString;
+          if (c == '\'') state = kChar;
+          text.push_back(c);
+        }
+        break;
+      case kBlock:
+        if (c == '*' && i + 1 < source.size() && source[i + 1] == '/') {
+          state = kCode;
+          ++i;
+        }
+        break;
+      case kLineComment:
+        break;
+      case kString:
+      case kChar:
+        text.push_back(c);
+        if (c == '\\' && i + 1 < source.size() && source[i + 1] != '\n') {
+          text.push_back(source[++i]);
+        } else if ((state == kString && c == '"') || (state == kChar && c == '\'')) {
+          state = kCode;
+        }
+        break;
+    }
+  }
+  for (const auto& [number, text] : lines) {
+    absl::string_view rest = absl::StripLeadingAsciiWhitespace(text);
+    if (!absl::ConsumePrefix(&rest, "#") && !absl::ConsumePrefix(&rest, "%:")) continue;
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    if (!absl::ConsumePrefix(&rest, "include_next") && !absl::ConsumePrefix(&rest, "include") &&
+        !absl::ConsumePrefix(&rest, "import")) {
+      continue;
+    }
+    if (!rest.empty() && (absl::ascii_isalnum(rest[0]) || rest[0] == '_')) continue;  // #includes
+    rest = absl::StripAsciiWhitespace(rest);
+    const std::string shown(rest.substr(0, 200));
+    if (rest.empty() || (rest[0] != '"' && rest[0] != '<')) {
+      return std::make_pair(number, absl::StrCat("#include ", shown,
+                                                 " is computed by a macro; name the header as "
+                                                 "\"file\" or <file>"));
+    }
+    const size_t end = rest.find(rest[0] == '"' ? '"' : '>', 1);
+    const absl::string_view path =
+        rest.substr(1, end == absl::string_view::npos ? rest.npos : end - 1);
+    if (absl::StartsWith(path, "/") || absl::StartsWith(path, "\\")) {
+      return std::make_pair(number, absl::StrCat("#include ", shown,
+                                                 " names an absolute path; a family's source is "
+                                                 "one file and includes only the CUDA toolkit's "
+                                                 "headers"));
+    }
+    for (absl::string_view part : absl::StrSplit(path, absl::ByAnyChar("/\\"))) {
+      if (part == "..") {
+        return std::make_pair(number, absl::StrCat("#include ", shown,
+                                                   " goes up a folder (..); a family's source is "
+                                                   "one file and includes only the CUDA "
+                                                   "toolkit's headers"));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // Checks one family; errors are "origin[:line]: field: message".
 class FamilyChecker {
  public:
@@ -76,6 +174,8 @@ class FamilyChecker {
 
   absl::Status Check() {
     RETURN_IF_ERROR(CheckNames());
+    RETURN_IF_ERROR(CheckIncludes("source", family_.source()));
+    RETURN_IF_ERROR(CheckIncludes("reference.source", family_.reference().source()));
     RETURN_IF_ERROR(CheckParams());
     RETURN_IF_ERROR(CheckDims());
     RETURN_IF_ERROR(CheckDTypes());
@@ -410,11 +510,16 @@ class FamilyChecker {
       const std::string& option = family_.compile_options(i);
       const std::string field = absl::StrCat("compile_options[", i, "]");
       if (absl::StripAsciiWhitespace(option).empty()) return Error(field, "empty option");
-      if (absl::StartsWith(option, "-arch") || absl::StartsWith(option, "--gpu-architecture") ||
-          absl::StartsWith(option, "-gpu-architecture")) {
-        return Error(field, absl::StrCat("'", option,
-                                         "' sets the architecture, which the compiler chooses"));
+      if (absl::Status allowed = CheckCompileOption(option); !allowed.ok()) {
+        return Error(field, allowed.message());
       }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckIncludes(absl::string_view field, absl::string_view source) const {
+    if (std::optional<std::pair<int, std::string>> found = FindHostInclude(source)) {
+      return Error(field, absl::StrCat("line ", found->first, ": ", found->second));
     }
     return absl::OkStatus();
   }

@@ -17,7 +17,11 @@
 // What is checked (one error, the first in this order, is reported):
 //   name            [a-z][a-z0-9_]*
 //   kernel_name     a C++ identifier (optionally qualified with ::)
-//   source          non-empty (files: exactly one of source / source_file)
+//   source          non-empty (files: exactly one of source / source_file);
+//                   it and reference.source are single files: no #include of
+//                   an absolute path, of one that goes up (".."), or computed
+//                   by a macro ("source: line 3: #include ..."), comments and
+//                   continued lines read as the preprocessor reads them
 //   params          non-empty; names are identifiers not starting with
 //                   AUTOTUNE_, unique; values non-empty, unique, |v| <= 2^53;
 //                   the product of the value counts is at most
@@ -41,8 +45,11 @@
 //   bytes_per_call, flops_per_call  expressions over dims + params +
 //                   dtype_bytes (write "0" for a kernel without arithmetic)
 //   binding, cache_state  known values (unspecified means the default)
-//   compile_options non-empty strings; no -arch / --gpu-architecture (the
-//                   compiler sets the architecture)
+//   compile_options each one CheckCompileOption allows (compile_request.h:
+//                   -D, -U, -std=, fast-math and the precision switches,
+//                   -lineinfo, -maxrregcount=, -default-device, ...); none
+//                   that reads or writes a file, and no -arch (the compiler
+//                   sets the architecture)
 // Checks that need a problem (a shape that is 0 for some dims, a block too
 // large for some params) belong to the search space (search_space.h).
 //

@@ -9,6 +9,7 @@
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/compile_request.h"
 
 namespace autotune::kernels {
 namespace {
@@ -94,6 +95,12 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ValidateFamilyTest, TheGoodFamilyPasses) {
   EXPECT_OK(ValidateFamily(GoodFamily(), "RegisterKernel"));
 }
+
+// The allowlist as CheckCompileOption states it.
+#define ALLOWED_OPTIONS                                                                       \
+  " (allowed: -D<NAME>[=<value>], -U<NAME>, -std=c++11|c++14|c++17|c++20, -use_fast_math, "   \
+  "-ftz=, -prec-div=, -prec-sqrt=, -fmad= (true|false), -lineinfo, -maxrregcount=<16..255>, " \
+  "-default-device, -restrict, -extra-device-vectorization, -w)"
 
 struct MutationCase {
   std::string name;
@@ -242,8 +249,105 @@ INSTANTIATE_TEST_SUITE_P(
         MutationCase{"ArchOption",
                      [](v1::KernelFamily& f) { f.add_compile_options("-arch=sm_80"); },
                      "compile_options[0]: '-arch=sm_80' sets the architecture, which the "
-                     "compiler chooses"}),
+                     "compiler chooses" ALLOWED_OPTIONS},
+        // Found on e01f360: NVRTC truncated the file named (the audit log).
+        MutationCase{"PchOption",
+                     [](v1::KernelFamily& f) {
+                       f.add_compile_options("-std=c++17");
+                       f.add_compile_options("--create-pch=/var/lib/autotune/audit.log");
+                     },
+                     "compile_options[1]: '--create-pch=/var/lib/autotune/audit.log' is not an "
+                     "allowed NVRTC option" ALLOWED_OPTIONS},
+        // Found on e01f360: NVRTC appended its timings to the file named.
+        MutationCase{"TimeOption", [](v1::KernelFamily& f) { f.add_compile_options("--time=x"); },
+                     "compile_options[0]: '--time=x' is not an allowed NVRTC option" ALLOWED_OPTIONS},
+        MutationCase{"IncludePathOption", [](v1::KernelFamily& f) { f.add_compile_options("-I/"); },
+                     "compile_options[0]: '-I/' is not an allowed NVRTC option" ALLOWED_OPTIONS},
+        // Found on e01f360: NVRTC read a 0600 file of the daemon's user and its
+        // lines came back in the job's error.
+        MutationCase{"AbsoluteInclude",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("#include \"/home/u/.ssh/id_ed25519\"\n" + f.source());
+                     },
+                     "source: line 1: #include \"/home/u/.ssh/id_ed25519\" names an absolute "
+                     "path; a family's source is one file and includes only the CUDA toolkit's "
+                     "headers"},
+        MutationCase{"UpwardIncludeBehindACommentAndAContinuedLine",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("// x\n  # /* hidden */ include \\\n <../../x/y.h>\n" +
+                                    f.source());
+                     },
+                     "source: line 2: #include <../../x/y.h> goes up a folder (..); a family's "
+                     "source is one file and includes only the CUDA toolkit's headers"},
+        MutationCase{"ComputedInclude",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("#define F \"/etc/shadow\"\n%:include F\n" + f.source());
+                     },
+                     "source: line 2: #include F is computed by a macro; name the header as "
+                     "\"file\" or <file>"},
+        MutationCase{"ReferenceInclude",
+                     [](v1::KernelFamily& f) {
+                       f.mutable_reference()->set_source("#include </etc/passwd>\n");
+                     },
+                     "reference.source: line 1: #include </etc/passwd> names an absolute path; a "
+                     "family's source is one file and includes only the CUDA toolkit's headers"}),
     [](const ::testing::TestParamInfo<MutationCase>& info) { return info.param.name; });
+
+TEST(CheckCompileOptionTest, AllowsTheDocumentedOptionsAndNothingElse) {
+  for (const char* allowed : {"-DBLOCK=128",
+                              "-DX",
+                              "--define-macro=T=float",
+                              "-UNDEBUG",
+                              "--undefine-macro=X",
+                              "-std=c++17",
+                              "--std=c++20",
+                              "-use_fast_math",
+                              "--use_fast_math",
+                              "-ftz=true",
+                              "--prec-div=false",
+                              "-prec-sqrt=true",
+                              "-fmad=false",
+                              "-lineinfo",
+                              "--generate-line-info",
+                              "-maxrregcount=64",
+                              "-default-device",
+                              "--device-as-default-execution-space",
+                              "-restrict",
+                              "-extra-device-vectorization",
+                              "-w",
+                              "--disable-warnings"}) {
+    EXPECT_OK(CheckCompileOption(allowed)) << allowed;
+  }
+  for (const char* refused : {"--create-pch=/tmp/x",
+                              "--use-pch=/tmp/x",
+                              "--pch-dir=/tmp",
+                              "--pch",
+                              "--time=/tmp/t",
+                              "--fdevice-time-trace=/tmp/t",
+                              "-I/etc",
+                              "--include-path=/etc",
+                              "-include=/etc/passwd",
+                              "--pre-include=/etc/passwd",
+                              "-arch=sm_90",
+                              "--gpu-architecture=sm_90",
+                              "-D1X=2",
+                              "-D",
+                              "-DX=\n#include </etc/passwd>",
+                              "-UX=1",
+                              "-std=gnu++17",
+                              "-ftz=1",
+                              "-maxrregcount=4096",
+                              "-maxrregcount=x",
+                              "-G",
+                              "-dlto",
+                              "DX",
+                              "",
+                              "--optix-ir"}) {
+    EXPECT_THAT(CheckCompileOption(refused),
+                StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_))
+        << refused;
+  }
+}
 
 TEST(LoadFamilyDirectoryTest, LoadsEveryFamilyInFileNameOrder) {
   ASSERT_OK_AND_ASSIGN(std::vector<v1::KernelFamily> families,

@@ -191,6 +191,7 @@ DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
   for (const std::string& role : options.auth.cert_roles) config.add_cert_role(role);
   if (!options.auth.anonymous_role.empty()) config.set_anonymous_role(options.auth.anonymous_role);
   if (!options.http_listen.empty()) config.set_http_listen(options.http_listen);
+  for (const std::string& host : options.http_allowed_hosts) config.add_http_allow_host(host);
   if (!options.audit_log.empty()) config.set_audit_log(options.audit_log);
   config.set_socket_mode(absl::StrFormat("%04o", options.socket_mode));
   if (!flags.log_level.empty()) config.set_log_level(flags.log_level);
@@ -333,6 +334,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
   app.add_option("--http-listen,--metrics-listen", options.http_listen,
                  "serve HTTP at host:port: Prometheus metrics (GET /metrics), the admin page "
                  "(GET /admin) and its JSON API (/api/, with roles); off by default");
+  app.add_option("--http-allow-host", options.http_allowed_hosts,
+                 "a name the HTTP port answers in the Host header besides localhost, 127.0.0.1, "
+                 "[::1] and the --http-listen host (repeatable); other Host names get 403");
   app.add_option("--audit-log", options.audit_log,
                  "JSON lines, one per mutating call (default: audit.log beside the database; "
                  "'none' for no audit log)");

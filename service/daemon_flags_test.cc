@@ -295,6 +295,7 @@ TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
   given.add_cert_role("ci=tuner");
   given.set_anonymous_role("reader");
   given.set_http_listen("127.0.0.1:9464");
+  given.add_http_allow_host("autotune.internal");
   given.set_audit_log("none");
   given.set_socket_mode("0660");
   given.set_log_level("debug");

@@ -48,6 +48,9 @@ inline constexpr double kDefaultHealthIntervalS = 5;
 // One compile: NVRTC takes seconds for most variants; two minutes is a
 // compiler that hangs, not a slow kernel.
 inline constexpr double kDefaultCompileTimeoutS = 120;
+// The most a job may ask for one compile (JobOptions.compile_timeout_s): a
+// caller may not hold a compile worker, and its memory, for longer.
+inline constexpr double kMaxCompileTimeoutS = 600;
 // Candidates timed in the serial phase at most (Helion re-benchmarks its
 // top 8): enough to hold the screen's near ties, few enough to time at
 // length.

@@ -74,10 +74,9 @@ int main(int argc, char** argv) {
       if (tokens.ok()) {
         spdlog::info("received SIGHUP: {} tokens loaded", *tokens);
       } else {
-        spdlog::error(
-            "received SIGHUP: the token file was not reloaded ({}); the tokens "
-            "loaded before stay",
-            std::string(tokens.status().message()));
+        // Either the file could not be read (the tokens loaded before stay)
+        // or some lines were skipped (the others apply); the message says.
+        spdlog::error("received SIGHUP: {}", std::string(tokens.status().message()));
       }
     }
     spdlog::info("received {}, finishing in-flight calls",

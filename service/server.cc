@@ -286,6 +286,10 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   for (const ListenAddress& address : addresses) {
     if (address.kind != ListenAddress::Kind::kUnix) continue;
     RETURN_IF_ERROR(MakeDirectories(Dirname(address.path), 0700));
+    // The default folder in /tmp is one another user could make first.
+    if (Dirname(address.path) == FallbackSocketDirectory()) {
+      RETURN_IF_ERROR(CheckPrivateDirectory(FallbackSocketDirectory()));
+    }
     RETURN_IF_ERROR(ClaimSocketPath(address.path));
   }
 
@@ -370,7 +374,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
                                            .headers = {}};
                      }},
                     {"/admin", [api](const HttpRequest& request) { return api->Page(request); }},
-                    {"/api", [api](const HttpRequest& request) { return api->Api(request); }}}));
+                    {"/api", [api](const HttpRequest& request) { return api->Api(request); }}},
+                   options.http_allowed_hosts));
     spdlog::info("metrics served on http://{}/metrics, the admin page on http://{}/admin",
                  http_->address(), http_->address());
     const std::string host = options.http_listen.substr(0, options.http_listen.rfind(':'));

@@ -78,6 +78,9 @@ struct ServerOptions {
   // the admin page at /admin and its API under /api/ (service/rpc/admin_api.h);
   // "host:port", empty = none.
   std::string http_listen;
+  // Names the HTTP port answers besides loopback and its listen host (a Host
+  // header naming another is 403; service/rpc/http_server.h).
+  std::vector<std::string> http_allowed_hosts;
   // The audit log (service/rpc/audit_log.h): empty = audit.log beside the
   // database; "none" = no audit log.
   std::string audit_log;

@@ -251,9 +251,11 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                    "Seconds one variant may run (0 = server default)")
       ->check(CLI::NonNegativeNumber);
   command.app
-      ->add_option("--compile-timeout", s->compile_timeout_s,
-                   "Seconds one compile may take (0 = server default)")
-      ->check(CLI::NonNegativeNumber);
+      ->add_option(
+          "--compile-timeout", s->compile_timeout_s,
+          absl::StrCat("Seconds one compile may take (0 = ", service::kDefaultCompileTimeoutS,
+                       ", at most ", service::kMaxCompileTimeoutS, ")"))
+      ->check(CLI::Range(0.0, service::kMaxCompileTimeoutS));
   command.app->add_flag("--force", s->force,
                         "Measure on a GPU other processes use; the entries are marked CONTENDED");
   command.app

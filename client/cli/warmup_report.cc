@@ -67,6 +67,7 @@ Table SummaryTable(const v1::Job& job) {
     row.push_back(Known("%.2fx", report.speedup()));
     if (report.cached()) flags.push_back("cached");
     if (report.regression()) flags.push_back("REGRESSION");
+    if (!report.kept_clean().empty()) flags.push_back("kept-clean-entry");
     // The screen ran beside another process: it only ranks, but it is said.
     if (!report.screen_contention().empty()) flags.push_back("screen-contended");
     if (!report.has_entry()) {

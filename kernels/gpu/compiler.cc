@@ -175,13 +175,6 @@ std::string ArchProblem(const std::string& arch) {
   return absl::StrCat("arch '", arch, "' is not a GPU architecture (expected e.g. 'sm_90')");
 }
 
-bool SetsArch(const std::string& option) {
-  absl::string_view name = absl::StripLeadingAsciiWhitespace(option);
-  if (!absl::ConsumePrefix(&name, "-")) return false;
-  absl::ConsumePrefix(&name, "-");
-  return absl::StartsWith(name, "arch") || absl::StartsWith(name, "gpu-architecture");
-}
-
 CompileResult Rejected(std::string why) {
   CompileResult result;
   result.status = CompileStatus::kInvalidRequest;
@@ -210,10 +203,11 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
   if (std::string problem = ArchProblem(request.arch); !problem.empty()) {
     return Rejected(std::move(problem));
   }
+  // Only options that cannot make NVRTC touch a file of the host
+  // (compile_request.h), whoever sends the request.
   for (const std::string& option : request.options) {
-    if (SetsArch(option)) {
-      return Rejected(absl::StrCat("option '", option,
-                                   "' sets the architecture; give it as the request's arch"));
+    if (absl::Status allowed = CheckCompileOption(option); !allowed.ok()) {
+      return Rejected(absl::StrCat("option refused: ", allowed.message()));
     }
   }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/file.h"
 #include "base/scoped_env.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
@@ -329,6 +330,29 @@ TEST_F(CompilerTest, ArchOptionIsRejected) {
     EXPECT_EQ(result.status, CompileStatus::kInvalidRequest);
     EXPECT_THAT(result.log, HasSubstr("sets the architecture"));
   }
+}
+
+// Found on e01f360: NVRTC was given any option a family carried, and
+// --create-pch=PATH truncated the file, --time=PATH appended to it. The
+// worker and the client's loader both compile through Compile.
+TEST_F(CompilerTest, OptionsThatTouchHostFilesAreRefusedBeforeNvrtcSeesThem) {
+  ::autotune::testing::TempDir dir;
+  const std::string victim = dir.File("victim.txt");
+  ASSERT_OK(WriteFileAtomically(victim, "keep me\n"));
+  for (const std::string& option :
+       {"--create-pch=" + victim, "--use-pch=" + victim, "--pch-dir=" + dir.path(),
+        "--time=" + victim, "--fdevice-time-trace=" + victim, "-I" + dir.path(),
+        "-include=" + victim}) {
+    SCOPED_TRACE(option);
+    CompileRequest request = VectorScaleRequest();
+    request.options = {"-std=c++17", option};
+    CompileResult result = Compile(*nvrtc_, request);
+    EXPECT_EQ(result.status, CompileStatus::kInvalidRequest);
+    EXPECT_THAT(result.log, HasSubstr("option refused: '" + option));
+    EXPECT_TRUE(result.cubin.empty());
+  }
+  ASSERT_OK_AND_ASSIGN(const std::string kept, ReadFile(victim));
+  EXPECT_EQ(kept, "keep me\n");
 }
 
 TEST_F(CompilerTest, OptionNvrtcRejectsIsInvalidRequest) {

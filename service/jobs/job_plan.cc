@@ -1,6 +1,8 @@
 #include "service/jobs/job_plan.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +36,11 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("options.compile_timeout_s is ",
                                                    options.compile_timeout_s(),
                                                    ", not a finite number >= 0"));
+  }
+  if (options.compile_timeout_s() > kMaxCompileTimeoutS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.compile_timeout_s is ", options.compile_timeout_s(), "; at most ",
+                     kMaxCompileTimeoutS, " s (0 = ", kDefaultCompileTimeoutS, ")"));
   }
   if (!(options.variant_timeout_s() >= 0) || std::isinf(options.variant_timeout_s())) {
     return absl::InvalidArgumentError(absl::StrCat("options.variant_timeout_s is ",
@@ -105,6 +112,22 @@ absl::StatusOr<JobPlan> PlanJob(
         problems, kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
   }
 
+  // The bound by arithmetic, saturating: problems x configs of each family.
+  int64_t bound = 0;
+  for (const kernels::ManifestProblem& item : problems) {
+    int64_t configs = 1;
+    for (const v1::TunableParameter& param : by_name.at(item.family).params()) {
+      const int64_t values = std::max(1, param.values_size());
+      configs = configs > std::numeric_limits<int64_t>::max() / values
+                    ? std::numeric_limits<int64_t>::max()
+                    : configs * values;
+    }
+    bound = bound > std::numeric_limits<int64_t>::max() - configs
+                ? std::numeric_limits<int64_t>::max()
+                : bound + configs;
+  }
+  const bool bounded = target.max_variants > 0 && bound > target.max_variants;
+
   JobPlan plan;
   plan.arch = target.arch;
   absl::flat_hash_map<std::string, size_t> seen;
@@ -146,6 +169,14 @@ absl::StatusOr<JobPlan> PlanJob(
           absl::StrCat(ProblemContext(item.family, item.problem), ": ", space.status().message()));
     }
     plan.variants += static_cast<int64_t>(space->variants.size());
+    if (bounded && plan.variants > target.max_variants) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the job has more than the ", target.max_variants, " variants the daemon's limit ",
+          target.max_variants_setting, " allows (", plan.variants, " in its first ",
+          plan.problems.size() + 1, " of ", problems.size(),
+          " problems); split it into shards (the job's shard_index and shard_count) or narrow "
+          "the manifest"));
+    }
     PlannedProblem planned;
     planned.record = record;
     planned.problem = std::move(item.problem);

@@ -76,6 +76,10 @@ struct PlanTarget {
   std::string arch;           // from ResolveArch
   std::string nvrtc_version;  // part of every compile key
   kernels::DeviceLimits limits;
+  // Most variants the plan may hold (0 = no limit), and how an error names
+  // that limit ("max_job_variants (500000; autotuned --max-job-variants)").
+  int64_t max_variants = 0;
+  std::string max_variants_setting = "max_job_variants";
 };
 
 // The checks that need nothing but the spec: INVALID_ARGUMENT naming the
@@ -98,6 +102,15 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu);
 // Expands the manifest (sharded by options.shard_*) over `families` (every
 // family the manifest names, current version). INVALID_ARGUMENT from the
 // manifest or a search space, the message naming the problem.
+//
+// target.max_variants is kept before the plan grows: the problems times
+// their families' configs (an upper bound by arithmetic: constraints only
+// remove configs) within the limit plan at once; above it, the plan stops
+// at the first problem that takes it over the limit, so a job of millions
+// of variants costs one problem's space, never the whole plan.
+// RESOURCE_EXHAUSTED "the job has more than the N variants the daemon's
+// limit max_job_variants (N; ...) allows (M in its first K of P problems);
+// ...".
 absl::StatusOr<JobPlan> PlanJob(
     const v1::JobSpec& spec,
     const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,

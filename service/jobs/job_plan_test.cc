@@ -46,6 +46,26 @@ class JobPlanTest : public ::testing::Test {
   PlanTarget target_{.arch = "sm_90", .nvrtc_version = "13.0", .limits = {}};
 };
 
+// Found on e01f360: the variant limit was checked after the whole plan was
+// built; a job of 12.6M variants grew the daemon to 8.5 GB.
+TEST_F(JobPlanTest, TheVariantLimitStopsThePlanBeforeItGrowsPastIt) {
+  // axpy: 24 configs, 19 of them valid, per problem.
+  PlanTarget target = target_;
+  target.max_variants = 72;  // the bound by arithmetic: 3 x 24
+  ASSERT_OK_AND_ASSIGN(JobPlan whole, PlanJob(Spec({1024, 2048, 4096}), families_, target));
+  EXPECT_EQ(whole.variants, 57);
+  target.max_variants = 57;  // exactly what it has: planned
+  ASSERT_OK(PlanJob(Spec({1024, 2048, 4096}), families_, target).status());
+  target.max_variants = 40;
+  target.max_variants_setting = "max_job_variants (40)";
+  EXPECT_THAT(PlanJob(Spec({1024, 2048, 4096, 8192}), families_, target),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "the job has more than the 40 variants the daemon's limit "
+                       "max_job_variants (40) allows (57 in its first 3 of 4 problems); split it "
+                       "into shards (the job's shard_index and shard_count) or narrow the "
+                       "manifest"));
+}
+
 TEST_F(JobPlanTest, SpecChecksNameTheField) {
   EXPECT_OK(CheckJobSpec(Spec({1024})));
   v1::JobSpec empty;
@@ -69,6 +89,13 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   EXPECT_THAT(CheckJobSpec(serial),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr(absl::StrCat("(0 = ", kDefaultSerialCandidates, ")"))));
+  // Found on e01f360: a job could hold a compile worker for any time.
+  v1::JobSpec slow = Spec({1024});
+  slow.mutable_options()->set_compile_timeout_s(kMaxCompileTimeoutS);
+  EXPECT_OK(CheckJobSpec(slow));
+  slow.mutable_options()->set_compile_timeout_s(kMaxCompileTimeoutS + 1);
+  EXPECT_THAT(CheckJobSpec(slow), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("options.compile_timeout_s is 601; at most")));
   v1::JobSpec wait = Spec({1024});
   wait.mutable_options()->set_quiet_wait_s(-1);
   EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,

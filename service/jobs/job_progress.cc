@@ -214,6 +214,9 @@ absl::Status JobRunner::Watch(absl::string_view id,
       running->mu.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(250));
       if (running->version == seen) {
         if (stop && stop()) return absl::CancelledError("the watcher went away");
+        if (running->ended && running->stopping) {
+          return absl::UnavailableError("autotuned stopped; the job resumes when it starts again");
+        }
         continue;
       }
       if (seen >= 0) {

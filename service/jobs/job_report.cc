@@ -53,6 +53,7 @@ v1::ProblemReport MakeProblemReport(const PlannedProblem& problem, const ScreenR
       counts["OK"] -= n;
     }
     report.set_default_median_us(serial->default_median_us);
+    report.set_kept_clean(serial->kept_clean);
     if (serial->entry) {
       const v1::Entry& entry = *serial->entry;
       *report.mutable_entry() = entry;

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -54,10 +56,21 @@ JobRunner::~JobRunner() {
   std::vector<std::shared_ptr<Running>> jobs;
   {
     absl::MutexLock lock(&mu_);
+    // Stopped, not cancelled: SIGTERM (a restart) leaves each running job
+    // to ResumeUnfinished, as a crash would; only CancelJob cancels.
     for (auto& [id, running] : running_) {
+      running->stopping = true;
       running->cancel = true;
       jobs.push_back(running);
     }
+  }
+  const int unfinished = static_cast<int>(std::count_if(
+      jobs.begin(), jobs.end(), [](const std::shared_ptr<Running>& r) { return !r->ended; }));
+  if (unfinished > 0) {
+    spdlog::info(
+        "stopping {} running job(s) once their current task ends; each resumes when "
+        "the daemon starts again",
+        unfinished);
   }
   for (const std::shared_ptr<Running>& running : jobs) {
     if (running->thread.joinable()) running->thread.join();
@@ -104,6 +117,11 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   ASSIGN_OR_RETURN(target.arch, ResolveArch(spec.manifest(), device, options_.default_arch));
   target.nvrtc_version = pool->nvrtc_version();
   target.limits = LimitsOf(device);
+  if (job_id.empty()) {  // a resumed job was admitted before
+    target.max_variants = options_.max_variants_per_job;
+    target.max_variants_setting = NameSetting(
+        "max_job_variants", absl::StrCat(options_.max_variants_per_job), options_.setting_hint);
+  }
   ASSIGN_OR_RETURN(work->plan, PlanJob(spec, families, target));
   work->problems = static_cast<int64_t>(work->plan.problems.size());
   work->nvrtc_version = target.nvrtc_version;
@@ -197,19 +215,17 @@ void SetPlannedCounts(int64_t problems, int64_t variants, int64_t compiles, int6
 
 absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
                                           const std::string& submitted_by) {
-  if (options_.max_unfinished_jobs_per_submitter > 0 && !submitted_by.empty()) {
-    std::vector<std::shared_ptr<Running>> theirs;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [id, running] : running_) {
-        if (!running->ended && running->submitted_by == submitted_by) theirs.push_back(running);
-      }
-    }
-    // By state: a job whose end a watcher has seen has ended, even while
-    // its thread is still finishing.
-    int unfinished = 0;
-    for (const std::shared_ptr<Running>& running : theirs) {
-      absl::MutexLock lock(&running->mu);
+  const bool limited = options_.max_unfinished_jobs_per_submitter > 0 && !submitted_by.empty();
+  if (limited) {
+    // Counted and reserved under one lock: concurrent submits see each
+    // other's reservations.
+    absl::MutexLock lock(&mu_);
+    int unfinished = submitting_[submitted_by];
+    for (const auto& [id, running] : running_) {
+      if (running->ended || running->submitted_by != submitted_by) continue;
+      // By state: a job whose end a watcher has seen has ended, even while
+      // its thread is still finishing.
+      absl::MutexLock job_lock(&running->mu);
       const v1::JobState state = running->job.state();
       if (state != v1::SUCCEEDED && state != v1::FAILED && state != v1::CANCELLED) ++unfinished;
     }
@@ -222,16 +238,16 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
                       options_.setting_hint),
           "); wait for one or cancel one"));
     }
+    ++submitting_[submitted_by];
   }
+  // The reservation ends once the job is in running_ (or was refused).
+  absl::Cleanup release = [&] {
+    if (!limited) return;
+    absl::MutexLock lock(&mu_);
+    if (--submitting_[submitted_by] <= 0) submitting_.erase(submitted_by);
+  };
+  // The variant limit is kept by the plan itself (PlanTarget.max_variants).
   ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
-  if (options_.max_variants_per_job > 0 && work->plan.variants > options_.max_variants_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the job has ", work->plan.variants, " variants, more than the daemon's limit ",
-        NameSetting("max_job_variants", absl::StrCat(options_.max_variants_per_job),
-                    options_.setting_hint),
-        " allows; split it into shards (the job's shard_index and shard_count) or narrow the "
-        "manifest"));
-  }
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
   SetPlannedCounts(work->problems, work->plan.variants,
                    static_cast<int64_t>(work->plan.units.size()), work->cached_problems, &job);
@@ -317,6 +333,25 @@ void JobRunner::Run(Running* running) {
       *report.mutable_problem() = problem.problem;
       running->reports.push_back(std::move(report));
     }
+  }
+
+  if (running->stopping) {
+    // Stored in the state it reached; ResumeUnfinished takes it up.
+    v1::Job left;
+    {
+      absl::MutexLock lock(&running->mu);
+      running->job.set_updated_at(Timestamp());
+      left = running->job;
+    }
+    absl::Status stored = store_->UpdateJob(left);
+    if (!stored.ok()) {
+      spdlog::warn("job {}: cannot store where it stopped: {}", id, std::string(stored.message()));
+    }
+    spdlog::info("job {}: stopped in {} with the daemon; it resumes when the daemon starts again",
+                 id, v1::JobState_Name(left.state()));
+    running->work.reset();
+    running->ended = true;
+    return;
   }
 
   std::string message;

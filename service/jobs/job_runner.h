@@ -171,6 +171,10 @@ class JobRunner {
   // Jobs started by this runner and not yet forgotten (ended jobs are
   // dropped when the next one starts; the store keeps them).
   std::map<std::string, std::shared_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
+  // Submissions let past the per-submitter limit and not yet in running_,
+  // by submitter: counted with the running ones, so concurrent submits
+  // cannot all pass the same check.
+  std::map<std::string, int> submitting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autotune::service

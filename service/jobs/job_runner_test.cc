@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -780,6 +781,72 @@ TEST_F(ScreenJobTest, AJobTooLargeOrOneSubmitterTooManyIsRefusedNamingTheLimit) 
   ASSERT_OK(runner_->Watch(first.id(), [](const v1::JobProgress&) { return true; }));
   // Once its job has ended, the submitter may submit again.
   ASSERT_OK(runner_->Submit(Spec(), "token:ci").status());
+}
+
+// Found on e01f360: 40 submits sent at once got 18 jobs through a
+// per-submitter limit of 16 (each counted the others before any started).
+TEST_F(ScreenJobTest, SubmitsSentAtOnceNeverPassTheLimitTogether) {
+  WorkerHold hold(dir_.path() + "/hold", "screen", 1);
+  ScopedEnv held("FAKE_WORKER_HOLD", hold.spec());
+  constexpr int kLimit = 3;
+  RestartRunner("", /*max_variants=*/0, /*max_unfinished=*/kLimit);
+  std::mutex mu;
+  std::vector<v1::Job> accepted;
+  int refused = 0;
+  std::vector<std::thread> submitters;
+  for (int i = 0; i < 12; ++i) {
+    submitters.emplace_back([&] {
+      absl::StatusOr<v1::Job> job = runner_->Submit(Spec(), "token:ci");
+      std::lock_guard<std::mutex> lock(mu);
+      if (job.ok()) {
+        accepted.push_back(*job);
+      } else {
+        EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                           HasSubstr("jobs that have not ended")));
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& submitter : submitters) submitter.join();
+  EXPECT_EQ(accepted.size(), static_cast<size_t>(kLimit));
+  EXPECT_EQ(refused, 12 - kLimit);
+  hold.Go();
+  for (const v1::Job& job : accepted) {
+    ASSERT_OK(runner_->Watch(job.id(), [](const v1::JobProgress&) { return true; }));
+  }
+}
+
+// Found on the H200 (e01f360): `warmup --retune --force` under a foreign
+// load replaced clean 68.2 us entries with CONTENDED 193 us ones. A forced
+// measurement is stored where there was none, never over a clean one.
+TEST_F(ScreenJobTest, AForcedContendedResultNeverReplacesACleanEntry) {
+  const v1::Job clean = Run(Spec());
+  ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.error();
+  ASSERT_THAT(clean.results(), SizeIs(::testing::Gt(0)));
+
+  ScopedEnv foreign("FAKE_WORKER_FOREIGN", "4121:1073741824");
+  ScopedEnv in_rounds("FAKE_WORKER_FOREIGN_SERIALS", "1000");
+  RestartRunner();
+  v1::JobSpec forced = Spec(/*retune=*/true);
+  forced.mutable_options()->set_force(true);
+  const v1::Job job = Run(forced);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_EQ(job.reports_size(), clean.results_size());
+  for (const v1::ProblemReport& report : job.reports()) {
+    EXPECT_THAT(report.kept_clean(), HasSubstr("was measured under contention"));
+    EXPECT_THAT(report.kept_clean(), HasSubstr("the clean entry tuned at"));
+    EXPECT_FALSE(report.entry().contended());
+  }
+  for (const v1::Entry& before : clean.results()) {
+    ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> now,
+                         store_->FindEntry({.family = before.family(),
+                                            .family_hash = before.family_hash(),
+                                            .problem = before.problem(),
+                                            .device = before.device().name()}));
+    ASSERT_TRUE(now.has_value());
+    EXPECT_FALSE(now->contended());
+    EXPECT_EQ(now->tuned_at(), before.tuned_at()) << "the clean entry stays";
+  }
 }
 
 TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {

@@ -73,6 +73,9 @@ struct JobRunner::Running {
   double serial_s ABSL_GUARDED_BY(mu) = 0;
   double waited_s ABSL_GUARDED_BY(mu) = 0;
   std::atomic<bool> cancel{false};
+  // The runner is going away (the daemon stops): `cancel` is set too, but
+  // the job is left in its state to resume at the next start, not CANCELLED.
+  std::atomic<bool> stopping{false};
   bool measures = true;  // not compile_only: a screen and a serial phase follow
 
   // The job's JobTiming from the phase running now; `rates` estimate the

@@ -282,6 +282,29 @@ class ProblemSerial {
     limits->set_default_sm_clock_mhz(report.default_sm_clock_mhz());
     limits->set_min_sm_clock_mhz(report.min_sm_clock_mhz());
     limits->set_max_sm_clock_mhz(report.max_sm_clock_mhz());
+    // A forced measurement under contention never displaces a clean entry
+    // (found on the H200: `warmup --retune --force` under a foreign load
+    // replaced 68 us entries with 193 us CONTENDED ones).
+    if (entry.contended()) {
+      absl::StatusOr<std::optional<v1::Entry>> clean =
+          job_.store->FindEntry({.family = entry.family(),
+                                 .family_hash = entry.family_hash(),
+                                 .problem = entry.problem(),
+                                 .device = entry.device().name()});
+      if (!clean.ok()) {
+        return StoreFailed(
+            absl::Status(clean.status().code(),
+                         absl::StrCat("cannot read the stored entry: ", clean.status().message())));
+      }
+      if (clean->has_value() && !(*clean)->contended()) {
+        result_.kept_clean = absl::StrCat("this run's best (", entry.timing().median_us(),
+                                          " us) was measured under contention (", contention,
+                                          "); the clean entry tuned at ", (*clean)->tuned_at(),
+                                          " (", (*clean)->timing().median_us(), " us) was kept");
+        result_.entry = **std::move(clean);
+        return std::move(result_);
+      }
+    }
     absl::Status stored = job_.store->PutEntry(entry);
     if (!stored.ok()) {
       return StoreFailed(absl::Status(

@@ -81,6 +81,9 @@ struct SerialResult {
   // The family's default config, timed here (serially when it was a
   // candidate, else its screened median); 0 when it was not screened OK.
   double default_median_us = 0;
+  // ProblemReport.kept_clean: the best was CONTENDED and a clean entry of
+  // the same key was kept (`entry` is that one).
+  std::string kept_clean;
   std::map<std::string, int64_t> status_counts;  // candidates that failed here
 };
 

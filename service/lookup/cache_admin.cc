@@ -1,15 +1,58 @@
 #include "service/lookup/cache_admin.h"
 
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
+#include "kernels/search_space.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
 #include "service/lookup/lookup_resolver.h"
 
 namespace autotune::service {
+namespace {
+
+// Text fields of an imported entry or measurement, at most this long.
+constexpr size_t kMaxNameBytes = 256;     // device name, versions, arch, job id
+constexpr size_t kMaxDetailBytes = 8192;  // detail, contention, stop, function name
+
+absl::Status Bounded(absl::string_view field, absl::string_view text, size_t max) {
+  if (text.size() <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", text.size(), " bytes, more than the limit of ", max));
+}
+
+// Timings that compare: finite and >= 0; the median of an entry > 0.
+absl::Status CheckTiming(absl::string_view field, const v1::TimingStats& timing,
+                         bool median_required) {
+  const std::pair<const char*, double> values[] = {{"median_us", timing.median_us()},
+                                                   {"min_us", timing.min_us()},
+                                                   {"p90_us", timing.p90_us()},
+                                                   {"q1_us", timing.q1_us()},
+                                                   {"q3_us", timing.q3_us()},
+                                                   {"cv", timing.cv()},
+                                                   {"achieved_gbps", timing.achieved_gbps()},
+                                                   {"achieved_tflops", timing.achieved_tflops()}};
+  for (const auto& [name, value] : values) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".", name, " is ", value, "; timings are finite and >= 0"));
+    }
+  }
+  if (median_required && !(timing.median_us() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".median_us is ", timing.median_us(), "; an entry's median is > 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::string DescribeFilter(const v1::EntryFilter& filter) {
   std::string text;
@@ -182,8 +225,89 @@ absl::StatusOr<v1::BackupResponse> CacheAdmin::Backup(const v1::BackupRequest& r
 }
 
 absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle,
-                                                      cache::Store::Merge merge) {
-  return store_->Import(bundle, merge);
+                                                      cache::Store::Merge merge,
+                                                      absl::string_view families_refused) {
+  // One validation path for families, whichever call carries them.
+  for (int i = 0; i < bundle.families_size(); ++i) {
+    RETURN_IF_ERROR(kernels::ValidateFamily(bundle.families(i).family(),
+                                            absl::StrCat("families[", i, "].family")));
+  }
+  RETURN_IF_ERROR(CheckBundleItems(bundle));
+  return store_->Import(bundle, merge,
+                        std::string_view(families_refused.data(), families_refused.size()));
+}
+
+absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
+  // The family versions the items name: the bundle's, else the store's. A
+  // version in neither is left to the store, which names it.
+  std::map<std::string, v1::KernelFamily> versions;  // "name/hash"
+  for (const v1::FamilyRecord& record : bundle.families()) {
+    versions[absl::StrCat(record.family().name(), "/", FamilyContentHash(record.family()))] =
+        record.family();
+  }
+  const auto family_of = [&](const std::string& name,
+                             const std::string& hash) -> absl::StatusOr<const v1::KernelFamily*> {
+    const std::string key = absl::StrCat(name, "/", hash);
+    if (auto it = versions.find(key); it != versions.end()) return &it->second;
+    absl::StatusOr<cache::FamilyRecord> stored = store_->GetFamilyVersion(name, hash);
+    if (absl::IsNotFound(stored.status())) return nullptr;
+    if (!stored.ok()) return stored.status();
+    return &(versions[key] = std::move(stored->family));
+  };
+  for (int i = 0; i < bundle.entries_size(); ++i) {
+    const v1::Entry& entry = bundle.entries(i);
+    const std::string field = absl::StrCat("entries[", i, "]");
+    ASSIGN_OR_RETURN(const v1::KernelFamily* family,
+                     family_of(entry.family(), entry.family_hash()));
+    if (family != nullptr) {
+      RETURN_IF_ERROR(ValidateProblem(*family, entry.problem(), field + ".problem"));
+      if (absl::StatusOr<kernels::Variant> variant =
+              kernels::ResolveConfig(*family, entry.problem(), entry.config());
+          !variant.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".config: ", variant.status().message()));
+      }
+    }
+    RETURN_IF_ERROR(CheckTiming(field + ".timing", entry.timing(), /*median_required=*/true));
+    for (const auto& [name, value] :
+         {std::pair<const char*, double>{"margin", entry.margin()}, {"noise", entry.noise()}}) {
+      if (!std::isfinite(value)) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".", name, " is ", value));
+      }
+    }
+    RETURN_IF_ERROR(Bounded(field + ".device.name", entry.device().name(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".driver_version", entry.driver_version(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".arch", entry.arch(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".job_id", entry.job_id(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".tuned_at", entry.tuned_at(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".stop", entry.stop(), kMaxDetailBytes));
+    RETURN_IF_ERROR(Bounded(field + ".contention", entry.contention(), kMaxDetailBytes));
+    RETURN_IF_ERROR(Bounded(field + ".function_name", entry.function_name(), kMaxDetailBytes));
+  }
+  for (int i = 0; i < bundle.measurements_size(); ++i) {
+    const v1::Measurement& measurement = bundle.measurements(i);
+    const std::string field = absl::StrCat("measurements[", i, "]");
+    ASSIGN_OR_RETURN(const v1::KernelFamily* family,
+                     family_of(measurement.family(), measurement.family_hash()));
+    if (family != nullptr) {
+      RETURN_IF_ERROR(ValidateProblem(*family, measurement.problem(), field + ".problem"));
+    }
+    // A failed variant's max_error may be NaN (outputs never written).
+    if (measurement.status() == v1::OK) {
+      RETURN_IF_ERROR(
+          CheckTiming(field + ".timing", measurement.timing(), /*median_required=*/false));
+      if (!std::isfinite(measurement.max_error()) || !std::isfinite(measurement.noise())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": an OK measurement's max_error and noise are finite"));
+      }
+    }
+    RETURN_IF_ERROR(Bounded(field + ".device.name", measurement.device().name(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".job_id", measurement.job_id(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".measured_at", measurement.measured_at(), kMaxNameBytes));
+    RETURN_IF_ERROR(Bounded(field + ".detail", measurement.detail(), kMaxDetailBytes));
+    RETURN_IF_ERROR(Bounded(field + ".contention", measurement.contention(), kMaxDetailBytes));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::GarbageCollectResponse> CacheAdmin::GarbageCollect(

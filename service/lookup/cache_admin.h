@@ -18,7 +18,10 @@ namespace autotune::service {
 // Largest number of entries one ListEntries answer holds.
 inline constexpr int kMaxListLimit = 10000;
 // Bound on the bytes one Import may carry in all its parts.
-inline constexpr int64_t kMaxImportBytes = int64_t{2} << 30;
+inline constexpr int64_t kMaxImportBytes = int64_t{1} << 30;
+// Imports buffered at once at most: with kMaxImportBytes, the memory all
+// imports may hold.
+inline constexpr int kMaxConcurrentImports = 2;
 
 // The filter as the audit log names it: "family=rmsnorm device=NVIDIA H200",
 // "all entries" when empty.
@@ -42,8 +45,22 @@ class CacheAdmin {
   absl::StatusOr<v1::InvalidateResponse> Invalidate(const v1::InvalidateRequest& request);
   absl::StatusOr<cache::StoreStats> StoreStats() const;
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request) const;
+  // Every family of the bundle passes RegisterKernel's checks
+  // (kernels::ValidateFamily, "families[2].family: ..."), then
+  // Store::Import; `families_refused` as there (not empty: the bundle may not
+  // add a family version or make one current).
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle,
-                                            cache::Store::Merge merge);
+                                            cache::Store::Merge merge,
+                                            absl::string_view families_refused = "");
+  // The bundle's entries and measurements against their family version
+  // (the bundle's, else the store's): the problem fits it (ValidateProblem:
+  // dims, dtype), an entry's config is one of its space (ResolveConfig:
+  // values, constraints, launch), timings are finite and >= 0 (an entry's
+  // median > 0), margin, noise and max_error finite, text fields bounded.
+  // INVALID_ARGUMENT naming the item: "entries[3].timing.median_us is nan;
+  // ...". Found on e01f360: imported NaN timings, INT64_MIN dims, 20 MB
+  // device names were stored and served.
+  absl::Status CheckBundleItems(const v1::CacheBundle& bundle) const;
   absl::StatusOr<v1::BackupResponse> Backup(const v1::BackupRequest& request);
   absl::StatusOr<v1::GarbageCollectResponse> GarbageCollect(
       const v1::GarbageCollectRequest& request);

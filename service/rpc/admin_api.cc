@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -156,7 +157,11 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
   const bool get = request.method == "GET";
   if (path == "/api/invalidate") {
     if (request.method != "POST") return absl::InvalidArgumentError("POST /api/invalidate");
-    if (!absl::StartsWith(request.content_type, "application/json")) {
+    // The media type exactly ("application/jsonfoo" is not JSON); a
+    // parameter such as charset may follow.
+    const absl::string_view media = absl::StripAsciiWhitespace(
+        absl::string_view(request.content_type).substr(0, request.content_type.find(';')));
+    if (!absl::EqualsIgnoreCase(media, "application/json")) {
       return absl::InvalidArgumentError(
           "the body of /api/invalidate is an InvalidateRequest as JSON "
           "(Content-Type: application/json)");

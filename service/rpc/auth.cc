@@ -90,57 +90,80 @@ std::optional<Role> RequiredRole(absl::string_view method) {
   return it->second;
 }
 
-absl::StatusOr<std::vector<TokenRecord>> ParseTokenFile(absl::string_view text,
-                                                        absl::string_view path) {
-  std::vector<TokenRecord> tokens;
+namespace {
+
+// One line's fields: "<role> <id> sha256:<hex> [expires=<RFC 3339>]".
+absl::StatusOr<TokenRecord> ParseTokenLine(const std::vector<absl::string_view>& fields) {
+  if (fields.size() < 3 || fields.size() > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected '<role> <id> sha256:<hex> [expires=<RFC 3339>]', got ",
+                     fields.size(), " fields"));
+  }
+  TokenRecord record;
+  ASSIGN_OR_RETURN(record.role, ParseRole(fields[0]));
+  if (record.role == Role::kNone) {
+    return absl::InvalidArgumentError("a token with role none grants nothing; remove it");
+  }
+  record.id = std::string(fields[1]);
+  absl::string_view hash = fields[2];
+  if (!absl::ConsumePrefix(&hash, kHashPrefix) || hash.size() != 64 || !IsLowerHex(hash)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", fields[2],
+                     "' is not sha256:<64 lower-case hex digits> (`autotune token new` prints "
+                     "the line to add)"));
+  }
+  record.hash = std::string(fields[2]);
+  if (fields.size() == 4) {
+    absl::string_view expiry = fields[3];
+    absl::StatusOr<absl::Time> expires = absl::ConsumePrefix(&expiry, "expires=")
+                                             ? ParseTokenExpiry(expiry)
+                                             : absl::InvalidArgumentError("");
+    if (!expires.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", fields[3], "' is not expires=<RFC 3339 time> (e.g. expires=2027-01-31T00:00:00Z)"));
+    }
+    record.expires = *expires;
+  }
+  return record;
+}
+
+}  // namespace
+
+TokenFile ParseTokenLines(absl::string_view text, absl::string_view path) {
+  TokenFile file;
   std::map<std::string, int> seen;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
-    const auto fail = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", why));
-    };
     if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
       line = line.substr(0, hash);
     }
     std::vector<absl::string_view> fields =
         absl::StrSplit(absl::StripAsciiWhitespace(line), absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (fields.empty()) continue;
-    if (fields.size() < 3 || fields.size() > 4) {
-      return fail(absl::StrCat("expected '<role> <id> sha256:<hex> [expires=<RFC 3339>]', got ",
-                               fields.size(), " fields"));
-    }
-    TokenRecord record;
-    absl::StatusOr<Role> role = ParseRole(fields[0]);
-    if (!role.ok()) return fail(role.status().message());
-    if (*role == Role::kNone) return fail("a token with role none grants nothing; remove it");
-    record.role = *role;
-    record.id = std::string(fields[1]);
-    absl::string_view hash = fields[2];
-    if (!absl::ConsumePrefix(&hash, kHashPrefix) || hash.size() != 64 || !IsLowerHex(hash)) {
-      return fail(absl::StrCat("'", fields[2],
-                               "' is not sha256:<64 lower-case hex digits> (`autotune token new` "
-                               "prints the line to add)"));
-    }
-    record.hash = std::string(fields[2]);
-    if (fields.size() == 4) {
-      absl::string_view expiry = fields[3];
-      absl::StatusOr<absl::Time> expires = absl::ConsumePrefix(&expiry, "expires=")
-                                               ? ParseTokenExpiry(expiry)
-                                               : absl::InvalidArgumentError("");
-      if (!expires.ok()) {
-        return fail(
-            absl::StrCat("'", fields[3],
-                         "' is not expires=<RFC 3339 time> (e.g. expires=2027-01-31T00:00:00Z)"));
+    absl::StatusOr<TokenRecord> record = ParseTokenLine(fields);
+    if (record.ok()) {
+      if (auto [it, inserted] = seen.emplace(record->id, line_number); !inserted) {
+        record = absl::InvalidArgumentError(
+            absl::StrCat("id '", record->id, "' is already used on line ", it->second));
       }
-      record.expires = *expires;
     }
-    if (auto [it, inserted] = seen.emplace(record.id, line_number); !inserted) {
-      return fail(absl::StrCat("id '", record.id, "' is already used on line ", it->second));
+    if (!record.ok()) {
+      // A bad line grants nothing; the lines around it still apply.
+      file.skipped.push_back(absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_number, ": ", record.status().message())));
+      continue;
     }
-    tokens.push_back(std::move(record));
+    file.tokens.push_back(*std::move(record));
   }
-  return tokens;
+  return file;
+}
+
+absl::StatusOr<std::vector<TokenRecord>> ParseTokenFile(absl::string_view text,
+                                                        absl::string_view path) {
+  TokenFile file = ParseTokenLines(text, path);
+  if (!file.skipped.empty()) return file.skipped.front();
+  return std::move(file.tokens);
 }
 
 CallInfo FromContext(const grpc::ServerContextBase& context) {
@@ -222,10 +245,19 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthO
 absl::StatusOr<int> Authenticator::Reload() {
   if (options_.token_file.empty()) return 0;
   ASSIGN_OR_RETURN(std::string text, ReadFile(options_.token_file, "--token-file"));
-  ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, ParseTokenFile(text, options_.token_file));
-  const int count = static_cast<int>(tokens.size());
-  absl::MutexLock lock(&mu_);
-  tokens_ = std::move(tokens);
+  // Every good line applies, even when others are bad: a reload meant to
+  // revoke a token must not keep the old file because of a typo elsewhere.
+  TokenFile file = ParseTokenLines(text, options_.token_file);
+  const int count = static_cast<int>(file.tokens.size());
+  {
+    absl::MutexLock lock(&mu_);
+    tokens_ = std::move(file.tokens);
+  }
+  if (!file.skipped.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        count, " tokens loaded; ", file.skipped.size(),
+        " lines skipped, their tokens granting nothing; first: ", file.skipped.front().message()));
+  }
   return count;
 }
 

@@ -67,8 +67,16 @@ struct TokenRecord {
   std::string hash;  // "sha256:<hex>"
   std::optional<absl::Time> expires;
 };
-// INVALID_ARGUMENT "<path>:<line>: ..." for a bad line: an unknown role, a
-// hash that is not sha256:<64 hex>, a bad expiry, an id used twice.
+// Every line of a token file: the good ones in `tokens`, and for each bad
+// one (an unknown role, a hash that is not sha256:<64 hex>, a bad expiry,
+// an id used twice) INVALID_ARGUMENT "<path>:<line>: ..." in `skipped`; a
+// skipped line grants nothing.
+struct TokenFile {
+  std::vector<TokenRecord> tokens;
+  std::vector<absl::Status> skipped;
+};
+TokenFile ParseTokenLines(absl::string_view text, absl::string_view path);
+// The same, strict: the first bad line's error.
 absl::StatusOr<std::vector<TokenRecord>> ParseTokenFile(absl::string_view text,
                                                         absl::string_view path);
 
@@ -106,8 +114,11 @@ class Authenticator {
   // file's errors as ParseTokenFile's (NOT_FOUND when it is missing).
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(const AuthOptions& options);
 
-  // Reads the token file again. On error the tokens loaded before stay.
-  // The number of tokens loaded.
+  // Reads the token file again; the number of tokens loaded. Every good
+  // line applies even when others are bad (so a revocation happens whatever
+  // else the file holds): then INVALID_ARGUMENT "N tokens loaded; M lines
+  // skipped, ...; first: <path>:<line>: ...". When the file cannot be read
+  // the tokens loaded before stay. At start-up (Create) any bad line fails.
   absl::StatusOr<int> Reload();
 
   // A Unix connection accepted as file descriptor `fd` (peer "fd:<fd>").

@@ -1,5 +1,7 @@
 #include "service/rpc/auth.h"
 
+#include <unistd.h>
+
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -207,7 +209,7 @@ TEST_F(AuthenticatorTest, CertificatesAndAnonymousCallers) {
               StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
 }
 
-TEST_F(AuthenticatorTest, ReloadReadsTheFileAgainAndKeepsTheOldTokensOnError) {
+TEST_F(AuthenticatorTest, ReloadAppliesEveryGoodLineAndKeepsTheOldTokensOnlyWhenUnreadable) {
   auto auth = Make({});
   ASSERT_OK(auth->Authorize(Bearer("reader-token"), "Lookup").status());
   ASSERT_OK(WriteFileAtomically(tokens_path_, absl::StrCat("reader new ", TokenHash("new-token")),
@@ -217,9 +219,21 @@ TEST_F(AuthenticatorTest, ReloadReadsTheFileAgainAndKeepsTheOldTokensOnError) {
   EXPECT_THAT(auth->Authorize(Bearer("reader-token"), "Lookup"),
               StatusIs(absl::StatusCode::kUnauthenticated, ::testing::_));
   ASSERT_OK(auth->Authorize(Bearer("new-token"), "Lookup").status());
-  ASSERT_OK(WriteFileAtomically(tokens_path_, "reader broken", "tokens"));
-  EXPECT_THAT(auth->Reload(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(":1:")));
-  ASSERT_OK(auth->Authorize(Bearer("new-token"), "Lookup").status());
+  // A bad line is skipped; the others apply, revocations included.
+  ASSERT_OK(WriteFileAtomically(
+      tokens_path_, absl::StrCat("reader broken\nreader newer ", TokenHash("newer-token"), "\n"),
+      "tokens"));
+  EXPECT_THAT(auth->Reload(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("1 tokens loaded; 1 lines skipped, their tokens granting "
+                                 "nothing; first: ")));
+  EXPECT_THAT(auth->Authorize(Bearer("new-token"), "Lookup"),
+              StatusIs(absl::StatusCode::kUnauthenticated, ::testing::_));
+  ASSERT_OK(auth->Authorize(Bearer("newer-token"), "Lookup").status());
+  // A file that cannot be read at all changes nothing.
+  ASSERT_EQ(unlink(tokens_path_.c_str()), 0);
+  EXPECT_FALSE(auth->Reload().ok());
+  ASSERT_OK(auth->Authorize(Bearer("newer-token"), "Lookup").status());
 }
 
 TEST(AuthenticatorOptionsTest, BadRulesNameTheFlag) {

@@ -1,8 +1,12 @@
 #include "service/rpc/autotune_service.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proto/bundle_parts.h"
 #include "proto/problem.h"
 #include "service/rpc/grpc_status.h"
@@ -233,6 +237,15 @@ grpc::Status AutotuneService::Import(grpc::ServerContext* context,
                                      grpc::ServerReader<v1::ImportRequest>* reader,
                                      v1::ImportResponse* response) {
   AUTHORIZE_OR_RETURN(caller, context, "Import");
+  // Each import buffers its bundle: only so many at once.
+  if (imports_.fetch_add(1) >= kMaxConcurrentImports) {
+    imports_.fetch_sub(1);
+    return ToGrpcStatus(absl::ResourceExhaustedError(
+        absl::StrCat(kMaxConcurrentImports,
+                     " imports are running, the most at once; try again "
+                     "when one has ended (nothing was imported)")));
+  }
+  absl::Cleanup one_less = [this] { imports_.fetch_sub(1); };
   v1::CacheBundle bundle;
   v1::ImportRequest message;
   bool first = true;
@@ -265,13 +278,28 @@ grpc::Status AutotuneService::Import(grpc::ServerContext* context,
     result = absl::InvalidArgumentError(
         "replace and keep_better are set together; choose one (nothing was imported)");
   } else {
-    result = admin_->Import(bundle, replace       ? cache::Store::Merge::kReplace
-                                    : keep_better ? cache::Store::Merge::kKeepBetter
-                                                  : cache::Store::Merge::kKeepExisting);
+    // Adding or replacing a family is an admin's call, as RegisterKernel.
+    const std::string families_refused =
+        caller->role >= RequiredRole("RegisterKernel").value_or(Role::kAdmin)
+            ? ""
+            : absl::StrCat("adding or replacing a family needs the admin role; ", caller->id,
+                           " has ", RoleName(caller->role));
+    result = admin_->Import(bundle,
+                            replace       ? cache::Store::Merge::kReplace
+                            : keep_better ? cache::Store::Merge::kKeepBetter
+                                          : cache::Store::Merge::kKeepExisting,
+                            families_refused);
+  }
+  std::vector<std::string> families;
+  for (const v1::FamilyRecord& record : bundle.families()) {
+    families.push_back(absl::StrCat(record.family().name(), "@",
+                                    FamilyContentHash(record.family()).substr(0, 12)));
   }
   Audit(*caller, "Import",
-        absl::StrCat(bundle.entries_size(), " entries, ", bundle.binaries_size(), " binaries",
-                     replace ? " (replace)" : "", keep_better ? " (keep better)" : ""),
+        absl::StrCat(
+            bundle.entries_size(), " entries, ", bundle.binaries_size(), " binaries",
+            families.empty() ? "" : absl::StrCat(", families ", absl::StrJoin(families, " ")),
+            replace ? " (replace)" : "", keep_better ? " (keep better)" : ""),
         result.status(),
         result.ok() ? absl::StrCat(result->entries(), " entries imported, ",
                                    result->entries_skipped(), " skipped")

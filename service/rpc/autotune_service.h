@@ -90,6 +90,7 @@ class AutotuneService final : public AutotuneServiceBase {
   JobRunner* jobs_;
   TuneOnMiss* tune_on_miss_;
   const Admission* admission_;
+  std::atomic<int> imports_{0};  // Import calls running now
   AuditLog* audit_;
   Metrics* metrics_;  // null: none
   std::function<void(v1::StatsResponse*)> fill_stats_;

@@ -1,10 +1,13 @@
 #include "service/rpc/http_server.h"
 
 #include <exception>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "CivetServer.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -78,12 +81,23 @@ HttpResponse Plain(int status, std::string text) {
           .headers = {}};
 }
 
+// "host" of a Host header "host", "host:port", "[v6]" or "[v6]:port",
+// lowercased.
+std::string HostName(absl::string_view header) {
+  header = absl::StripAsciiWhitespace(header);
+  if (absl::StartsWith(header, "[")) {
+    const size_t close = header.find(']');
+    return absl::AsciiStrToLower(header.substr(1, close == header.npos ? header.npos : close - 1));
+  }
+  return absl::AsciiStrToLower(header.substr(0, header.find(':')));
+}
+
 }  // namespace
 
 class HttpServer::Route : public CivetHandler {
  public:
-  explicit Route(std::vector<std::pair<std::string, HttpHandler>> routes)
-      : routes_(std::move(routes)) {}
+  Route(std::vector<std::pair<std::string, HttpHandler>> routes, std::set<std::string> hosts)
+      : routes_(std::move(routes)), hosts_(std::move(hosts)) {}
 
   bool handleGet(CivetServer*, mg_connection* connection) override { return Handle(connection); }
   bool handlePost(CivetServer*, mg_connection* connection) override { return Handle(connection); }
@@ -91,6 +105,14 @@ class HttpServer::Route : public CivetHandler {
  private:
   bool Handle(mg_connection* connection) {
     const mg_request_info* info = mg_get_request_info(connection);
+    if (const char* host = mg_get_header(connection, "Host");
+        host != nullptr && !hosts_.contains(HostName(host))) {
+      Send(connection,
+           Plain(403, absl::StrCat("Host '", absl::CHexEscape(HostName(host).substr(0, 100)),
+                                   "' is not served here (loopback names, the listen address "
+                                   "and the daemon's --http-allow-host are)\n")));
+      return true;
+    }
     HttpRequest request;
     request.method = info->request_method != nullptr ? info->request_method : "";
     request.path = info->local_uri != nullptr ? info->local_uri : "/";
@@ -144,15 +166,40 @@ class HttpServer::Route : public CivetHandler {
   }
 
   const std::vector<std::pair<std::string, HttpHandler>> routes_;
+  const std::set<std::string> hosts_;  // lowercased names a Host header may give
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const std::string& address, std::vector<std::pair<std::string, HttpHandler>> routes) {
+    const std::string& address, std::vector<std::pair<std::string, HttpHandler>> routes,
+    std::vector<std::string> allowed_hosts) {
   auto server = std::unique_ptr<HttpServer>(new HttpServer());
-  server->routes_.push_back(std::make_unique<Route>(std::move(routes)));
-  const std::vector<std::string> options = {
-      "listening_ports",    address, "num_threads",       "4",
-      "request_timeout_ms", "10000", "enable_keep_alive", "no"};
+  std::set<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
+  const size_t colon = address.rfind(':');
+  const std::string listen_host =
+      colon == std::string::npos ? "" : HostName(address.substr(0, colon));
+  if (!listen_host.empty() && listen_host != "0.0.0.0" && listen_host != "::") {
+    hosts.insert(listen_host);
+  }
+  for (const std::string& host : allowed_hosts) hosts.insert(HostName(host));
+  server->routes_.push_back(std::make_unique<Route>(std::move(routes), std::move(hosts)));
+  // civetweb answers CORS preflights and adds CORS headers unless these are
+  // empty; none is wanted.
+  const std::vector<std::string> options = {"listening_ports",
+                                            address,
+                                            "num_threads",
+                                            absl::StrCat(kThreads),
+                                            "connection_queue",
+                                            absl::StrCat(2 * kThreads),
+                                            "request_timeout_ms",
+                                            absl::StrCat(kRequestTimeoutMs),
+                                            "enable_keep_alive",
+                                            "no",
+                                            "access_control_allow_origin",
+                                            "",
+                                            "access_control_allow_methods",
+                                            "",
+                                            "access_control_allow_headers",
+                                            ""};
   try {
     server->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {
@@ -161,7 +208,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   }
   server->server_->addHandler("/", server->routes_.front().get());
   const std::vector<int> ports = server->server_->getListeningPorts();
-  const size_t colon = address.rfind(':');
   server->address_ = ports.empty() || colon == std::string::npos
                          ? address
                          : absl::StrCat(address.substr(0, colon), ":", ports.front());

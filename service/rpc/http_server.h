@@ -11,6 +11,16 @@
 // reaches a handler. Every response says `Cache-Control: no-store` and
 // `X-Content-Type-Options: nosniff`, plus the headers a handler adds.
 //
+// What a web page in a browser could otherwise do with the port:
+// - A Host header that names none of the hosts served (loopback names, the
+//   listen address's host, `allowed_hosts`) is 403, so a DNS name an
+//   attacker rebinds to 127.0.0.1 reaches no handler. A request without a
+//   Host header (HTTP/1.0 tools) is served: browsers always send one.
+// - No CORS header is ever sent and preflights are not answered, so no
+//   other origin may read an answer or send a JSON POST.
+// - kThreads threads and a kRequestTimeoutMs limit on reading a request,
+//   so idle connections cannot hold every thread.
+//
 // Thread-safe: handlers run on the server's threads, several at once.
 // The destructor stops listening and waits for the requests in flight.
 #ifndef AUTOTUNE_SERVICE_HTTP_SERVER_H_
@@ -51,11 +61,17 @@ using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 class HttpServer {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
+  static constexpr int kThreads = 256;
+  static constexpr int kRequestTimeoutMs = 5000;
 
   // Listens on `address` ("127.0.0.1:9464", "[::1]:9464"; port 0 picks a
   // free one). UNAVAILABLE naming the address when it cannot be bound.
+  // `allowed_hosts`: more names a Host header may give (the daemon's
+  // --http-allow-host), besides localhost, 127.0.0.1, ::1 and the host of
+  // `address` (unless it is a wildcard such as 0.0.0.0).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::string& address, std::vector<std::pair<std::string, HttpHandler>> routes);
+      const std::string& address, std::vector<std::pair<std::string, HttpHandler>> routes,
+      std::vector<std::string> allowed_hosts = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -5,6 +5,7 @@
 // (FAKE_WORKER_HOLD) until the test has killed the daemon, so the kill lands
 // where the test says however fast or slow the machine is; compiles are real
 // (NVRTC).
+#include <signal.h>
 #include <stdlib.h>
 
 #include <functional>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -70,7 +72,10 @@ class ResumeAfterKillTest : public DaemonTest {
   // the daemon, starts it again and waits for the job to end there. Returns
   // the job as it was just before the kill, and as it ended. While the
   // worker holds the job cannot move past `at`.
-  std::pair<v1::Job, v1::Job> KillWhen(const std::function<bool(const v1::Job&)>& at) {
+  // With `terminate` the daemon gets SIGTERM instead (a restart), must
+  // exit 0, and leave the job to resume as a kill does.
+  std::pair<v1::Job, v1::Job> KillWhen(const std::function<bool(const v1::Job&)>& at,
+                                       bool terminate = false) {
     v1::SubmitJobRequest request;
     absl::StatusOr<std::string> manifest = ReadFile(Path("modes.manifest"));
     EXPECT_OK(manifest.status());
@@ -99,7 +104,23 @@ class ResumeAfterKillTest : public DaemonTest {
       mu.AwaitWithTimeout(absl::Condition(&there), absl::Minutes(1));
       before = latest;
     }
-    daemon_->Kill();
+    if (terminate) {
+      // The stream is given up at once so the daemon need not wait for it;
+      // the held variant is let go only once the job has been told to stop.
+      EXPECT_EQ(kill(daemon_->pid(), SIGTERM), 0);
+      context.TryCancel();
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (!absl::StrContains(daemon_->Stderr(), "stopping 1 running job") &&
+             absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      EXPECT_THAT(daemon_->Stderr(), ::testing::HasSubstr("stopping 1 running job"));
+      hold_->Go();  // the held variant ends, then the job stops
+      EXPECT_EQ(daemon_->WaitExit(absl::Seconds(60)), 0) << daemon_->Stderr();
+      EXPECT_THAT(daemon_->Stderr(), ::testing::HasSubstr("it resumes when the daemon starts"));
+    } else {
+      daemon_->Kill();
+    }
     warmup.join();
     hold_->Go();
     EXPECT_TRUE(at(before)) << "the job never got there: " << before.ShortDebugString();
@@ -160,6 +181,21 @@ TEST_F(ResumeAfterKillTest, KilledWhileScreeningItScreensOnlyWhatWasNotScreened)
     EXPECT_EQ(screens, (std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}, {6, 1}}))
         << entry.entry().problem().ShortDebugString();
   }
+}
+
+// Found on e01f360: SIGTERM cancelled running jobs for good, so a restart
+// lost work a crash would not have. Stopped, the job resumes.
+TEST_F(ResumeAfterKillTest, StoppedBySigtermWhileScreeningItResumesInsteadOfBeingCancelled) {
+  ASSERT_NO_FATAL_FAILURE(StartHoldingAt("screen", kVariants + 3));
+  const auto [before, after] = KillWhen(
+      [](const v1::Job& job) {
+        return job.state() == v1::SCREENING && job.counts().measured() >= kVariants + 2;
+      },
+      /*terminate=*/true);
+  ASSERT_EQ(after.state(), v1::SUCCEEDED) << after.error() << daemon_->Stderr();
+  EXPECT_EQ(after.id(), before.id());
+  EXPECT_THAT(daemon_->Stderr(), ::testing::HasSubstr("resuming after a restart"));
+  EXPECT_EQ(after.results_size(), kProblems);
 }
 
 TEST_F(ResumeAfterKillTest, KilledInTheSerialPhaseItKeepsTheEntriesItHadStored) {

@@ -152,6 +152,8 @@ TEST_F(WebEndToEndTest, TheApiAnswersWithRolesAndInvalidatesOnlyForAnAdmin) {
   EXPECT_EQ(Invalidate("admin", "application/x-www-form-urlencoded", body).status, 400)
       << "a cross-site form cannot invalidate";
   EXPECT_EQ(Invalidate("admin", "application/json", "{not json").status, 400);
+  // The media type exactly: "application/jsonfoo" is not JSON (found on e01f360).
+  EXPECT_EQ(Invalidate("admin", "application/jsonfoo", body).status, 400);
   EXPECT_EQ(EntryCount(), kProblems) << "nothing refused changed anything";
 
   const HttpAnswer removed = Invalidate("admin", "application/json", body);

@@ -322,8 +322,15 @@ HttpAnswer HttpCall(int port, const std::string& method, const std::string& path
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n");
-    for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
+    std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\n");
+    // Host: localhost unless the caller gives one ("" for none at all).
+    const bool own_host = std::any_of(headers.begin(), headers.end(), [](const std::string& h) {
+      return absl::StartsWithIgnoreCase(h, "Host:") || h.empty();
+    });
+    if (!own_host) absl::StrAppend(&request, "Host: localhost\r\n");
+    for (const std::string& header : headers) {
+      if (!header.empty()) absl::StrAppend(&request, header, "\r\n");
+    }
     if (!body.empty()) absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n");
     absl::StrAppend(&request, "\r\n", body);
     if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {

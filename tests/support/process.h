@@ -79,6 +79,8 @@ struct HttpAnswer {
   std::string headers;  // the status line and headers as received
   std::string body;
 };
+// "Host: localhost" is sent unless `headers` hold a Host line, or an empty
+// string (then no Host header at all).
 HttpAnswer HttpCall(int port, const std::string& method, const std::string& path,
                     const std::vector<std::string>& headers = {}, const std::string& body = "");
 

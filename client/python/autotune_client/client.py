@@ -25,7 +25,13 @@ from typing import Mapping, Optional, Sequence
 
 import grpc
 
-from autotune_client.errors import AutotuneError, DataLoss, InvalidArgument, error_for_code
+from autotune_client.errors import (
+    AutotuneError,
+    DataLoss,
+    InvalidArgument,
+    PermissionDenied,
+    error_for_code,
+)
 from autotune_client.lookups import (
     BatchAnswer,
     Lookup,
@@ -34,7 +40,11 @@ from autotune_client.lookups import (
     sha256_hex,
 )
 from autotune_client.messages import pb
-from autotune_client.paths import client_server_address
+from autotune_client.paths import (
+    client_server_address,
+    socket_owner_from_environment,
+    socket_owner_problem,
+)
 
 _SERVICE = "/autotune.v1.Autotune"
 
@@ -85,7 +95,9 @@ class Client:
         (the owner of a unix socket needs none).
 
         Raises InvalidArgument for an empty address or a timeout that is not
-        positive.
+        positive, PermissionDenied for a unix socket that belongs to another
+        user than you, root or AUTOTUNE_SOCKET_OWNER (another user may be
+        listening there: nothing is sent to it).
         """
         self._address = client_server_address() if address is None else address
         if not self._address:
@@ -94,6 +106,14 @@ class Client:
             raise InvalidArgument(f"the timeout must be positive, got {timeout}")
         if max_receive_message_bytes <= 0:
             raise InvalidArgument("max_receive_message_bytes must be positive")
+        if self._address.startswith("unix://"):
+            try:
+                owner = socket_owner_from_environment()
+            except ValueError as error:
+                raise InvalidArgument(str(error)) from None
+            problem = socket_owner_problem(self._address[len("unix://") :], owner)
+            if problem is not None:
+                raise PermissionDenied(problem)
         self._timeout = timeout
         if token is not None and (not token or any(c.isspace() for c in token)):
             raise InvalidArgument("the token is empty or holds white space")

@@ -43,7 +43,9 @@ class AddressTest(unittest.TestCase):
             self.assertEqual(default_server_address(), "unix:///run/user/7/autotune.sock")
             self.assertEqual(client_server_address(), "unix:///run/user/7/autotune.sock")
         with mock.patch.dict(os.environ, {}, clear=True):
-            self.assertEqual(default_server_address(), f"unix:///tmp/autotune-{os.getuid()}.sock")
+            self.assertEqual(
+                default_server_address(), f"unix:///tmp/autotune-{os.getuid()}/autotune.sock"
+            )
         with mock.patch.dict(os.environ, {"AUTOTUNE_SERVER": "localhost:7070"}):
             self.assertEqual(client_server_address(), "localhost:7070")
             with Client() as client:

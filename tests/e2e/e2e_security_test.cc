@@ -1,0 +1,227 @@
+// Families from a caller who may be an attacker, over the real daemon and
+// the real CLI: no role gains another's power through Import, and a family
+// that would make NVRTC read or write a host file is refused before anything
+// compiles. Each test names the finding it guards (found on e01f360); each
+// failed there.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "base/file.h"
+#include "base/status_matchers.h"
+#include "base/token.h"
+#include "client/bundle.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/autotune.pb.h"
+#include "proto/problem.h"
+#include "tests/support/daemon_test.h"
+#include "tests/support/process.h"
+#include "tests/support/sample_bundle.h"
+
+namespace autotune::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class SecurityTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    std::string tokens;
+    for (const auto& [role, holder] : std::map<std::string, std::string>{
+             {"reader", "dash"}, {"tuner", "ci"}, {"admin", "ops"}}) {
+      ASSERT_OK_AND_ASSIGN(const std::string token, NewToken());
+      ASSERT_OK(WriteFileAtomically(Path(role + ".token"), token + "\n"));
+      absl::StrAppend(&tokens, role, " ", holder, " ", TokenHash(token), "\n");
+    }
+    ASSERT_OK(WriteFileAtomically(Path("tokens"), tokens));
+    // The socket's owner is no one special here: every call needs a token.
+    ASSERT_OK(StartDaemon({"--kernels", "none", "--gpus", "none", "--token-file", Path("tokens"),
+                           "--audit-log", Path("audit.log"), "--peer-role",
+                           absl::StrCat("uid:", getuid(), "=none")}));
+  }
+  void TearDown() override { StopDaemon(); }
+
+  CommandResult As(const std::string& role, std::vector<std::string> args) {
+    args.insert(args.begin(), {"--token-file", Path(role + ".token")});
+    return Cli(args);
+  }
+
+  // The quick start's sample bundle (family vector_scale, three entries).
+  std::string SampleBundle(const std::function<void(v1::CacheBundle&)>& change = nullptr) {
+    SampleBundleOptions options;
+    options.entries = QuickstartEntries();
+    options.cubin_kind = CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 1024;
+    absl::StatusOr<v1::CacheBundle> bundle = MakeSampleBundle(options);
+    EXPECT_OK(bundle.status());
+    if (!bundle.ok()) return "";
+    if (change) change(*bundle);
+    const std::string path = Path(absl::StrCat("bundle", ++bundles_, ".json"));
+    EXPECT_OK(client::WriteBundleFile(path, *bundle));
+    return path;
+  }
+
+  std::string Audit() const {
+    absl::StatusOr<std::string> text = ReadFile(Path("audit.log"));
+    return text.ok() ? *text : "";
+  }
+
+  // A copy of the small test family, its source and descriptor changed.
+  std::string Family(const std::string& source_prefix, const std::string& extra_fields) {
+    const std::string testdata = AUTOTUNE_KERNELS_TESTDATA;
+    absl::StatusOr<std::string> descriptor = ReadFile(testdata + "/good/axpy.textproto");
+    absl::StatusOr<std::string> source = ReadFile(testdata + "/good/axpy.cu");
+    EXPECT_OK(descriptor.status());
+    EXPECT_OK(source.status());
+    if (!descriptor.ok() || !source.ok()) return "";
+    EXPECT_OK(WriteFileAtomically(Path("axpy.cu"), source_prefix + *source));
+    EXPECT_OK(WriteFileAtomically(Path("axpy.textproto"), *descriptor + extra_fields));
+    return Path("axpy.textproto");
+  }
+
+  int bundles_ = 0;
+};
+
+// Finding: Import took the tuner role and stored a family after checking
+// only its name and hash, so a tuner replaced a family's source.
+TEST_F(SecurityTest, ATunerCannotAddOrReplaceAFamilyThroughImport) {
+  const std::string bundle = SampleBundle();
+  CommandResult refused = As("tuner", {"import", bundle});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("PERMISSION_DENIED: families[0]: importing family "
+                                     "'vector_scale' version"));
+  EXPECT_THAT(refused.err,
+              HasSubstr("would add that version; adding or replacing a family needs the admin "
+                        "role; token:ci has tuner"));
+  CommandResult kernels = As("reader", {"kernels"});
+  EXPECT_THAT(kernels.out, Not(HasSubstr("vector_scale")));
+  EXPECT_THAT(As("reader", {"ls"}).out, Not(HasSubstr("vector_scale")));
+  EXPECT_THAT(Audit(), HasSubstr("\"caller\":\"token:ci\",\"code\":\"PERMISSION_DENIED\""));
+  EXPECT_THAT(Audit(), HasSubstr("families vector_scale@"));
+
+  // The admin may; then the tuner's import of the same family changes none.
+  CommandResult admin = As("admin", {"import", bundle});
+  ASSERT_EQ(admin.exit_code, 0) << admin.err;
+  CommandResult again = As("tuner", {"import", bundle});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+
+  // Another source under the same name, made current with --replace: the
+  // admin's call again.
+  const std::string other = SampleBundle([](v1::CacheBundle& b) {
+    v1::KernelFamily& family = *b.mutable_families(0)->mutable_family();
+    family.set_source(family.source() + "\n// changed\n");
+    const std::string hash = FamilyContentHash(family);
+    b.mutable_families(0)->set_content_hash(hash);
+    for (v1::Entry& entry : *b.mutable_entries()) entry.set_family_hash(hash);
+    for (v1::Binary& binary : *b.mutable_binaries()) binary.set_family_hash(hash);
+  });
+  CommandResult replaced = As("tuner", {"import", other, "--replace"});
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_THAT(replaced.err, HasSubstr("needs the admin role; token:ci has tuner"));
+}
+
+// Finding: Import skipped RegisterKernel's checks (a kernel name that is no
+// identifier, any compile option, 2^70 configs were all stored).
+TEST_F(SecurityTest, AnImportedFamilyPassesTheChecksOfRegisterKernel) {
+  const std::string bad_option = SampleBundle([](v1::CacheBundle& b) {
+    b.mutable_families(0)->mutable_family()->add_compile_options("--create-pch=" +
+                                                                 std::string("/tmp/x"));
+  });
+  CommandResult refused = As("admin", {"import", bad_option});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("INVALID_ARGUMENT: families[0].family: compile_options[0]: "
+                                     "'--create-pch=/tmp/x' is not an allowed NVRTC option"));
+  const std::string bad_name = SampleBundle([](v1::CacheBundle& b) {
+    b.mutable_families(0)->mutable_family()->set_kernel_name("k(); system");
+  });
+  refused = As("admin", {"import", bad_name});
+  EXPECT_THAT(refused.err,
+              HasSubstr("families[0].family: kernel_name: 'k(); system' is not a C++ identifier"));
+  EXPECT_THAT(As("reader", {"kernels"}).out, Not(HasSubstr("vector_scale")));
+}
+
+// Finding: imported entries were stored and served unchecked: NaN timings
+// (which --keep-better could never displace), INT64_MIN dims, configs
+// outside the family's space, 20 MB device names.
+TEST_F(SecurityTest, ImportedEntriesAreCheckedAgainstTheirFamily) {
+  ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
+  const std::vector<std::pair<std::function<void(v1::Entry&)>, std::string>> cases = {
+      {[](v1::Entry& e) { e.mutable_timing()->set_median_us(std::nan("")); },
+       "entries[0].timing.median_us is nan; timings are finite and >= 0"},
+      {[](v1::Entry& e) { e.mutable_timing()->set_median_us(0); },
+       "entries[0].timing.median_us is 0; an entry's median is > 0"},
+      {[](v1::Entry& e) {
+         (*e.mutable_problem()->mutable_dims())["n"] = std::numeric_limits<int64_t>::min();
+       },
+       "entries[0].problem"},
+      {[](v1::Entry& e) { (*e.mutable_config()->mutable_params())["BLOCK"] = 12345; },
+       "entries[0].config: "},
+      {[](v1::Entry& e) { e.mutable_device()->set_name(std::string(300, 'G')); },
+       "entries[0].device.name: 300 bytes, more than the limit of 256"},
+  };
+  for (const auto& [change, message] : cases) {
+    const std::string bundle =
+        SampleBundle([&change](v1::CacheBundle& b) { change(*b.mutable_entries(0)); });
+    CommandResult refused = As("admin", {"import", bundle, "--replace"});
+    EXPECT_NE(refused.exit_code, 0) << message;
+    EXPECT_THAT(refused.err, HasSubstr(message));
+  }
+  // Nothing of them was stored: the entries are still the sample's.
+  CommandResult listed = As("reader", {"ls", "--json"});
+  EXPECT_THAT(listed.out, Not(HasSubstr("GGGG")));
+  EXPECT_THAT(listed.out, Not(HasSubstr("NaN")));
+}
+
+// Finding: compile options reached NVRTC unchecked; --create-pch=PATH
+// truncated any file the daemon's user could write (the audit log).
+TEST_F(SecurityTest, ACompileOptionThatWritesAFileIsRefusedAtRegistration) {
+  const std::string victim = Path("victim.txt");
+  ASSERT_OK(WriteFileAtomically(victim, "keep me\n"));
+  for (const std::string& option : {"--create-pch=" + victim, "--time=" + victim,
+                                    "--fdevice-time-trace=" + victim, "-I" + dir_.path()}) {
+    const std::string family = Family("", absl::StrCat("compile_options: \"", option, "\"\n"));
+    CommandResult refused = As("admin", {"register", family});
+    EXPECT_NE(refused.exit_code, 0) << option;
+    EXPECT_THAT(refused.err, HasSubstr(absl::StrCat("compile_options[0]: '", option,
+                                                    "' is not an allowed NVRTC option")));
+  }
+  ASSERT_OK_AND_ASSIGN(const std::string kept, ReadFile(victim));
+  EXPECT_EQ(kept, "keep me\n");
+  EXPECT_THAT(As("reader", {"kernels"}).out, Not(HasSubstr("axpy")));
+}
+
+// Finding: #include "/abs/path" made NVRTC read a 0600 file, whose lines
+// came back in the job's progress and error.
+TEST_F(SecurityTest, ASourceThatIncludesAHostFileIsRefusedAndLeaksNothing) {
+  const std::string secret = Path("secret.key");
+  ASSERT_OK(WriteFileAtomically(secret, "TOPSECRET-7f3a\n"));
+  for (const std::string& include :
+       {absl::StrCat("#include \"", secret, "\"\n"),
+        absl::StrCat("#include <../../../../../../..", secret, ">\n"),
+        absl::StrCat("#define SECRET \"", secret, "\"\n#include SECRET\n")}) {
+    const std::string family = Family(include, "");
+    CommandResult refused = As("admin", {"register", family});
+    EXPECT_NE(refused.exit_code, 0) << include;
+    EXPECT_THAT(refused.err, HasSubstr("source: line ")) << include;
+    EXPECT_THAT(refused.err, Not(HasSubstr("TOPSECRET"))) << include;
+  }
+  // Nothing was compiled, stored or logged with the secret's bytes.
+  EXPECT_THAT(As("reader", {"kernels"}).out, Not(HasSubstr("axpy")));
+  EXPECT_THAT(As("reader", {"jobs", "--json"}).out, Not(HasSubstr("TOPSECRET")));
+  EXPECT_THAT(daemon_->Stderr(), Not(HasSubstr("TOPSECRET")));
+  EXPECT_THAT(Audit(), Not(HasSubstr("TOPSECRET")));
+}
+
+}  // namespace
+}  // namespace autotune::testing
