@@ -135,6 +135,17 @@ class LookupResolverStoreTest : public ::testing::Test {
     return request;
   }
 
+  // Every stored cubin's bytes replaced behind the store's back.
+  void CorruptEveryBinary() {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+
   testing::TempDir dir_;
   std::unique_ptr<cache::Store> store_;
   std::unique_ptr<LookupResolver> resolver_;
@@ -392,13 +403,7 @@ TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse good, resolver_->Lookup(request));
   EXPECT_EQ(good.cubin().size(), 1024u);
 
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_NO_FATAL_FAILURE(CorruptEveryBinary());
   EXPECT_THAT(resolver_->Lookup(request),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
   // Without the cubin the config is still answered.
@@ -433,13 +438,7 @@ TEST_F(LookupResolverStoreTest, BinariesAreFetchedBySha256AndCheckedOnTheWayOut)
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 100000")));
 
   // A damaged binary fails the call: it is never sent.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_NO_FATAL_FAILURE(CorruptEveryBinary());
   EXPECT_THAT(resolver_->GetBinaries(request),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
 }
