@@ -20,10 +20,6 @@
 namespace autotune::client {
 namespace {
 
-std::string Context(const v1::LookupRequest& request) {
-  return ProblemContext(request.family(), request.problem());
-}
-
 void AddNote(StartupAnswer& answer, absl::string_view note) {
   absl::StrAppend(&answer.note, answer.note.empty() ? "" : "; ", note);
 }
@@ -383,8 +379,10 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
     StartupAnswer& answer = answers[i];
     answer.source = AnswerSource::kLocalCache;
     if (!local_) {
-      answer.error = absl::Status(why.code(), absl::StrCat(Context(answer.request), ": ", service,
-                                                           " and there is no local cache"));
+      answer.error = absl::Status(
+          why.code(),
+          absl::StrCat(ProblemContext(answer.request.family(), answer.request.problem()), ": ",
+                       service, " and there is no local cache"));
       continue;
     }
     absl::StatusOr<std::optional<v1::LocalAnswer>>& local = stored[i];
@@ -392,7 +390,8 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
       answer.error = absl::Status(
           local.ok() ? why.code() : local.status().code(),
           absl::StrCat(
-              Context(answer.request), ": ", service, " and the local cache ", local_->directory(),
+              ProblemContext(answer.request.family(), answer.request.problem()), ": ", service,
+              " and the local cache ", local_->directory(),
               local.ok() ? " has no answer for it" : absl::StrCat(": ", local.status().message())));
       continue;
     }

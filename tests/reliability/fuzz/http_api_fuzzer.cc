@@ -17,7 +17,7 @@
 #include "service/rpc/admin_api.h"
 #include "service/rpc/admission.h"
 #include "service/rpc/auth.h"
-#include "tests/reliability/fuzz/fuzz_file.h"
+#include "tests/reliability/fuzz/fuzz_store.h"
 
 namespace {
 
@@ -36,11 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace autotune;
   static Api* api = [] {
     auto* a = new Api;
-    cache::StoreOptions options;
-    options.path = fuzz::FuzzDirectory() + "/cache.db";
-    absl::StatusOr<std::unique_ptr<cache::Store>> store = cache::Store::Open(options);
-    if (!store.ok()) std::abort();
-    a->store = *std::move(store);
+    a->store = fuzz::OpenFuzzStore();
     a->admin = std::make_unique<service::CacheAdmin>(a->store.get());
     service::JobRunnerOptions no_workers;
     no_workers.profile_off_reason = "no GPU in a fuzzer";

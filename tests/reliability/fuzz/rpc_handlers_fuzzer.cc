@@ -15,7 +15,7 @@
 #include "proto/autotune.pb.h"
 #include "service/lookup/cache_admin.h"
 #include "service/lookup/lookup_resolver.h"
-#include "tests/reliability/fuzz/fuzz_file.h"
+#include "tests/reliability/fuzz/fuzz_store.h"
 
 namespace {
 
@@ -25,22 +25,13 @@ struct Core {
   std::unique_ptr<autotune::service::LookupResolver> resolver;
 };
 
-template <typename Request>
-bool Parse(const std::string& bytes, Request* request) {
-  return request->ParseFromString(bytes);
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace autotune;
   static Core* core = [] {
     auto* c = new Core;
-    cache::StoreOptions options;
-    options.path = fuzz::FuzzDirectory() + "/cache.db";
-    absl::StatusOr<std::unique_ptr<cache::Store>> store = cache::Store::Open(options);
-    if (!store.ok()) std::abort();
-    c->store = *std::move(store);
+    c->store = fuzz::OpenFuzzStore();
     c->admin = std::make_unique<service::CacheAdmin>(c->store.get());
     c->resolver = std::make_unique<service::LookupResolver>(c->store.get());
     return c;
@@ -51,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0:
     case 1: {
       v1::CacheBundle bundle;
-      if (!Parse(bytes, &bundle)) return 0;
+      if (!bundle.ParseFromString(bytes)) return 0;
       core->admin
           ->Import(bundle, cache::Store::Merge::kKeepExisting,
                    data[0] % 8 == 0 ? "adding or replacing a family needs the admin role" : "")
@@ -60,32 +51,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 2: {
       v1::BatchLookupRequest request;
-      if (Parse(bytes, &request)) core->resolver->BatchLookup(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->resolver->BatchLookup(request).IgnoreError();
       break;
     }
     case 3: {
       v1::GetBinariesRequest request;
-      if (Parse(bytes, &request)) core->resolver->GetBinaries(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->resolver->GetBinaries(request).IgnoreError();
       break;
     }
     case 4: {
       v1::RegisterKernelRequest request;
-      if (Parse(bytes, &request)) core->admin->RegisterKernel(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->admin->RegisterKernel(request).IgnoreError();
       break;
     }
     case 5: {
       v1::InvalidateRequest request;
-      if (Parse(bytes, &request)) core->admin->Invalidate(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->admin->Invalidate(request).IgnoreError();
       break;
     }
     case 6: {
       v1::ListEntriesRequest request;
-      if (Parse(bytes, &request)) core->admin->ListEntries(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->admin->ListEntries(request).IgnoreError();
       break;
     }
     default: {
       v1::GetEntryRequest request;
-      if (Parse(bytes, &request)) core->admin->GetEntry(request).IgnoreError();
+      if (request.ParseFromString(bytes)) core->admin->GetEntry(request).IgnoreError();
       break;
     }
   }
