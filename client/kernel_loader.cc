@@ -34,6 +34,9 @@ absl::StatusOr<LocalBinary> CompileRecipe(const v1::CompileRecipe& recipe, absl:
   request.name_expression = recipe.name_expression();
   request.options.assign(recipe.options().begin(), recipe.options().end());
   request.arch = std::string(arch);
+  for (const v1::SourceHeader& header : recipe.headers()) {
+    request.headers.push_back({header.name(), header.text()});
+  }
   kernels::CompileResult result = kernels::Compile(*nvrtc, request);
   if (result.status != kernels::CompileStatus::kOk) {
     return absl::InvalidArgumentError(absl::StrCat(

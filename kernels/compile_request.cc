@@ -106,6 +106,13 @@ std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_v
   for (const std::string& option : request.options) AppendField(&bytes, option);
   AppendField(&bytes, request.arch);
   AppendField(&bytes, nvrtc_version);
+  if (!request.headers.empty()) {
+    AppendField(&bytes, absl::StrCat(request.headers.size()));
+    for (const SourceHeader& header : request.headers) {
+      AppendField(&bytes, header.name);
+      AppendField(&bytes, header.text);
+    }
+  }
   return Sha256Hex(bytes);
 }
 

@@ -13,6 +13,12 @@
 
 namespace autotune::kernels {
 
+// A header NVRTC gets in memory: the source may `#include "name"`.
+struct SourceHeader {
+  std::string name;
+  std::string text;
+};
+
 struct CompileRequest {
   std::string source;        // CUDA C++ text
   std::string program_name;  // shown in the log, e.g. "vector_scale.cu"
@@ -24,6 +30,7 @@ struct CompileRequest {
   // A real architecture: "sm_90", "sm_90a", "sm_100f". "compute_90" names a
   // virtual (PTX-only) architecture and is rejected: the result is a cubin.
   std::string arch;
+  std::vector<SourceHeader> headers = {};  // the family's headers, in its order
 };
 
 // The content key of a variant: sha256 (hex) over the source text, the
@@ -34,8 +41,10 @@ struct CompileRequest {
 //
 // The hashed bytes are "autotune.compile.v1" followed by netstrings
 // ("<decimal length>:<bytes>,") of: source, name expression, the number of
-// options in decimal, each option, arch, NVRTC version. Each field is
-// delimited, so no two different requests hash the same bytes.
+// options in decimal, each option, arch, NVRTC version; then, only when
+// there are headers (so that keys without them are unchanged), the number
+// of headers and each one's name and text. Each field is delimited, so no
+// two different requests hash the same bytes.
 std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version);
 
 // Whether NVRTC may be given `option`. An option can make NVRTC read or

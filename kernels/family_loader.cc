@@ -61,6 +61,38 @@ bool IsQualifiedName(absl::string_view name) {
   return true;
 }
 
+// A header's name: parts of [A-Za-z0-9_][A-Za-z0-9_.-]* joined by '/', so
+// never absolute, never "..", never empty between slashes.
+bool IsHeaderName(absl::string_view name) {
+  if (name.empty() || name.size() > 200) return false;
+  for (absl::string_view part : absl::StrSplit(name, '/')) {
+    if (part.empty() || !(absl::ascii_isalnum(part[0]) || part[0] == '_')) return false;
+    for (char c : part) {
+      if (!(absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-')) return false;
+    }
+  }
+  return true;
+}
+
+// Why `path`, a file named in a descriptor, may not be read (absolute or
+// going up a folder), or nullopt. The files of a family sit beside its
+// descriptor or below it.
+std::optional<std::string> OutsideDescriptorFolder(absl::string_view path) {
+  if (absl::StartsWith(path, "/")) {
+    return absl::StrCat("'", path, "' is absolute; name a file beside the descriptor or below it");
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      return absl::StrCat("'", path,
+                          "' goes up a folder (..); name a file beside the descriptor or below it");
+    }
+  }
+  return std::nullopt;
+}
+
+constexpr char kIncludeRule[] =
+    "a family's source includes only the CUDA toolkit's headers and the family's own headers";
+
 // The first #include of `source` that NVRTC would resolve to a file outside
 // the CUDA toolkit's headers wherever the daemon runs: an absolute path, one
 // that goes up (a ".." part), or one computed by a macro (not "file" or
@@ -139,17 +171,13 @@ std::optional<std::pair<int, std::string>> FindHostInclude(absl::string_view sou
     const absl::string_view path =
         rest.substr(1, end == absl::string_view::npos ? rest.npos : end - 1);
     if (absl::StartsWith(path, "/") || absl::StartsWith(path, "\\")) {
-      return std::make_pair(number, absl::StrCat("#include ", shown,
-                                                 " names an absolute path; a family's source is "
-                                                 "one file and includes only the CUDA toolkit's "
-                                                 "headers"));
+      return std::make_pair(
+          number, absl::StrCat("#include ", shown, " names an absolute path; ", kIncludeRule));
     }
     for (absl::string_view part : absl::StrSplit(path, absl::ByAnyChar("/\\"))) {
       if (part == "..") {
-        return std::make_pair(number, absl::StrCat("#include ", shown,
-                                                   " goes up a folder (..); a family's source is "
-                                                   "one file and includes only the CUDA "
-                                                   "toolkit's headers"));
+        return std::make_pair(
+            number, absl::StrCat("#include ", shown, " goes up a folder (..); ", kIncludeRule));
       }
     }
   }
@@ -176,6 +204,7 @@ class FamilyChecker {
     RETURN_IF_ERROR(CheckNames());
     RETURN_IF_ERROR(CheckIncludes("source", family_.source()));
     RETURN_IF_ERROR(CheckIncludes("reference.source", family_.reference().source()));
+    RETURN_IF_ERROR(CheckHeaders());
     RETURN_IF_ERROR(CheckParams());
     RETURN_IF_ERROR(CheckDims());
     RETURN_IF_ERROR(CheckDTypes());
@@ -381,10 +410,14 @@ class FamilyChecker {
       RETURN_IF_ERROR(ClaimName(field, buffer.name()));
       RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), buffer.dtype()));
       if (buffer.role() == v1::BUFFER_ROLE_UNSPECIFIED) {
-        return Error(absl::StrCat(field, ".role"), "must be IN, OUT or INOUT");
+        return Error(absl::StrCat(field, ".role"), "must be IN, OUT, INOUT or SCRATCH");
       }
       if (!v1::BufferRole_IsValid(buffer.role())) {
         return Error(absl::StrCat(field, ".role"), absl::StrCat("unknown value ", buffer.role()));
+      }
+      if (buffer.role() == v1::SCRATCH && buffer.has_fill()) {
+        return Error(absl::StrCat(field, ".fill"),
+                     "a SCRATCH buffer starts zeroed and is never filled; leave fill unset");
       }
       has_output = has_output || buffer.role() == v1::OUT || buffer.role() == v1::INOUT;
       if (buffer.shape_size() == 0) {
@@ -517,6 +550,38 @@ class FamilyChecker {
     return absl::OkStatus();
   }
 
+  absl::Status CheckHeaders() const {
+    if (family_.headers_size() > kMaxSourceHeaders) {
+      return Error("headers", absl::StrCat(family_.headers_size(),
+                                           " headers, more than the limit of ", kMaxSourceHeaders));
+    }
+    std::set<std::string> names;
+    for (int i = 0; i < family_.headers_size(); ++i) {
+      const v1::SourceHeader& header = family_.headers(i);
+      const std::string field = absl::StrCat("headers[", i, "]");
+      if (!IsHeaderName(header.name())) {
+        return Error(absl::StrCat(field, ".name"),
+                     absl::StrCat("'", header.name().substr(0, 200),
+                                  "' is not a header name (parts of [A-Za-z0-9_][A-Za-z0-9_.-]* "
+                                  "joined by '/', at most 200 characters)"));
+      }
+      if (!names.insert(header.name()).second) {
+        return Error(absl::StrCat(field, ".name"),
+                     absl::StrCat("'", header.name(), "' is named twice"));
+      }
+      if (header.text().empty()) {
+        return Error(absl::StrCat(field, ".text"), "empty (the header's text, or its file)");
+      }
+      if (static_cast<int64_t>(header.text().size()) > kMaxSourceBytes) {
+        return Error(
+            absl::StrCat(field, ".text"),
+            absl::StrCat(header.text().size(), " bytes, more than the limit of ", kMaxSourceBytes));
+      }
+      RETURN_IF_ERROR(CheckIncludes(absl::StrCat(field, " (", header.name(), ")"), header.text()));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status CheckIncludes(absl::string_view field, absl::string_view source) const {
     if (std::optional<std::pair<int, std::string>> found = FindHostInclude(source)) {
       return Error(field, absl::StrCat("line ", found->first, ": ", found->second));
@@ -595,6 +660,9 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
     if (!family.source().empty()) {
       return checker.Error("source_file", "set source or source_file, not both");
     }
+    if (std::optional<std::string> why = OutsideDescriptorFolder(family.source_file())) {
+      return checker.Error("source_file", *why);
+    }
     const std::filesystem::path source_path =
         (std::filesystem::path(path).parent_path() / family.source_file()).lexically_normal();
     absl::StatusOr<std::string> source = ReadFile(source_path.string());
@@ -605,6 +673,20 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
     family.set_source(*std::move(source));
   } else if (family.source().empty()) {
     return checker.Error("source_file", "must be set (or source)");
+  }
+  for (int i = 0; i < family.headers_size(); ++i) {
+    v1::SourceHeader& header = *family.mutable_headers(i);
+    if (header.file().empty()) continue;
+    const std::string field = absl::StrCat("headers[", i, "].file");
+    if (!header.text().empty()) return checker.Error(field, "set text or file, not both");
+    if (std::optional<std::string> why = OutsideDescriptorFolder(header.file())) {
+      return checker.Error(field, *why);
+    }
+    const std::filesystem::path header_path =
+        (std::filesystem::path(path).parent_path() / header.file()).lexically_normal();
+    absl::StatusOr<std::string> text = ReadFile(header_path.string());
+    if (!text.ok()) return checker.Error(field, text.status().message());
+    header.set_text(*std::move(text));
   }
   RETURN_IF_ERROR(checker.Check());
   return family;

@@ -17,11 +17,18 @@
 // What is checked (one error, the first in this order, is reported):
 //   name            [a-z][a-z0-9_]*
 //   kernel_name     a C++ identifier (optionally qualified with ::)
-//   source          non-empty (files: exactly one of source / source_file);
-//                   it and reference.source are single files: no #include of
-//                   an absolute path, of one that goes up (".."), or computed
-//                   by a macro ("source: line 3: #include ..."), comments and
-//                   continued lines read as the preprocessor reads them
+//   source          non-empty (files: exactly one of source / source_file;
+//                   source_file beside the descriptor or below it, neither
+//                   absolute nor going up); it, reference.source and each
+//                   header include only the toolkit's headers and the
+//                   family's own: no #include of an absolute path, of one
+//                   that goes up (".."), or computed by a macro ("source:
+//                   line 3: #include ..."), comments and continued lines read
+//                   as the preprocessor reads them
+//   headers         at most kMaxSourceHeaders; names are parts of
+//                   [A-Za-z0-9_][A-Za-z0-9_.-]* joined by '/', unique; text
+//                   non-empty, at most kMaxSourceBytes (files: `file` is
+//                   read into `text`, under the source_file rules)
 //   params          non-empty; names are identifiers not starting with
 //                   AUTOTUNE_, unique; values non-empty, unique, |v| <= 2^53;
 //                   the product of the value counts is at most
@@ -30,7 +37,8 @@
 //   dtypes          non-empty, known, not DTYPE_UNSPECIFIED, unique
 //   names           params, dims, buffers and scalars share one namespace;
 //                   none may be `dtype_bytes` or a function of expressions
-//   buffers         non-empty, at least one OUT or INOUT; role set; shape has
+//   buffers         non-empty, at least one OUT or INOUT; role set (SCRATCH:
+//                   no fill); shape has
 //                   at least one expression, each over dims + params +
 //                   dtype_bytes; fill: UNIFORM needs low < high, NORMAL a
 //                   non-negative stddev
@@ -70,8 +78,9 @@
 namespace autotune::kernels {
 
 // Reads the descriptor at `path`, reads `source_file` (relative to the
-// descriptor's directory unless absolute) into `source` (source_file is
-// kept: it is not part of the content hash), and validates the result.
+// descriptor's directory) into `source` and each header's `file` into its
+// `text` (the file names are kept: they are not part of the content hash),
+// and validates the result.
 // PosixError's code (NOT_FOUND, PERMISSION_DENIED, ...; base/posix_error.h)
 // when `path` itself cannot be read: "cannot read <path>: <strerror>";
 // INVALID_ARGUMENT "path:line:column: message" for text-format syntax errors

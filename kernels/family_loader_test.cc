@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compile_request.h"
+#include "proto/problem.h"
 
 namespace autotune::kernels {
 namespace {
@@ -37,6 +38,22 @@ TEST(LoadFamilyFileTest, LoadsTheGoodFamilyAndReadsItsSource) {
   ASSERT_EQ(family.params_size(), 2);
   EXPECT_THAT(family.params(0).values(), ElementsAre(64, 128, 256, 512, 1024, 2048));
   EXPECT_EQ(family.buffers(1).role(), v1::INOUT);
+}
+
+TEST(LoadFamilyFileTest, ReadsTheHeadersBesideTheDescriptorIntoTheFamily) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       LoadFamilyFile(Testdata("with_headers/axpy.textproto")));
+  ASSERT_EQ(family.headers_size(), 1);
+  EXPECT_EQ(family.headers(0).name(), "detail/fma.cuh");
+  EXPECT_EQ(family.headers(0).file(), "detail/fma.cuh");  // kept; the hash ignores it
+  EXPECT_THAT(family.headers(0).text(), HasSubstr("axpy_fma(float alpha"));
+  // The hash covers the header's text, not where it was read from.
+  v1::KernelFamily moved = family;
+  moved.mutable_headers(0)->set_file("elsewhere/fma.cuh");
+  EXPECT_EQ(FamilyContentHash(moved), FamilyContentHash(family));
+  v1::KernelFamily changed = family;
+  changed.mutable_headers(0)->mutable_text()->append("\n");
+  EXPECT_NE(FamilyContentHash(changed), FamilyContentHash(family));
 }
 
 TEST(LoadFamilyFileTest, MissingFileIsNotFound) {
@@ -81,6 +98,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"missing_source.textproto",
                     absl::StrCat(":4: source_file: cannot read ", AUTOTUNE_KERNELS_DIR,
                                  "/testdata/bad/does_not_exist.cu: No such file or directory")},
+        // Found on e01f360: source_file took absolute and ".." paths.
+        BadFileCase{"source_absolute.textproto",
+                    ":4: source_file: '/etc/passwd' is absolute; name a file beside the "
+                    "descriptor or below it"},
+        BadFileCase{"source_going_up.textproto",
+                    ":4: source_file: '../good/axpy.cu' goes up a folder (..); name a file beside "
+                    "the descriptor or below it"},
         BadFileCase{"missing_tolerance.textproto",
                     ":10: dtypes[1]: no tolerance for fp16 (add a tolerances entry with rtol and "
                     "atol)"},
@@ -194,7 +218,11 @@ INSTANTIATE_TEST_SUITE_P(
                      [](v1::KernelFamily& f) { f.set_dtypes(1, static_cast<v1::DType>(42)); },
                      "dtypes[1]: unknown dtype 42"},
         MutationCase{"NoRole", [](v1::KernelFamily& f) { f.mutable_buffers(0)->clear_role(); },
-                     "buffers[0].role: must be IN, OUT or INOUT"},
+                     "buffers[0].role: must be IN, OUT, INOUT or SCRATCH"},
+        MutationCase{"FilledScratch",
+                     [](v1::KernelFamily& f) { f.mutable_buffers(0)->set_role(v1::SCRATCH); },
+                     "buffers[0].fill: a SCRATCH buffer starts zeroed and is never filled; "
+                     "leave fill unset"},
         MutationCase{"NoOutput",
                      [](v1::KernelFamily& f) { f.mutable_buffers(1)->set_role(v1::IN); },
                      "buffers: no OUT or INOUT buffer (results are compared with the "
@@ -270,15 +298,15 @@ INSTANTIATE_TEST_SUITE_P(
                        f.set_source("#include \"/home/u/.ssh/id_ed25519\"\n" + f.source());
                      },
                      "source: line 1: #include \"/home/u/.ssh/id_ed25519\" names an absolute "
-                     "path; a family's source is one file and includes only the CUDA toolkit's "
-                     "headers"},
+                     "path; a family's source includes only the CUDA toolkit's headers and the "
+                     "family's own headers"},
         MutationCase{"UpwardIncludeBehindACommentAndAContinuedLine",
                      [](v1::KernelFamily& f) {
                        f.set_source("// x\n  # /* hidden */ include \\\n <../../x/y.h>\n" +
                                     f.source());
                      },
                      "source: line 2: #include <../../x/y.h> goes up a folder (..); a family's "
-                     "source is one file and includes only the CUDA toolkit's headers"},
+                     "source includes only the CUDA toolkit's headers and the family's own headers"},
         MutationCase{"ComputedInclude",
                      [](v1::KernelFamily& f) {
                        f.set_source("#define F \"/etc/shadow\"\n%:include F\n" + f.source());
@@ -290,7 +318,37 @@ INSTANTIATE_TEST_SUITE_P(
                        f.mutable_reference()->set_source("#include </etc/passwd>\n");
                      },
                      "reference.source: line 1: #include </etc/passwd> names an absolute path; a "
-                     "family's source is one file and includes only the CUDA toolkit's headers"}),
+                     "family's source includes only the CUDA toolkit's headers and the family's own "
+                     "headers"},
+        MutationCase{"HeaderNameGoingUp",
+                     [](v1::KernelFamily& f) {
+                       v1::SourceHeader* header = f.add_headers();
+                       header->set_name("../x.h");
+                       header->set_text("#define X 1\n");
+                     },
+                     "headers[0].name: '../x.h' is not a header name (parts of "
+                     "[A-Za-z0-9_][A-Za-z0-9_.-]* joined by '/', at most 200 characters)"},
+        MutationCase{"HeaderNamedTwice",
+                     [](v1::KernelFamily& f) {
+                       for (int i = 0; i < 2; ++i) {
+                         v1::SourceHeader* header = f.add_headers();
+                         header->set_name("detail/tiles.cuh");
+                         header->set_text("#define X 1\n");
+                       }
+                     },
+                     "headers[1].name: 'detail/tiles.cuh' is named twice"},
+        MutationCase{"EmptyHeader",
+                     [](v1::KernelFamily& f) { f.add_headers()->set_name("a.h"); },
+                     "headers[0].text: empty (the header's text, or its file)"},
+        MutationCase{"HeaderIncludingAHostFile",
+                     [](v1::KernelFamily& f) {
+                       v1::SourceHeader* header = f.add_headers();
+                       header->set_name("a.h");
+                       header->set_text("\n#include \"/etc/shadow\"\n");
+                     },
+                     "headers[0] (a.h): line 2: #include \"/etc/shadow\" names an absolute path; "
+                     "a family's source includes only the CUDA toolkit's headers and the "
+                     "family's own headers"}),
     [](const ::testing::TestParamInfo<MutationCase>& info) { return info.param.name; });
 
 TEST(CheckCompileOptionTest, AllowsTheDocumentedOptionsAndNothingElse) {

@@ -69,6 +69,9 @@ namespace autotune::kernels {
 inline constexpr int64_t kMaxConfigsPerFamily = int64_t{1} << 20;
 // A family's CUDA source may hold at most this many bytes (ValidateFamily).
 inline constexpr int64_t kMaxSourceBytes = int64_t{1} << 20;
+// A family's headers (v1::SourceHeader): how many, and each one's text, at
+// most kMaxSourceBytes.
+inline constexpr int kMaxSourceHeaders = 64;
 // A compiled variant's cubin may hold at most this many bytes; a larger one
 // is a COMPILE_ERROR saying so.
 inline constexpr int64_t kMaxCubinBytes = int64_t{64} << 20;

@@ -215,6 +215,7 @@ int64_t ConfigCount(const v1::KernelFamily& family) {
 std::string FamilyContentHash(const v1::KernelFamily& family) {
   v1::KernelFamily copy = family;
   copy.clear_source_file();
+  for (v1::SourceHeader& header : *copy.mutable_headers()) header.clear_file();
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream output(&bytes);

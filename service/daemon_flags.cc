@@ -179,6 +179,8 @@ DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
   if (!options.worker_path.empty()) config.set_worker(options.worker_path);
   if (!options.profile_worker_path.empty()) config.set_profile_worker(options.profile_worker_path);
   config.set_compile_workers(options.compile_workers);
+  config.set_compile_memory_mb(options.compile_memory_mb);
+  config.set_allow_unconfined_compiles(options.allow_unconfined_compiles);
   if (!options.gpus.empty()) config.set_gpus(options.gpus);
   config.set_variant_timeout(options.variant_timeout_s);
   if (!options.lease_dir.empty()) config.set_lease_dir(options.lease_dir);
@@ -287,6 +289,14 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
   app.add_option("--compile-workers", options.compile_workers,
                  "compile worker processes (default: one per core)")
       ->check(CLI::Range(0, 1024));
+  app.add_option("--compile-memory-mb", options.compile_memory_mb,
+                 "each compile worker's data memory in MiB; a compile that needs more fails "
+                 "(0 = no cap)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_flag("--allow-unconfined-compiles", options.allow_unconfined_compiles,
+               "compile family sources even where the kernel cannot confine the compile workers "
+               "(Landlock): a source may then read any file this daemon's user can");
   app.add_option("--gpus", options.gpus,
                  "GPUs to validate and time kernels on: ordinals like 0,1; 'none' for "
                  "compile-only service (default: all)");

@@ -218,6 +218,9 @@ TEST(DaemonConfigTest, PrintConfigListsEveryDefaultWithTheValueOfItsConstant) {
   EXPECT_EQ(config.readers(), cache::kDefaultReaders);
   EXPECT_TRUE(config.has_compile_workers());
   EXPECT_EQ(config.compile_workers(), 0);  // one per core
+  EXPECT_EQ(config.compile_memory_mb(), kDefaultCompileMemoryMb);
+  EXPECT_TRUE(config.has_allow_unconfined_compiles());
+  EXPECT_FALSE(config.allow_unconfined_compiles());
   EXPECT_EQ(config.variant_timeout(), kernels::kDefaultLaunchTimeoutS);
   EXPECT_EQ(config.lease_dir(), kDefaultLeaseDir);
   EXPECT_EQ(config.quiet_wait(), kDefaultQuietWaitS);
@@ -282,6 +285,8 @@ TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
   given.set_worker("/srv/autotune/worker");
   given.set_profile_worker(file);
   given.set_compile_workers(3);
+  given.set_compile_memory_mb(1024);
+  given.set_allow_unconfined_compiles(true);
   given.set_gpus("0,1");
   given.set_variant_timeout(2.5);
   given.set_lease_dir("/srv/autotune/leases");

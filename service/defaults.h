@@ -43,6 +43,11 @@ inline constexpr unsigned kDefaultSocketMode = 0600;
 // database is reported within seconds, at the cost of one query.
 inline constexpr double kDefaultHealthIntervalS = 5;
 
+// A compile worker's data memory (--compile-memory-mb): NVRTC needs a few
+// hundred MiB for the largest built-in variants; a template bomb that grows
+// past this fails its compile instead of taking the host's memory.
+inline constexpr int64_t kDefaultCompileMemoryMb = 4096;
+
 // --- A job's options (v1::JobOptions: 0 = these) ---------------------------
 
 // One compile: NVRTC takes seconds for most variants; two minutes is a

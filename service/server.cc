@@ -314,12 +314,20 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   pool_options.worker_path =
       options.worker_path.empty() ? FindBesideThisProgram("autotune-worker") : options.worker_path;
   pool_options.workers = options.compile_workers;
+  pool_options.memory_limit_mb = options.compile_memory_mb;
+  pool_options.allow_unconfined = options.allow_unconfined_compiles;
   absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(pool_options);
   std::string pool_error;
   if (pool.ok()) {
     compile_pool_ = *std::move(pool);
-    spdlog::info("compile pool: up to {} workers ({}), NVRTC {}", compile_pool_->size(),
-                 pool_options.worker_path, compile_pool_->nvrtc_version());
+    spdlog::info("compile pool: up to {} workers ({}), NVRTC {}; confinement: {}; memory: {}",
+                 compile_pool_->size(), pool_options.worker_path, compile_pool_->nvrtc_version(),
+                 compile_pool_->confinement(), compile_pool_->memory_limit());
+    if (absl::StartsWith(compile_pool_->confinement(), "none")) {
+      spdlog::warn(
+          "compiles run unconfined (--allow-unconfined-compiles): a family's source "
+          "can read any file this daemon's user can");
+    }
   } else {
     pool_error = std::string(pool.status().message());
     spdlog::warn("compiling is unavailable: {} (tried again when a job needs it)", pool_error);

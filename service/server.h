@@ -57,6 +57,12 @@ struct ServerOptions {
   // sanitizer, say; it must speak the worker protocol.)
   std::string profile_worker_path;
   int compile_workers = 0;  // 0 = one per core
+  // Each compile worker's data memory in MiB; 0 = no cap.
+  int64_t compile_memory_mb = kDefaultCompileMemoryMb;
+  // Compile workers confine themselves with Landlock
+  // (service/worker/confinement.h); where the kernel cannot, compiling is
+  // unavailable, with the reason, unless this is set.
+  bool allow_unconfined_compiles = false;
   // GPUs to profile on: empty = all, "none" = no profiling (compile-only
   // jobs), else ordinals "0,2". Workers start with the first job that
   // measures.

@@ -11,6 +11,7 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -213,9 +214,16 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
 
   const Nvrtc::Api& api = nvrtc.api();
   nvrtcProgram raw = nullptr;
+  std::vector<const char*> header_texts;
+  std::vector<const char*> header_names;
+  for (const SourceHeader& header : request.headers) {
+    header_texts.push_back(header.text.c_str());
+    header_names.push_back(header.name.c_str());
+  }
   nvrtcResult rc = api.create_program(
       &raw, request.source.c_str(),
-      request.program_name.empty() ? nullptr : request.program_name.c_str(), 0, nullptr, nullptr);
+      request.program_name.empty() ? nullptr : request.program_name.c_str(),
+      static_cast<int>(request.headers.size()), header_texts.data(), header_names.data());
   if (rc != NVRTC_SUCCESS) return Failed(ErrorText(api, "nvrtcCreateProgram", rc));
   Program program(api, raw);
 
@@ -348,6 +356,7 @@ absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::LoadFrom(const std::vector<std::st
   nvrtc->version_ = absl::StrCat(major, ".", minor);
   nvrtc->path_ = opened;
   nvrtc->include_dir_ = ToolkitIncludeDir(handle);
+  nvrtc->library_dir_ = LibraryDir(handle);
   nvrtc->api_ = std::move(api);
   return nvrtc;
 }

@@ -83,6 +83,9 @@ class Nvrtc {
   // include/ beside the loaded library's lib64/, else /usr/local/cuda/include;
   // empty when none holds cuda_fp16.h. Compile() passes it with -I.
   const std::string& include_dir() const { return include_dir_; }
+  // The folder of the loaded library, symlinks resolved (where its builtins
+  // library lives too); empty when the loader cannot say.
+  const std::string& library_dir() const { return library_dir_; }
 
   // Implementation detail: the resolved entry points (opaque to callers).
   struct Api;
@@ -93,6 +96,7 @@ class Nvrtc {
   std::string version_;
   std::string path_;
   std::string include_dir_;
+  std::string library_dir_;
   std::unique_ptr<const Api> api_;
 };
 

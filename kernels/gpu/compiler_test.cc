@@ -269,6 +269,23 @@ TEST_F(CompilerTest, DefinesReachTheSource) {
   EXPECT_EQ(right.lowered_name, "fixed_block");
 }
 
+TEST_F(CompilerTest, HeadersAreIncludedFromMemory) {
+  CompileRequest request{.source = "#include \"detail/block.cuh\"\n" + std::string(kNeedsBlock128),
+                         .program_name = "fixed_block.cu",
+                         .name_expression = "fixed_block",
+                         .options = {},
+                         .arch = "sm_90",
+                         .headers = {{"detail/block.cuh", "#define BLOCK 128\n"}}};
+  CompileResult result = Compile(*nvrtc_, request);
+  EXPECT_EQ(result.status, CompileStatus::kOk) << result.log;
+  EXPECT_EQ(result.lowered_name, "fixed_block");
+
+  request.headers.clear();
+  CompileResult missing = Compile(*nvrtc_, request);
+  EXPECT_EQ(missing.status, CompileStatus::kCompileError);
+  EXPECT_THAT(missing.log, HasSubstr("detail/block.cuh"));
+}
+
 TEST_F(CompilerTest, SuccessKeepsWarningsInLog) {
   CompileResult result = Compile(*nvrtc_, {.source = kUnusedVariable,
                                            .program_name = "with_warning.cu",
@@ -433,6 +450,13 @@ TEST(CompileKeyTest, ChangesWithEveryInput) {
   changed.arch = "sm_100";
   keys.push_back(CompileKey(changed, "13.0"));
   keys.push_back(CompileKey(base, "12.8"));
+  changed = base;
+  changed.headers = {{"a.h", "#define A 1\n"}};
+  keys.push_back(CompileKey(changed, "13.0"));
+  changed.headers = {{"a.h", "#define A 2\n"}};
+  keys.push_back(CompileKey(changed, "13.0"));
+  changed.headers = {{"b.h", "#define A 2\n"}};
+  keys.push_back(CompileKey(changed, "13.0"));
 
   for (size_t i = 0; i < keys.size(); ++i) {
     for (size_t j = i + 1; j < keys.size(); ++j) {

@@ -141,6 +141,9 @@ absl::StatusOr<JobPlan> PlanJob(
     request.name_expression = name_expression;
     request.options = compile_options;
     request.arch = target.arch;
+    for (const v1::SourceHeader& header : record.family.headers()) {
+      request.headers.push_back({header.name(), header.text()});
+    }
     std::string key = kernels::CompileKey(request, target.nvrtc_version);
     if (seen.contains(key)) return key;
     seen.emplace(key, plan.units.size());
@@ -152,6 +155,11 @@ absl::StatusOr<JobPlan> PlanJob(
     unit.task.set_name_expression(request.name_expression);
     for (const std::string& option : request.options) unit.task.add_options(option);
     unit.task.set_arch(target.arch);
+    for (const kernels::SourceHeader& header : request.headers) {
+      v1::SourceHeader* sent = unit.task.add_headers();
+      sent->set_name(header.name);
+      sent->set_text(header.text);
+    }
     unit.family = record.family.name();
     unit.family_hash = record.content_hash;
     unit.problem = problem;

@@ -43,12 +43,22 @@ CompilePool::~CompilePool() {
 }
 
 absl::Status CompilePool::Spawn(Slot& slot) {
+  std::vector<std::string> args = {"compile"};
+  if (options_.memory_limit_mb > 0) {
+    args.push_back("--memory-limit-mb");
+    args.push_back(absl::StrCat(options_.memory_limit_mb));
+  }
+  if (options_.allow_unconfined) args.push_back("--allow-unconfined");
   absl::StatusOr<wv1::Hello> hello =
-      slot.process.Start(options_.worker_path, {"compile"}, options_.start_timeout);
+      slot.process.Start(options_.worker_path, args, options_.start_timeout);
   if (!hello.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("compile worker ", hello.status().message()));
   }
-  if (nvrtc_version_.empty()) nvrtc_version_ = hello->nvrtc_version();
+  if (nvrtc_version_.empty()) {
+    nvrtc_version_ = hello->nvrtc_version();
+    confinement_ = hello->confinement();
+    memory_limit_ = hello->memory_limit();
+  }
   return absl::OkStatus();
 }
 

@@ -33,6 +33,12 @@ struct CompilePoolOptions {
   std::string worker_path;  // the autotune-worker executable
   int workers = 0;          // 0 = one per core
   absl::Duration start_timeout = absl::Seconds(30);
+  // Each worker's data memory cap in MiB (0 = none); a compile that needs
+  // more ends in COMPILE_ERROR saying so.
+  int64_t memory_limit_mb = 0;
+  // Workers confine themselves (service/worker/confinement.h); where the
+  // kernel cannot, Start fails with the reason, unless this is set.
+  bool allow_unconfined = false;
 };
 
 class CompilePool {
@@ -46,6 +52,10 @@ class CompilePool {
   CompilePool& operator=(const CompilePool&) = delete;
 
   const std::string& nvrtc_version() const { return nvrtc_version_; }
+  // As the first worker's Hello said: "Landlock ABI 7: read-only beneath
+  // ...", or "none: <why>"; "8192 MiB (RLIMIT_DATA)", or "none: <why>".
+  const std::string& confinement() const { return confinement_; }
+  const std::string& memory_limit() const { return memory_limit_; }
   int size() const { return size_; }
   // Workers killed or lost and replaced so far.
   int64_t replaced() const { return replaced_.load(); }
@@ -66,6 +76,8 @@ class CompilePool {
   const CompilePoolOptions options_;
   const int size_;
   std::string nvrtc_version_;
+  std::string confinement_;
+  std::string memory_limit_;
   std::atomic<int64_t> replaced_{0};
   absl::Mutex mu_;
   // Fixed size; `busy` is guarded by mu_, the rest of a slot belongs to the

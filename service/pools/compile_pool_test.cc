@@ -1,8 +1,15 @@
 #include "service/pools/compile_pool.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,6 +20,7 @@ namespace {
 namespace wv1 = ::autotune::worker::v1;
 using ::autotune::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kScale[] = R"(
@@ -97,6 +105,78 @@ TEST(CompilePoolTest, WorkersCompileInParallel) {
   }
   EXPECT_EQ(outcomes[0].cubin(), outcomes[3].cubin());  // same BLOCK, same bytes
   EXPECT_NE(outcomes[0].cubin(), outcomes[1].cubin());
+}
+
+// The worker's own confinement, below every check of the family's source:
+// a task that names a host file by its absolute path, by a relative path
+// from the worker's folder, and through -include, reaches NVRTC (the daemon
+// refuses such families at registration; this sends the task directly), and
+// NVRTC may read none of them. Found on e01f360, where a source's #include
+// read a 0600 file and its lines came back in the compile log; without
+// Landlock this test fails on the first read.
+TEST(CompilePoolTest, AConfinedWorkerReadsNoFileOfTheHost) {
+  auto pool = StartPool(1);
+  ASSERT_NE(pool, nullptr);
+  ASSERT_THAT(pool->confinement(), StartsWith("Landlock ABI "))
+      << "this kernel cannot confine compiles: " << pool->confinement();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string secret =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/compile_pool_test.", getpid(), ".secret.h");
+  { std::ofstream(secret) << "#error TOPSECRET-51c2\n"; }
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  for (const std::string& include :
+       {absl::StrCat("#include \"", secret, "\"\n"), std::string("#include \"/etc/passwd\"\n"),
+        absl::StrCat("#include \"", std::filesystem::relative(secret, cwd).string(), "\"\n")}) {
+    wv1::CompileOutcome outcome = pool->Compile(Task("host", include + kScale), absl::Seconds(60));
+    EXPECT_EQ(outcome.status(), wv1::CompileOutcome::COMPILE_ERROR) << include;
+    EXPECT_THAT(outcome.log(), Not(HasSubstr("TOPSECRET"))) << include;
+    EXPECT_THAT(outcome.log(), Not(HasSubstr("root:"))) << include;
+  }
+  std::filesystem::remove(secret);
+  // The toolkit's headers still are readable.
+  EXPECT_EQ(pool->Compile(Task("fp16", "#include <cuda_fp16.h>\n" + std::string(kScale)),
+                          absl::Seconds(60))
+                .status(),
+            wv1::CompileOutcome::OK);
+}
+
+// A source that grows the compiler's memory without end (an initializer of
+// 10^8 elements from nested macros) fails against the worker's memory cap
+// long before its deadline, instead of taking the host's memory.
+TEST(CompilePoolTest, ACompilePastTheMemoryLimitFailsQuickly) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizer builds run the worker without a memory cap";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "sanitizer builds run the worker without a memory cap";
+#endif
+#endif
+  CompilePoolOptions options;
+  options.worker_path = AUTOTUNE_WORKER_PATH;
+  options.workers = 1;
+  options.memory_limit_mb = 512;
+  ASSERT_OK_AND_ASSIGN(auto pool, CompilePool::Start(options));
+  EXPECT_EQ(pool->memory_limit(), "512 MiB (RLIMIT_DATA)");
+  constexpr char kBomb[] = R"(
+#define A0 1,1,1,1,1,1,1,1,1,1,
+#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0
+#define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1
+#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2
+#define A4 A3 A3 A3 A3 A3 A3 A3 A3 A3 A3
+#define A5 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4
+#define A6 A5 A5 A5 A5 A5 A5 A5 A5 A5 A5
+#define A7 A6 A6 A6 A6 A6 A6 A6 A6 A6 A6
+__device__ int table[] = {A7 0};
+)";
+  const absl::Time start = absl::Now();
+  wv1::CompileOutcome outcome =
+      pool->Compile(Task("bomb", std::string(kBomb) + kScale), absl::Seconds(300));
+  EXPECT_NE(outcome.status(), wv1::CompileOutcome::OK);
+  EXPECT_NE(outcome.status(), wv1::CompileOutcome::TIMEOUT) << outcome.log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(120));
+  // The pool goes on with a fresh worker if that one died.
+  EXPECT_EQ(pool->Compile(Task("after"), absl::Seconds(60)).status(), wv1::CompileOutcome::OK);
 }
 
 TEST(CompilePoolTest, AMissingWorkerIsReportedAtStart) {

@@ -4,6 +4,15 @@
 // CompileTask read from stdin with a CompileOutcome on stdout, until stdin
 // closes. The daemon kills it when a task runs past its deadline.
 //
+// `autotune-worker compile [--memory-limit-mb N] [--allow-unconfined]`
+// confines itself before its Hello (service/worker/confinement.h): reads
+// only beneath the CUDA toolkit's headers and NVRTC's own folder, no
+// writes. Where the kernel cannot confine it, it says hello with the reason
+// as an error and exits, unless --allow-unconfined, when it serves and its
+// Hello says why it is not confined. --memory-limit-mb caps its data memory
+// (not applied in a sanitizer build, whose shadow memory the cap would
+// count; the Hello says so).
+//
 // `autotune-worker profile --device N` validates and times kernel variants
 // on GPU N (service/worker/profiler.h): it writes a Hello with the device (or with
 // the reason it cannot serve, then exits 1), then answers each ProfileTask
@@ -24,9 +33,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/gpu/compiler.h"
 #include "proto/worker.pb.h"
+#include "service/worker/confinement.h"
 #include "service/worker/profiler.h"
 #include "service/worker/worker_pipe.h"
 
@@ -68,16 +79,74 @@ std::optional<int> NextRequest(
   return std::nullopt;
 }
 
-int ServeCompile() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
+struct CompileFlags {
+  int64_t memory_limit_mb = 0;  // 0 = none
+  bool allow_unconfined = false;
+};
+
+// A compile that loads what NVRTC opens lazily (its builtins library, the
+// toolkit's headers) before the worker is confined.
+constexpr char kWarmUpSource[] = R"(
+#include <cuda_fp16.h>
+extern "C" __global__ void autotune_warm_up(__half* x) { x[0] = __float2half(1.0f); }
+)";
+
+int ServeCompile(const CompileFlags& flags) {
   wv1::WorkerResponse hello;
-  hello.mutable_hello()->set_pid(getpid());
-  auto nvrtc = autotune::kernels::Nvrtc::Load();
-  if (!nvrtc.ok()) {
-    hello.mutable_hello()->set_error(std::string(nvrtc.status().message()));
+  wv1::Hello& said = *hello.mutable_hello();
+  said.set_pid(getpid());
+  auto refuse = [&](std::string why) {
+    said.set_error(std::move(why));
     (void)autotune::service::WriteDelimited(STDOUT_FILENO, hello);
     return 1;
+  };
+  auto nvrtc = autotune::kernels::Nvrtc::Load();
+  if (!nvrtc.ok()) return refuse(std::string(nvrtc.status().message()));
+  said.set_nvrtc_version((*nvrtc)->version());
+
+  autotune::kernels::CompileRequest warm_up;
+  warm_up.source = kWarmUpSource;
+  warm_up.program_name = "warm_up.cu";
+  warm_up.name_expression = "autotune_warm_up";
+  warm_up.arch = "sm_90";
+  if (autotune::kernels::CompileResult warm = autotune::kernels::Compile(**nvrtc, warm_up);
+      warm.status != autotune::kernels::CompileStatus::kOk) {
+    return refuse(absl::StrCat("NVRTC ", (*nvrtc)->version(),
+                               " cannot compile a kernel that includes cuda_fp16.h: ", warm.log));
   }
-  hello.mutable_hello()->set_nvrtc_version((*nvrtc)->version());
+  absl::StatusOr<autotune::service::Confinement> confined =
+      autotune::service::ConfineToReadOnly({(*nvrtc)->include_dir(), (*nvrtc)->library_dir()});
+  if (confined.ok()) {
+    said.set_confinement(confined->description);
+  } else if (flags.allow_unconfined) {
+    said.set_confinement(absl::StrCat("none: ", confined.status().message()));
+  } else {
+    return refuse(absl::StrCat("cannot confine compiles: ", confined.status().message(),
+                               "; start autotuned with --allow-unconfined-compiles to compile "
+                               "family sources without confinement"));
+  }
+  if (flags.memory_limit_mb <= 0) {
+    said.set_memory_limit("none: no limit given");
+  } else if (kSanitizerBuild) {
+    said.set_memory_limit("none: a sanitizer build (its shadow memory would count)");
+  } else if (absl::Status limited = autotune::service::LimitMemory(flags.memory_limit_mb << 20);
+             !limited.ok()) {
+    return refuse(std::string(limited.message()));
+  } else {
+    said.set_memory_limit(absl::StrCat(flags.memory_limit_mb, " MiB (RLIMIT_DATA)"));
+  }
   if (!autotune::service::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
 
   while (true) {
@@ -92,6 +161,9 @@ int ServeCompile() {
     compile.name_expression = task.name_expression();
     compile.options.assign(task.options().begin(), task.options().end());
     compile.arch = task.arch();
+    for (const autotune::v1::SourceHeader& header : task.headers()) {
+      compile.headers.push_back({header.name(), header.text()});
+    }
     const absl::Time start = absl::Now();
     autotune::kernels::CompileResult result = autotune::kernels::Compile(**nvrtc, compile);
     wv1::WorkerResponse response;
@@ -165,7 +237,7 @@ int ServeProfile(int ordinal) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: autotune-worker compile\n"
+               "usage: autotune-worker compile [--memory-limit-mb N] [--allow-unconfined]\n"
                "       autotune-worker profile --device N\n"
                "autotune-worker is started by autotuned; it is not meant to be run by hand.\n");
   return 2;
@@ -174,7 +246,21 @@ int Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "compile") == 0) return ServeCompile();
+  if (argc >= 2 && std::strcmp(argv[1], "compile") == 0) {
+    CompileFlags flags;
+    for (int i = 2; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--allow-unconfined") == 0) {
+        flags.allow_unconfined = true;
+      } else if (std::strcmp(argv[i], "--memory-limit-mb") == 0 && i + 1 < argc) {
+        if (!absl::SimpleAtoi(argv[++i], &flags.memory_limit_mb) || flags.memory_limit_mb < 0) {
+          return Usage();
+        }
+      } else {
+        return Usage();
+      }
+    }
+    return ServeCompile(flags);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "profile") == 0) {
     // --device N or --device=N; device 0 when not given.
     int ordinal = 0;

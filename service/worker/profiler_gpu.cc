@@ -119,6 +119,11 @@ absl::Status Gpu::Poison(CUdeviceptr data, size_t bytes) const {
                        "cuMemsetD8Async (poison)");
 }
 
+absl::Status Gpu::Zero(CUdeviceptr data, size_t bytes) const {
+  return driver->Check(cu().memset_d8_async(data, 0, bytes, stream.get()),
+                       "cuMemsetD8Async (zero)");
+}
+
 absl::Status Gpu::Compare(CUdeviceptr checked, CUdeviceptr reference, const BufferSlot& buffer,
                           double rtol, double atol, CUdeviceptr result) const {
   unsigned long long n = static_cast<unsigned long long>(buffer.elements);

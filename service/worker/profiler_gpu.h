@@ -76,6 +76,7 @@ struct BufferSlot {
 
   bool is_input() const { return role == v1::IN || role == v1::INOUT; }
   bool is_output() const { return role == v1::OUT || role == v1::INOUT; }
+  bool is_scratch() const { return role == v1::SCRATCH; }
 };
 
 struct LaunchShape {
@@ -135,6 +136,8 @@ struct Gpu {
   // All bytes 0xFF: NaN in every floating type, so an element the kernel
   // does not write cannot pass for a result.
   absl::Status Poison(CUdeviceptr data, size_t bytes) const;
+  // All bytes 0 (SCRATCH buffers, once when their set is allocated).
+  absl::Status Zero(CUdeviceptr data, size_t bytes) const;
   // Enqueues the comparison of `checked` with `reference`, which leaves a
   // DeviceCompareResult at `result`; the caller waits for it.
   absl::Status Compare(CUdeviceptr checked, CUdeviceptr reference, const BufferSlot& buffer,

@@ -129,8 +129,9 @@ std::optional<Failure> TaskRun::Prepare() {
       return invalid(absl::StrCat("buffer '", slot.name, "' has no supported dtype (",
                                   DTypeName(slot.dtype), ")"));
     }
-    if (!slot.is_input() && !slot.is_output()) {
-      return invalid(absl::StrCat("buffer '", slot.name, "' has no role (IN, OUT or INOUT)"));
+    if (!slot.is_input() && !slot.is_output() && !slot.is_scratch()) {
+      return invalid(
+          absl::StrCat("buffer '", slot.name, "' has no role (IN, OUT, INOUT or SCRATCH)"));
     }
     if (slot.elements <= 0 || slot.elements > (int64_t{1} << 50)) {
       return invalid(absl::StrCat("buffer '", slot.name, "' has ", slot.elements, " elements"));
@@ -194,6 +195,9 @@ std::optional<Failure> TaskRun::AllocateProblem() {
   absl::StatusOr<DeviceBuffer> set = Allocate(set_bytes_, "the problem's buffers");
   if (!set.ok()) return Fail(set.status(), Origin::kSetup, phase);
   sets_.push_back(*std::move(set));
+  if (absl::Status zeroed = ZeroScratch(0); !zeroed.ok()) {
+    return Fail(zeroed, Origin::kSetup, phase);
+  }
   for (int i = 0; i < seeds_; ++i) {
     absl::StatusOr<DeviceBuffer> reference =
         Allocate(output_bytes_, absl::StrCat("the reference outputs of seed ",
@@ -205,6 +209,15 @@ std::optional<Failure> TaskRun::AllocateProblem() {
   if (!results.ok()) return Fail(results.status(), Origin::kSetup, phase);
   results_ = *std::move(results);
   return std::nullopt;
+}
+
+absl::Status TaskRun::ZeroScratch(size_t set) {
+  for (const BufferSlot& buffer : buffers_) {
+    if (buffer.is_scratch()) {
+      RETURN_IF_ERROR(gpu_.Zero(SetPointer(set, buffer), static_cast<size_t>(buffer.bytes)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TaskRun::FillSet(size_t set, uint64_t seed, bool poison_outputs) {

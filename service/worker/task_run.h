@@ -176,7 +176,10 @@ class TaskRun {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes, const std::string& what);
   // Fills the inputs of set `set` from `seed`; poisons its outputs too when
   // asked (validation), not for the timing pool.
+  // SCRATCH is left alone: it is zeroed once, by ZeroScratch, when its set
+  // is allocated.
   absl::Status FillSet(size_t set, uint64_t seed, bool poison_outputs);
+  absl::Status ZeroScratch(size_t set);
   CUdeviceptr SetPointer(size_t set, const BufferSlot& buffer) const {
     return sets_[set].get() + buffer.offset;
   }

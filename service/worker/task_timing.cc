@@ -37,6 +37,9 @@ std::optional<Failure> TaskRun::AllocatePool() {
     // Seeds distinct from each other and from set 0's, which holds the
     // last validation seed when timing starts.
     const uint64_t seed = task_.base_seed() + static_cast<uint64_t>(seeds_ - 1 + s);
+    if (status = ZeroScratch(sets_.size() - 1); !status.ok()) {
+      return Fail(status, Origin::kSetup, phase);
+    }
     if (status = FillSet(sets_.size() - 1, seed, false); !status.ok()) {
       return Fail(status, Origin::kSetup, phase);
     }

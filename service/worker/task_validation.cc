@@ -194,14 +194,15 @@ std::optional<Failure> TaskRun::RunReference() {
     const std::string phase = absl::StrCat("reference seed ", seed);
     absl::Status status = gpu_.Record(kSpanBegin);
     // The reference writes straight into this seed's slot: INOUT buffers
-    // are filled there, OUT buffers poisoned there; IN buffers are set 0's.
+    // are filled there, OUT buffers poisoned there; IN buffers are set 0's,
+    // and so is SCRATCH, zeroed when set 0 was allocated.
     for (size_t b = 0; b < buffers_.size() && status.ok(); ++b) {
       const BufferSlot& buffer = buffers_[b];
       if (buffer.role == v1::IN) {
         status = gpu_.Fill(SetPointer(0, buffer), buffer, seed, b);
       } else if (buffer.role == v1::INOUT) {
         status = gpu_.Fill(ReferencePointer(i, buffer), buffer, seed, b);
-      } else {
+      } else if (buffer.role == v1::OUT) {
         status = gpu_.Poison(ReferencePointer(i, buffer), static_cast<size_t>(buffer.bytes));
       }
     }
