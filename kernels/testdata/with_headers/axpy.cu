@@ -1,6 +1,7 @@
 // y = alpha * x + y. Each block covers BLOCK * ELEMS consecutive elements;
 // a thread handles ELEMS of them, BLOCK apart, so loads stay coalesced.
 #include <cuda_fp16.h>
+
 #include "detail/fma.cuh"
 
 #ifndef AUTOTUNE_REFERENCE
@@ -12,8 +13,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   for (int i = 0; i < ELEMS; ++i) {
     const long long j = base + static_cast<long long>(i) * BLOCK;
     if (j < n) {
-      y[j] =
-          static_cast<AUTOTUNE_DTYPE>(axpy_fma(alpha, static_cast<float>(x[j]), static_cast<float>(y[j])));
+      y[j] = static_cast<AUTOTUNE_DTYPE>(
+          axpy_fma(alpha, static_cast<float>(x[j]), static_cast<float>(y[j])));
     }
   }
 }
@@ -23,6 +24,7 @@ extern "C" __global__ void axpy_reference(const AUTOTUNE_DTYPE* x, AUTOTUNE_DTYP
                                           long long n) {
   const long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j < n) {
-    y[j] = static_cast<AUTOTUNE_DTYPE>(axpy_fma(alpha, static_cast<float>(x[j]), static_cast<float>(y[j])));
+    y[j] = static_cast<AUTOTUNE_DTYPE>(
+        axpy_fma(alpha, static_cast<float>(x[j]), static_cast<float>(y[j])));
   }
 }
