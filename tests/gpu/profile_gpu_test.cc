@@ -38,6 +38,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -159,6 +160,11 @@ class GpuEnvironment final : public ::testing::Environment {
         task.set_name_expression(request->name_expression);
         for (const std::string& option : request->options) task.add_options(option);
         task.set_arch(request->arch);
+        for (const kernels::SourceHeader& header : request->headers) {
+          v1::SourceHeader* sent = task.add_headers();
+          sent->set_name(header.name);
+          sent->set_text(header.text);
+        }
         wv1::CompileOutcome outcome = compiler->Compile(task, absl::Minutes(2));
         absl::MutexLock lock(&mu_);
         if (outcome.status() == wv1::CompileOutcome::OK) {
@@ -251,18 +257,24 @@ GpuEnvironment* const gpu =
 std::vector<kernels::CompileRequest> CompileRequests(const v1::KernelFamily& family,
                                                      const kernels::SearchSpace& space,
                                                      const std::string& arch) {
+  std::vector<kernels::SourceHeader> headers;
+  for (const v1::SourceHeader& header : family.headers()) {
+    headers.push_back({header.name(), header.text()});
+  }
   std::vector<kernels::CompileRequest> requests;
   requests.push_back({.source = family.source(),
                       .program_name = ProgramName(family),
                       .name_expression = space.reference_name,
                       .options = space.reference_compile_options,
-                      .arch = arch});
+                      .arch = arch,
+                      .headers = headers});
   for (const kernels::Variant& variant : space.variants) {
     requests.push_back({.source = family.source(),
                         .program_name = ProgramName(family),
                         .name_expression = variant.name_expression,
                         .options = variant.compile_options,
-                        .arch = arch});
+                        .arch = arch,
+                        .headers = headers});
   }
   return requests;
 }
@@ -276,12 +288,23 @@ struct PreparedProblem {
   std::vector<kernels::CompiledKernel> kernels;  // one per space.variants
 };
 
+// `sample` > 0 keeps that many variants of the space, spread evenly over
+// it (the first and the last always among them), and compiles only those.
 absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(const v1::KernelFamily& family,
-                                                         const v1::Problem& problem) {
+                                                         const v1::Problem& problem,
+                                                         size_t sample = 0) {
   auto prepared = std::make_unique<PreparedProblem>();
   prepared->family = family;
   prepared->problem = problem;
   ASSIGN_OR_RETURN(prepared->space, kernels::ExpandSearchSpace(family, problem));
+  std::vector<kernels::Variant>& variants = prepared->space.variants;
+  if (sample > 1 && variants.size() > sample) {
+    std::vector<kernels::Variant> kept;
+    for (size_t i = 0; i < sample; ++i) {
+      kept.push_back(std::move(variants[i * (variants.size() - 1) / (sample - 1)]));
+    }
+    variants = std::move(kept);
+  }
   const std::vector<kernels::CompileRequest> requests =
       CompileRequests(family, prepared->space, gpu->Arch());
   RETURN_IF_ERROR(gpu->CompileAll(requests));
@@ -871,6 +894,54 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
                          ") of AUTOTUNE_GPU_BUILTIN_BUDGET_S=", budget_text, " ran out"));
   }
   EXPECT_EQ(failures, 0) << "variants or problems that did not validate (the first 10 above)";
+}
+
+// gemm_bf16 has thousands of configs a problem, too many to compile here:
+// an even spread of each problem's space validates, over problems with an
+// M that tiles no block exactly, a single row (split-K's case), and N and K
+// that several tile sizes and splits divide. Every config of a tuned problem
+// is validated again by the job that tunes it.
+TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/gemm_bf16.textproto")));
+  const size_t sample = 96;
+  std::vector<wv1::VariantOutcome> outcomes;
+  int failures = 0;
+  const absl::Time start = absl::Now();
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}}) {
+    v1::Problem problem;
+    (*problem.mutable_dims())["M"] = m;
+    (*problem.mutable_dims())["N"] = n;
+    (*problem.mutable_dims())["K"] = k;
+    problem.set_dtype(v1::BFLOAT16);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                         Prepare(family, problem, sample));
+    kernels::ProfileSettings settings;
+    settings.validate_only = true;
+    std::vector<Pick> picks;  // ids are positions in the sample
+    for (size_t i = 0; i < prepared->space.variants.size(); ++i) {
+      picks.push_back({static_cast<int>(i), absl::StrCat(i)});
+    }
+    ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task, MakeTask(*prepared, picks, settings,
+                                                         absl::StrCat("gemm-", m, "-", n, "-", k)));
+    service::ProfileResult result = pool_->Profile(task);
+    ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
+        << result.done.ShortDebugString();
+    for (const wv1::VariantOutcome& outcome : result.outcomes) {
+      if (outcome.status() != v1::OK && ++failures <= 10) {
+        const v1::Config& config =
+            prepared->space.variants[static_cast<size_t>(std::stoi(outcome.variant_id()))].config;
+        ADD_FAILURE() << task.context() << " " << config.ShortDebugString() << ": "
+                      << outcome.ShortDebugString();
+      }
+    }
+    outcomes.insert(outcomes.end(), result.outcomes.begin(), result.outcomes.end());
+  }
+  Summary("builtin gemm_bf16",
+          absl::StrCat(outcomes.size(), " configs over 3 problems validated: ",
+                       CountStatuses(outcomes), " in ", Seconds(absl::Now() - start)));
+  EXPECT_EQ(failures, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtin, BuiltinFamilyGpuTest, ::testing::ValuesIn(kBuiltinFamilies),

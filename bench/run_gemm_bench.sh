@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# gemm_bf16 against cuBLAS on the GPU machine: the bundled daemon tunes the
+# shapes of a manifest (cold, on a fresh database), then
+# bench/gemm_vs_cublas.py times each tuned cubin and torch.matmul (cuBLAS)
+# the same way in one process (CUDA graphs over input sets larger than 2x
+# L2), and prints one row per shape with the tuned kernel's and cuBLAS's
+# TFLOP/s and their ratio, and the daemon's speedup over the family's
+# default config.
+#
+#   bash bench/run_gemm_bench.sh [MANIFEST]   # default bench/gemm.manifest
+#
+# Needs bundle/gpu from `bash tests/gpu/run.sh bundle` (AUTOTUNE_BUNDLE
+# overrides it), python3 with torch and cupy. Writes gemm_daemon.log,
+# gemm_warmup.log (progress), gemm_job.json (the finished job), lookups/ and
+# gemm_bench.json under $OUT (default bundle/gpu/out). Exits non-zero when the warmup or the timing fails.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bundle=${AUTOTUNE_BUNDLE:-bundle/gpu}
+manifest=${1:-$repo/bench/gemm.manifest}
+out=${OUT:-$bundle/out}
+mkdir -p "$out/lookups"
+dir=$(mktemp -d)
+pid=
+stop_daemon() {
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  pid=
+}
+trap 'stop_daemon; rm -rf "$dir"' EXIT
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cli=("$bundle/autotune" --server "unix://$dir/autotune.sock")
+"$bundle/autotuned" --db "$dir/cache.db" --listen "unix://$dir/autotune.sock" \
+  --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" >"$out/gemm_daemon.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+  "${cli[@]}" stats >/dev/null 2>&1 && break
+  sleep 0.2
+done
+start=$SECONDS
+# The warmup may take what BENCH_TIMEOUT leaves after a minute for the timing.
+limit=$(( ${BENCH_TIMEOUT:-3600} - 60 ))
+if ! timeout "$limit" "${cli[@]}" warmup "$manifest" --json >"$out/gemm_job.json" 2>"$out/gemm_warmup.log"; then
+  tail -30 "$out/gemm_warmup.log"
+  exit 1
+fi
+echo "warmup of $(basename "$manifest"): $((SECONDS - start)) s (compile, screen and serial phases, cold)"
+# One lookup per tuned problem: the entry (config, launch, function) and its cubin.
+python3 - "$out/gemm_job.json" >"$dir/problems.txt" <<'EOF'
+import json, sys
+job = json.load(open(sys.argv[1]))
+t = job.get("timing", {})
+print(f"job: compile {t.get('compile_s', 0):.0f} s, screen {t.get('screen_s', 0):.0f} s, "
+      f"serial {t.get('serial_s', 0):.0f} s; counts {json.dumps(job.get('counts', {}))}",
+      file=sys.stderr)
+for report in job.get("reports", []):
+    dims = report["problem"]["dims"]
+    print(",".join(f"{k}={dims[k]}" for k in ("M", "N", "K")))
+EOF
+while read -r dims; do
+  name=${dims//[=,]/_}
+  "${cli[@]}" lookup gemm_bf16 --dims "$dims" --dtype bf16 --exact --json \
+    --cubin-out "$out/lookups/$name.cubin" >"$out/lookups/$name.json"
+done <"$dir/problems.txt"
+stop_daemon
+python3 "$repo/bench/gemm_vs_cublas.py" --lookups "$out/lookups" --job "$out/gemm_job.json" \
+  --json "$out/gemm_bench.json"

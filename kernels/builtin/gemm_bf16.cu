@@ -1,0 +1,411 @@
+// gemm_bf16: C[M, N] = alpha * A[M, K] . B[N, K]^T, the nn.Linear layout: A
+// (activations) and B (weights) row-major with K contiguous, C row-major.
+// Inputs and output bf16, products accumulated in fp32, C rounded once.
+//
+// Arguments (the reference takes the same): a, b, c, workspace, then the
+// scalars alpha, m, n, k. The sizes are run-time values, so one binary serves
+// every M of a bucket; only the tunables are compile-time.
+//
+// Macros: bf16 only (AUTOTUNE_DTYPE_BF16); AUTOTUNE_REFERENCE selects the
+// reference kernel, else the tuned kernel needs its parameters:
+//   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
+//   WM, WN      warps along M and N; each warp owns a (BM/WM) x (BN/WN) tile
+//               of C in m16n8 accumulator fragments (multiples of 16 both ways)
+//   STAGES      shared-memory stages of the cp.async ring (STAGES - 1 K steps
+//               in flight while one is computed)
+//   GROUP_M     block tiles walk GROUP_M tile rows down before moving right,
+//               so neighbouring blocks share A and B tiles in L2
+//   SPLIT_K     blocks that share one C tile, each over K / SPLIT_K; the last
+//               of them to finish adds the fp32 partials (serial split-K)
+// The descriptor's constraints guarantee N % BN == 0 and K % (BK * SPLIT_K)
+// == 0 (no column or K edge); rows of A past M are zero-filled and rows of C
+// past M are not written.
+//
+// Tensor cores through inline PTX, no library: cp.async 16-byte copies
+// global -> shared, ldmatrix.x4 fragments from XOR-swizzled tiles (no bank
+// conflicts) and mma.sync m16n8k16 bf16 -> fp32. B is N x K with K
+// contiguous, which is exactly mma's "col" operand: no transpose anywhere.
+//
+// The workspace (a SCRATCH buffer, zeroed when allocated) holds
+//   [0, CounterWords)   one arrival counter per tile, for the smallest tile
+//                       any config uses (16 x 32), so the counters sit at the
+//                       same place for every config that shares the buffer
+//   then                SPLIT_K fp32 partial tiles per tile of C
+// A counter counts the arrivals of its tile's SPLIT_K blocks with
+// atomicInc's wrap-around, so the last arrival puts it back to 0 in the same
+// atomic: the next launch (the timing loop replays it on the same buffer),
+// or a config with another SPLIT_K, finds every counter at 0.
+//
+// Launch: grid = (ceil(M / BM) * (N / BN), SPLIT_K), block = 32 * WM * WN,
+// dynamic shared memory = STAGES * (BM + BN) * BK * 2 bytes.
+#include <cuda_bf16.h>
+
+#if !defined(AUTOTUNE_DTYPE_BF16)
+#error "gemm_bf16 computes in bf16 only (AUTOTUNE_DTYPE_BF16)"
+#endif
+
+typedef __nv_bfloat16 bf16;
+
+#ifdef AUTOTUNE_REFERENCE
+
+// The reference: one thread per element of C, the K products accumulated in
+// fp32 in plain order, alpha applied and rounded to bf16 once. It never
+// touches the workspace. A warp covers 8 columns x 4 rows of C, so its
+// loads at one k touch 12 rows of A and B, which stay in L1 for the next
+// ones. Launch: grid = (ceil(N / 8), ceil(M / 32)), block = (8, 32).
+extern "C" __global__ void __launch_bounds__(256)
+    gemm_bf16_reference(const bf16* a, const bf16* b, bf16* c, float* workspace, float alpha, int m,
+                        int n, int k) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = blockIdx.y * blockDim.y + threadIdx.y;
+  if (row >= m || col >= n) return;
+  const bf16* a_row = a + static_cast<long long>(row) * k;
+  const bf16* b_row = b + static_cast<long long>(col) * k;
+  float acc = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    acc = fmaf(__bfloat162float(a_row[i]), __bfloat162float(b_row[i]), acc);
+  }
+  c[static_cast<long long>(row) * n + col] = __float2bfloat16_rn(alpha * acc);
+}
+
+#else  // the tuned kernel
+
+#if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || \
+    !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K)
+#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M and SPLIT_K"
+#endif
+
+constexpr int kThreads = 32 * WM * WN;
+constexpr int kWarpM = BM / WM;  // a warp's tile of C
+constexpr int kWarpN = BN / WN;
+constexpr int kFragM = kWarpM / 16;  // m16n8 accumulator fragments per warp
+constexpr int kFragN = kWarpN / 8;
+constexpr int kChunksPerRow = BK / 8;  // 16-byte chunks in a tile row of BK bf16
+// Rows of a tile that share one 128-byte line of the 32 shared-memory banks.
+constexpr int kRowsPerLine = 8 / kChunksPerRow;
+constexpr int kStageBytesA = BM * BK * 2;
+constexpr int kStageBytesB = BN * BK * 2;
+
+static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (tile rows of 64 or 128 bytes)");
+static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0,
+              "a warp's tile must be a multiple of 16 along M and N (ldmatrix.x4 loads 16 rows)");
+// The counters are laid out for 16 x 32 tiles (CounterWords); a larger tile
+// uses a prefix of them.
+static_assert(BM >= 16 && BN >= 32, "the smallest tile the counters allow is 16 x 32");
+static_assert(STAGES >= 2, "the ring needs at least two stages");
+static_assert(GROUP_M >= 1 && SPLIT_K >= 1, "GROUP_M and SPLIT_K must be at least 1");
+
+// One counter per 16 x 32 tile of C, rounded up to 4 words so that the fp32
+// partial tiles after them are 16-byte aligned. The descriptor sizes the
+// workspace with the same expression.
+__device__ __forceinline__ long long CounterWords(int m, int n) {
+  const long long tiles = static_cast<long long>((m + 15) / 16) * ((n + 31) / 32);
+  return (tiles + 3) / 4 * 4;
+}
+
+// The XOR swizzle of a stage: 16-byte chunk `chunk` of tile row `row` is
+// stored at chunk position chunk ^ Swizzle(row) of that row. The 8 rows an
+// ldmatrix 8x8 matrix reads (8 consecutive rows, one logical chunk) then
+// land on 8 different 16-byte bank groups, and so do the rows of a cp.async
+// store. Two properties keep the per-thread arithmetic small:
+//   Swizzle(16 q + r) == Swizzle(r): a fragment's 16-row offset is a
+//     constant, so a lane's ldmatrix offsets depend only on the k16 step;
+//   Swizzle(r + i R) == Swizzle(r) ^ Swizzle(i R) for 0 <= r < R and R =
+//     kThreads / kChunksPerRow (a multiple of 4 rows; no carry reaches the
+//     swizzled bits), so a thread's i-th copy differs from its first by a
+//     compile-time XOR.
+__device__ __forceinline__ constexpr int Swizzle(int row) {
+  return (row / kRowsPerLine) % kChunksPerRow;
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes = 0 zero-fills the
+// destination without reading (the source must still be a valid address).
+__device__ __forceinline__ void CpAsync16(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits until at most `kPending` of this thread's committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j,
+// and r[j] receives each lane's pair of matrix j (row lane/4, columns
+// 2*(lane%4) and 2*(lane%4)+1), which is mma's fragment layout.
+__device__ __forceinline__ void LdMatrixX4(unsigned (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// acc += A (16x16, row) . B (16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void Mma(float (&acc)[4], const unsigned (&a)[4],
+                                    const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One thread's share of the copies of a kRows x BK operand tile per K
+// step: chunks first_row + i * kRowStep (i < kPerThread) of one column of
+// 16-byte chunks. Rows at or past `valid_rows` (A's rows past M) are
+// zero-filled from the tile's first row, which always exists.
+template <int kRows, bool kGuardRows>
+struct TileLoader {
+  static constexpr int kChunks = kRows * kChunksPerRow;
+  static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
+  static constexpr int kRowStep = kThreads / kChunksPerRow;
+
+  const bf16* src;       // the thread's first chunk at K step 0
+  const bf16* fallback;  // the same chunk column of the tile's first row
+  long long row_step;    // elements from one of the thread's chunks to the next
+  unsigned dst;          // the first chunk's byte offset in a stage, row part
+  unsigned chunk;        // its swizzled chunk position
+  int first_row;
+  int valid_rows;
+
+  __device__ __forceinline__ TileLoader(const bf16* tile, int ld, int rows, int tid)
+      : first_row(tid / kChunksPerRow), valid_rows(rows) {
+    const int column = tid % kChunksPerRow;
+    fallback = tile + column * 8;
+    src = fallback + static_cast<long long>(first_row) * ld;
+    row_step = static_cast<long long>(kRowStep) * ld;
+    dst = static_cast<unsigned>(first_row * BK * 2);
+    chunk = static_cast<unsigned>(column ^ Swizzle(first_row));
+  }
+
+  // Issues the copies of the K step that starts `k` elements into the tile.
+  __device__ __forceinline__ void Load(unsigned stage, int k) const {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int row = first_row + i * kRowStep;
+      if (kChunks % kThreads == 0 || row < kRows) {
+        const bool valid = !kGuardRows || row < valid_rows;
+        const bf16* from = (valid ? src + i * row_step : fallback) + k;
+        const unsigned to =
+            stage + dst + i * kRowStep * BK * 2 + ((chunk ^ Swizzle(i * kRowStep)) << 4);
+        CpAsync16(to, from, valid ? 16 : 0);
+      }
+    }
+  }
+};
+
+// The warp's MMAs over one stage. a_offset/b_offset: per k16 step, the byte
+// offset in a stage of the row this lane addresses for ldmatrix in
+// fragment 0; fragment mi (nj) is 16 rows further (a constant).
+__device__ __forceinline__ void ComputeStage(unsigned stage_a, unsigned stage_b,
+                                             float (&acc)[kFragM][kFragN][4],
+                                             const unsigned (&a_offset)[BK / 16],
+                                             const unsigned (&b_offset)[BK / 16]) {
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    // A, 16x16 per fragment: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
+    // (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0, a1, a2, a3.
+    unsigned a[kFragM][4];
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+      LdMatrixX4(a[mi], stage_a + a_offset[kk] + mi * 16 * BK * 2);
+    }
+    // B, two n8 fragments per x4: matrices (n 0-7, k 0-7), (n 0-7, k 8-15)
+    // = b0, b1 of the first, (n 8-15, k 0-7), (n 8-15, k 8-15) of the second.
+    unsigned b[kFragN][2];
+#pragma unroll
+    for (int nj = 0; nj < kFragN / 2; ++nj) {
+      unsigned r[4];
+      LdMatrixX4(r, stage_b + b_offset[kk] + nj * 16 * BK * 2);
+      b[2 * nj][0] = r[0];
+      b[2 * nj][1] = r[1];
+      b[2 * nj + 1][0] = r[2];
+      b[2 * nj + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) Mma(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+}
+
+// An accumulator fragment's four values: (row, col), (row, col + 1),
+// (row + 8, col), (row + 8, col + 1); rows at or past m are not written.
+__device__ __forceinline__ void StoreFragment(bf16* c, int row, int col, int m, int n, float alpha,
+                                              float v0, float v1, float v2, float v3) {
+  if (row < m) {
+    *reinterpret_cast<__nv_bfloat162*>(c + static_cast<long long>(row) * n + col) =
+        __floats2bfloat162_rn(alpha * v0, alpha * v1);
+  }
+  if (row + 8 < m) {
+    *reinterpret_cast<__nv_bfloat162*>(c + static_cast<long long>(row + 8) * n + col) =
+        __floats2bfloat162_rn(alpha * v2, alpha * v3);
+  }
+}
+
+// Adds 1 to *counter, or puts it back to 0 when it was `last`; returns the
+// old value. Release: the block's partial tile (stored before) is visible to
+// the block that sees `last`; acquire: that block then sees every other's.
+__device__ __forceinline__ unsigned AtomicIncAcqRel(unsigned* counter, unsigned last) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(counter), "r"(last)
+               : "memory");
+  return old;
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
+              float* __restrict__ workspace, float alpha, int m, int n, int k) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int warp_m = warp / WN;
+  const int warp_n = warp % WN;
+
+  // Grouped rasterization (Triton's matmul tutorial): blocks walk a band of
+  // GROUP_M tile rows column by column; the last band may be shorter.
+  const int tiles_m = (m + BM - 1) / BM;
+  const int tiles_n = n / BN;
+  const int tile = blockIdx.x;
+  const int band_tiles = GROUP_M * tiles_n;
+  const int first_m = tile / band_tiles * GROUP_M;
+  const int band_rows = min(tiles_m - first_m, GROUP_M);
+  const int in_band = tile % band_tiles;
+  const int m0 = (first_m + in_band % band_rows) * BM;
+  const int n0 = in_band / band_rows * BN;
+
+  const int split = blockIdx.y;
+  const int split_k = k / SPLIT_K;
+  const int k_tiles = split_k / BK;
+  const TileLoader<BM, true> load_a(a + static_cast<long long>(m0) * k + split * split_k, k, m - m0,
+                                    tid);
+  const TileLoader<BN, false> load_b(b + static_cast<long long>(n0) * k + split * split_k, k, BN,
+                                     tid);
+
+  const unsigned smem_a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned smem_b = smem_a + STAGES * kStageBytesA;
+
+  // ldmatrix rows: A's lanes 0-15 address rows 0-15 at k 0-7, lanes 16-31
+  // the same rows at k 8-15; B's lanes address n rows 0-7 (lanes 0-15) and
+  // 8-15 (lanes 16-31), at k 0-7 for lanes 0-7 and 16-23, else k 8-15.
+  unsigned a_offset[BK / 16], b_offset[BK / 16];
+  {
+    const int a_row = lane % 16;
+    const int b_row = lane % 8 + lane / 16 * 8;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      a_offset[kk] = static_cast<unsigned>((warp_m * kWarpM + a_row) * BK * 2 +
+                                           (((kk * 2 + lane / 16) ^ Swizzle(a_row)) << 4));
+      b_offset[kk] = static_cast<unsigned>((warp_n * kWarpN + b_row) * BK * 2 +
+                                           (((kk * 2 + lane / 8 % 2) ^ Swizzle(b_row)) << 4));
+    }
+  }
+
+  float acc[kFragM][kFragN][4];
+#pragma unroll
+  for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kFragN; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+    }
+  }
+
+  // One commit group per K step, empty past the last one, so that before
+  // step kt exactly STAGES - 1 + kt groups are committed and waiting until
+  // STAGES - 2 are pending means step kt has landed.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) {
+      load_a.Load(smem_a + s * kStageBytesA, s * BK);
+      load_b.Load(smem_b + s * kStageBytesB, s * BK);
+    }
+    CpAsyncCommit();
+  }
+  int read_stage = 0;            // kt % STAGES
+  int write_stage = STAGES - 1;  // (kt + STAGES - 1) % STAGES
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<STAGES - 2>();
+    // Step kt is visible to every warp, and every warp is done with step
+    // kt - 1, whose stage the copies below overwrite.
+    __syncthreads();
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) {
+      load_a.Load(smem_a + write_stage * kStageBytesA, next * BK);
+      load_b.Load(smem_b + write_stage * kStageBytesB, next * BK);
+    }
+    CpAsyncCommit();
+    ComputeStage(smem_a + read_stage * kStageBytesA, smem_b + read_stage * kStageBytesB, acc,
+                 a_offset, b_offset);
+    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+  }
+  CpAsyncWait<0>();  // only empty groups are left; none outlives the block
+
+  // Fragment (mi, ni) covers rows row0 + mi*16 + {0, 8}, columns col0 + ni*8 + {0, 1}.
+  const int row0 = m0 + warp_m * kWarpM + lane / 4;
+  const int col0 = n0 + warp_n * kWarpN + lane % 4 * 2;
+
+  if constexpr (SPLIT_K == 1) {
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+        const float(&v)[4] = acc[mi][ni];
+        StoreFragment(c, row0 + mi * 16, col0 + ni * 8, m, n, alpha, v[0], v[1], v[2], v[3]);
+      }
+    }
+  } else {
+    // The tile's SPLIT_K partials, each in fragment order: float4 number
+    // (mi * kFragN + ni) * kThreads + tid is this thread's fragment (mi, ni),
+    // so every store and load of a warp is 512 contiguous bytes.
+    constexpr long long kTileFloat4s = BM * BN / 4;
+    unsigned* const counter = reinterpret_cast<unsigned*>(workspace) + tile;
+    float4* const partials = reinterpret_cast<float4*>(workspace + CounterWords(m, n)) +
+                             static_cast<long long>(tile) * SPLIT_K * kTileFloat4s;
+    float4* const mine = partials + split * kTileFloat4s;
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+        const float(&v)[4] = acc[mi][ni];
+        __stcg(mine + (mi * kFragN + ni) * kThreads + tid, make_float4(v[0], v[1], v[2], v[3]));
+      }
+    }
+    // Every thread's stores are ordered before the arrival (the pattern of
+    // the CUDA guide's threadFenceReduction), then one thread arrives.
+    __threadfence();
+    __syncthreads();
+    int last = 0;
+    if (tid == 0) last = AtomicIncAcqRel(counter, SPLIT_K - 1) == SPLIT_K - 1;
+    // Only the last block goes on. It adds all SPLIT_K partials (its own
+    // read back) in split order, so C does not depend on which block came
+    // last; __ldcg reads L2, where the other blocks' stores are, never a
+    // stale L1 line.
+    if (!__syncthreads_or(last)) return;
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+        const float4* from = partials + (mi * kFragN + ni) * kThreads + tid;
+        float4 sum = __ldcg(from);
+#pragma unroll
+        for (int s = 1; s < SPLIT_K; ++s) {
+          const float4 part = __ldcg(from + s * kTileFloat4s);
+          sum.x += part.x;
+          sum.y += part.y;
+          sum.z += part.z;
+          sum.w += part.w;
+        }
+        StoreFragment(c, row0 + mi * 16, col0 + ni * 8, m, n, alpha, sum.x, sum.y, sum.z, sum.w);
+      }
+    }
+  }
+}
+
+#endif  // AUTOTUNE_REFERENCE
