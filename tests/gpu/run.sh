@@ -64,8 +64,11 @@ usage() {
 }
 
 # The file a target built under the build folder.
+# The newest executable named $2 under build tree $1: a tree that has been
+# built before a target moved folders still holds the old file.
 built_file() {
-  find "$1" -path '*/CMakeFiles' -prune -o -type f -name "$2" -perm -u+x -print -quit
+  find "$1" -path '*/CMakeFiles' -prune -o -type f -name "$2" -perm -u+x -printf '%T@ %p\n' |
+    sort -nr | head -1 | cut -d' ' -f2-
 }
 
 make_bundle() {
