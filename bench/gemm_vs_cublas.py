@@ -34,6 +34,14 @@ def workspace_floats(m, n, config):
     return counters + (split * -(-m // bm) * bm * n if split > 1 else 0)
 
 
+def external_stream(cp, torch_stream):
+    """CuPy's view of a torch stream, so CuPy launches join torch's capture."""
+    try:
+        return cp.cuda.Stream.from_external(torch_stream)
+    except (AttributeError, TypeError, ValueError):
+        return cp.cuda.ExternalStream(torch_stream.cuda_stream)
+
+
 def time_graph(torch, launch, sets, l2_bytes, per_set_bytes):
     """Median microseconds per launch of `launch(i)` over rotating sets."""
     launches = max(sets, 1)
@@ -117,7 +125,7 @@ def main():
         alpha = np.float32(1.0 / math.sqrt(k))
 
         def tuned(i):
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+            stream = external_stream(cp, torch.cuda.current_stream())
             with stream:
                 kernel(grid, block,
                        (np.uint64(a[i].data_ptr()), np.uint64(b[i].data_ptr()),

@@ -96,8 +96,9 @@ struct CompileFlags {
   bool allow_unconfined = false;
 };
 
-// A compile that loads what NVRTC opens lazily (its builtins library, the
-// toolkit's headers) before the worker is confined.
+// A first compile, once confined: it shows that NVRTC works within the
+// confinement (its builtins library loaded, the toolkit's headers readable)
+// before the worker says hello.
 constexpr char kWarmUpSource[] = R"(
 #include <cuda_fp16.h>
 extern "C" __global__ void autotune_warm_up(__half* x) { x[0] = __float2half(1.0f); }
@@ -116,16 +117,8 @@ int ServeCompile(const CompileFlags& flags) {
   if (!nvrtc.ok()) return refuse(std::string(nvrtc.status().message()));
   said.set_nvrtc_version((*nvrtc)->version());
 
-  autotune::kernels::CompileRequest warm_up;
-  warm_up.source = kWarmUpSource;
-  warm_up.program_name = "warm_up.cu";
-  warm_up.name_expression = "autotune_warm_up";
-  warm_up.arch = "sm_90";
-  if (autotune::kernels::CompileResult warm = autotune::kernels::Compile(**nvrtc, warm_up);
-      warm.status != autotune::kernels::CompileStatus::kOk) {
-    return refuse(absl::StrCat("NVRTC ", (*nvrtc)->version(),
-                               " cannot compile a kernel that includes cuda_fp16.h: ", warm.log));
-  }
+  // Confined before its first compile, while NVRTC has started no thread
+  // of its own (Landlock binds the calling thread and those it starts).
   absl::StatusOr<autotune::service::Confinement> confined =
       autotune::service::ConfineToReadOnly({(*nvrtc)->include_dir(), (*nvrtc)->library_dir()});
   if (confined.ok()) {
@@ -136,6 +129,17 @@ int ServeCompile(const CompileFlags& flags) {
     return refuse(absl::StrCat("cannot confine compiles: ", confined.status().message(),
                                "; start autotuned with --allow-unconfined-compiles to compile "
                                "family sources without confinement"));
+  }
+  autotune::kernels::CompileRequest warm_up;
+  warm_up.source = kWarmUpSource;
+  warm_up.program_name = "warm_up.cu";
+  warm_up.name_expression = "autotune_warm_up";
+  warm_up.arch = "sm_90";
+  if (autotune::kernels::CompileResult warm = autotune::kernels::Compile(**nvrtc, warm_up);
+      warm.status != autotune::kernels::CompileStatus::kOk) {
+    return refuse(absl::StrCat("NVRTC ", (*nvrtc)->version(),
+                               " cannot compile a kernel that includes cuda_fp16.h (confinement: ",
+                               said.confinement(), "): ", warm.log));
   }
   if (flags.memory_limit_mb <= 0) {
     said.set_memory_limit("none: no limit given");

@@ -225,7 +225,7 @@ absl::Status TaskRun::FillSet(size_t set, uint64_t seed, bool poison_outputs) {
     const BufferSlot& buffer = buffers_[i];
     if (buffer.is_input()) {
       RETURN_IF_ERROR(gpu_.Fill(SetPointer(set, buffer), buffer, seed, i));
-    } else if (poison_outputs) {
+    } else if (poison_outputs && buffer.is_output()) {
       RETURN_IF_ERROR(gpu_.Poison(SetPointer(set, buffer), static_cast<size_t>(buffer.bytes)));
     }
   }
