@@ -60,6 +60,21 @@ while read -r dims; do
   "${cli[@]}" lookup gemm_bf16 --dims "$dims" --dtype bf16 --exact --json \
     --cubin-out "$out/lookups/$name.cubin" >"$out/lookups/$name.json"
 done <"$dir/problems.txt"
+# The inference-server example: the tuned kernels of the manifest's M
+# buckets and one between them (NEAREST), with the service up, then down.
+if [[ -x "$bundle/gemm-server" ]]; then
+  ms=$(cut -d, -f1 "$dir/problems.txt" | cut -d= -f2 | sort -n | paste -sd,)
+  nk=$(head -1 "$dir/problems.txt" | cut -d, -f2-3)
+  n=${nk%%,*}; n=${n#N=}; k=${nk##*K=}
+  echo "== gemm-server, service up (M $ms and 512)"
+  "$bundle/gemm-server" --server "unix://$dir/autotune.sock" --local-cache "$dir/local" \
+    --m "$ms,512" --n "$n" --k "$k" --expect-source service
+fi
 stop_daemon
+if [[ -x "$bundle/gemm-server" ]]; then
+  echo "== gemm-server, service stopped"
+  "$bundle/gemm-server" --server "unix://$dir/autotune.sock" --local-cache "$dir/local" \
+    --m "$ms,512" --n "$n" --k "$k" --expect-source "local cache"
+fi
 python3 "$repo/bench/gemm_vs_cublas.py" --lookups "$out/lookups" --job "$out/gemm_job.json" \
   --json "$out/gemm_bench.json"

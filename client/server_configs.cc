@@ -79,12 +79,13 @@ absl::StatusOr<std::vector<ConfigFile>> ServerConfigFiles(const v1::KernelSummar
       }
     }
     if (!has_key) continue;
-    // Dims in name order, as FormatDims writes them.
-    std::map<std::string, int64_t> others(entry.problem().dims().begin(),
-                                          entry.problem().dims().end());
-    others.erase(bucket);
-    for (const auto& [name, value] : others) {
-      parts.push_back(absl::StrCat(FileNamePart(name), "=", value));
+    // Dims in the family's order (the descriptor's author chooses it:
+    // N before K for a GEMM, as vLLM names its files).
+    for (const v1::ProblemDimension& dim : family.dims()) {
+      if (dim.name() == bucket) continue;
+      const auto value = entry.problem().dims().find(dim.name());
+      if (value == entry.problem().dims().end()) continue;
+      parts.push_back(absl::StrCat(FileNamePart(dim.name()), "=", value->second));
     }
     parts.push_back(absl::StrCat("device_name=", FileNamePart(entry.device().name())));
     parts.push_back(absl::StrCat("dtype=", DTypeName(entry.problem().dtype())));

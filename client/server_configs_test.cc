@@ -47,15 +47,15 @@ TEST(ServerConfigFilesTest, OneFilePerShapeAndDeviceKeyedByTheBucketedDimension)
                                           Entry(1, 128, 32, "t1", "NVIDIA A100-SXM4/80GB")},
                                          {}));
   ASSERT_EQ(files.size(), 3u);
-  EXPECT_EQ(files[0].name, "dim=128,heads=32,device_name=NVIDIA_A100-SXM4_80GB,dtype=bf16.json");
-  EXPECT_EQ(files[1].name, "dim=128,heads=32,device_name=NVIDIA_H200,dtype=bf16.json");
+  EXPECT_EQ(files[0].name, "heads=32,dim=128,device_name=NVIDIA_A100-SXM4_80GB,dtype=bf16.json");
+  EXPECT_EQ(files[1].name, "heads=32,dim=128,device_name=NVIDIA_H200,dtype=bf16.json");
   EXPECT_EQ(files[1].json,
             "{\n"
             "  \"1\": {\"BLOCK_V\": 16, \"VEC\": 4},\n"
             "  \"16\": {\"BLOCK_V\": 64, \"VEC\": 4}\n"
             "}\n");
   EXPECT_EQ(files[1].entries, 2);
-  EXPECT_EQ(files[2].name, "dim=64,heads=32,device_name=NVIDIA_H200,dtype=bf16.json");
+  EXPECT_EQ(files[2].name, "heads=32,dim=64,device_name=NVIDIA_H200,dtype=bf16.json");
 }
 
 TEST(ServerConfigFilesTest, TheBucketMustBeKnown) {
@@ -89,7 +89,7 @@ TEST(ServerConfigFilesTest, NamesFromTheStoreCannotLeaveTheFolderOrBreakTheJson)
   ASSERT_OK_AND_ASSIGN(std::vector<ConfigFile> files, ServerConfigFiles(family, {entry}, {}));
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(files[0].name.find('/'), std::string::npos) << files[0].name;
-  EXPECT_EQ(files[0].name, ".._.._x=64,heads=32,device_name=GPU_.._.._etc__,dtype=bf16.json");
+  EXPECT_EQ(files[0].name, "heads=32,.._.._x=64,device_name=GPU_.._.._etc__,dtype=bf16.json");
   EXPECT_THAT(files[0].json, HasSubstr("\"A\\\"B\\\\\": 2"));
 }
 

@@ -131,6 +131,17 @@ bool IsGpuArch(absl::string_view arch) {
          std::all_of(arch.begin(), arch.end(), [](char c) { return absl::ascii_isdigit(c); });
 }
 
+bool ArchRunsOn(absl::string_view arch, int compute_capability) {
+  if (!IsGpuArch(arch)) return false;
+  absl::string_view digits = arch.substr(3);
+  const bool family = digits.back() == 'f';
+  if (digits.back() == 'a' || family) digits.remove_suffix(1);
+  int built = 0;
+  if (!absl::SimpleAtoi(digits, &built)) return false;
+  if (family) return built / 10 == compute_capability / 10 && built <= compute_capability;
+  return built == compute_capability;
+}
+
 absl::StatusOr<int64_t> NvrtcVersionNumber(absl::string_view version) {
   const std::vector<absl::string_view> parts = absl::StrSplit(version, '.');
   int64_t major = 0;

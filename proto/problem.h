@@ -78,6 +78,13 @@ bool IsFamilyName(absl::string_view name);
 // ("sm_90", "sm_90a", "sm_100f"; not "compute_90", which only gives PTX).
 bool IsGpuArch(absl::string_view arch);
 
+// Whether a cubin built for `arch` runs on a device of `compute_capability`
+// (major*10 + minor): "sm_90" and "sm_90a" only on 9.0 (an 'a' cubin uses
+// features of that one architecture: wgmma, setmaxnreg, ...), "sm_100f" on
+// 10.0 and the later minors of its family (10.3). False for anything that is
+// not IsGpuArch.
+bool ArchRunsOn(absl::string_view arch, int compute_capability);
+
 // "13.0" -> 13000, "12.8" -> 12008. INVALID_ARGUMENT when not MAJOR.MINOR
 // (digits only, minor below 1000): "nvrtc version 'x' is not MAJOR.MINOR
 // (e.g. \"12.8\")".

@@ -141,6 +141,14 @@ TEST(NamesTest, FamilyNames) {
 
 TEST(NamesTest, GpuArchitectures) {
   for (const char* good : {"sm_90", "sm_90a", "sm_100a", "sm_75"}) EXPECT_TRUE(IsGpuArch(good));
+  EXPECT_TRUE(ArchRunsOn("sm_90", 90));
+  EXPECT_TRUE(ArchRunsOn("sm_90a", 90));
+  EXPECT_FALSE(ArchRunsOn("sm_90a", 100));
+  EXPECT_FALSE(ArchRunsOn("sm_90", 89));
+  EXPECT_TRUE(ArchRunsOn("sm_100f", 103));
+  EXPECT_FALSE(ArchRunsOn("sm_103f", 100));
+  EXPECT_FALSE(ArchRunsOn("sm_100f", 120));
+  EXPECT_FALSE(ArchRunsOn("compute_90", 90));
   for (const char* bad :
        {"", "sm_", "compute_90", "sm_a", "sm_90ab", "SM_90", "sm_9", "sm_90z", "sm_1000"}) {
     EXPECT_FALSE(IsGpuArch(bad)) << bad;

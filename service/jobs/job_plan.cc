@@ -76,14 +76,14 @@ absl::StatusOr<std::string> ResolveArch(const v1::Manifest& manifest,
   if (arch.empty()) {
     arch = gpu != nullptr ? absl::StrCat("sm_", gpu->compute_capability()) : default_arch;
   }
-  if (gpu != nullptr && arch != absl::StrCat("sm_", gpu->compute_capability())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "manifest.arch: '", arch, "' cannot run on ", gpu->name(), " (sm_",
-        gpu->compute_capability(), "); leave it empty to compile for the GPU present"));
-  }
   if (!IsGpuArch(arch)) {
     return absl::InvalidArgumentError(
         absl::StrCat("manifest.arch: '", arch, "' is not a GPU architecture like sm_90"));
+  }
+  if (gpu != nullptr && !ArchRunsOn(arch, gpu->compute_capability())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest.arch: '", arch, "' cannot run on ", gpu->name(), " (sm_",
+        gpu->compute_capability(), "); leave it empty to compile for the GPU present"));
   }
   return arch;
 }

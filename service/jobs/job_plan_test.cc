@@ -115,6 +115,10 @@ TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {
   EXPECT_EQ(from_gpu, "sm_90");
   ASSERT_OK_AND_ASSIGN(std::string from_default, ResolveArch(manifest, nullptr, "sm_80"));
   EXPECT_EQ(from_default, "sm_80");
+  // The architecture-specific features of the GPU present (wgmma on sm_90a).
+  manifest.set_arch("sm_90a");
+  ASSERT_OK_AND_ASSIGN(std::string specific, ResolveArch(manifest, &h200, "sm_80"));
+  EXPECT_EQ(specific, "sm_90a");
   manifest.set_arch("sm_100a");
   EXPECT_THAT(ResolveArch(manifest, &h200, "sm_80"),
               StatusIs(absl::StatusCode::kInvalidArgument,

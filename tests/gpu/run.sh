@@ -84,7 +84,7 @@ make_bundle() {
   # build. The bundle goes without one that does not build, saying so.
   local known optional
   known=$(cmake --build "$build_dir" --target help)
-  for optional in autotune-bench-profile "$e2e_binary" gla-decode-server; do
+  for optional in autotune-bench-profile "$e2e_binary" gla-decode-server gemm-server; do
     grep -qw -- "$optional" <<<"$known" || continue
     if cmake --build "$build_dir" -j"$jobs" --target "$optional"; then
       targets+=("$optional")

@@ -3,14 +3,14 @@ the layout vLLM and SGLang use for their fused-MoE kernels, one file per
 shape and device, keyed by the bucketed dimension. The same files, byte for
 byte, as `autotune export-configs` writes (client/server_configs.h):
 
-    dim=128,heads=32,device_name=NVIDIA_H200,dtype=bf16.json
+    heads=32,dim=128,device_name=NVIDIA_H200,dtype=bf16.json
     {
       "1": {"BLOCK_V": 16, "THREADS": 256, "UNROLL": 2, "VEC": 4},
       "8": {...}
     }
 
-The file name holds the problem's dims other than the bucketed one in name
-order, then device_name= (spaces and "/" as "_") and dtype=. A reader does
+The file name holds the problem's dims other than the bucketed one in the
+order the family declares them, then device_name= (spaces and "/" as "_") and dtype=. A reader does
 what vLLM does: keys as integers, the nearest key to its batch size.
 """
 
@@ -52,8 +52,9 @@ def server_config_files(
             )
         if bucket not in entry.problem.dims:
             continue
-        parts = [f"{name}={value}" for name, value in sorted(entry.problem.dims.items())
-                 if name != bucket]
+        # Dims in the family's order (N before K for a GEMM, as vLLM names its files).
+        parts = [f"{dim.name}={entry.problem.dims[dim.name]}" for dim in family.dims
+                 if dim.name != bucket and dim.name in entry.problem.dims]
         device = entry.device.name.replace(" ", "_").replace("/", "_")
         parts.append(f"device_name={device}")
         parts.append(f"dtype={dtype_name(entry.problem.dtype)}")
