@@ -10,8 +10,8 @@
 // device's name (spaces and "/" as "_") and "dtype=" with the dtype's short
 // name, joined by ",", and ".json"; for gla_decode "heads=32,dim=128,
 // device_name=NVIDIA_H200,dtype=bf16.json", for gemm_bf16 (dims M, N, K)
-// "N=4096,K=14336,device_name=NVIDIA_H200,dtype=bf16.json", vLLM's name. Content: an object from each tuned value of the
-// bucketed dimension (as a decimal string key) to the config's params,
+// "N=4096,K=14336,device_name=NVIDIA_H200,dtype=bf16.json", vLLM's name. Content: an object from
+// each tuned value of the bucketed dimension (as a decimal string key) to the config's params,
 // {"1": {"BLOCK_V": 16, "THREADS": 256, ...}, "8": {...}}, keys in numeric
 // order. A reader does what vLLM does: keys as integers, and the nearest
 // key to its batch size.
