@@ -19,22 +19,10 @@ bundle=${AUTOTUNE_BUNDLE:-bundle/gpu}
 manifest=${1:-$repo/bench/gemm.manifest}
 out=${OUT:-$bundle/out}
 mkdir -p "$out/lookups"
-dir=$(mktemp -d)
-pid=
-stop_daemon() {
-  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  pid=
-}
-trap 'stop_daemon; rm -rf "$dir"' EXIT
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cli=("$bundle/autotune" --server "unix://$dir/autotune.sock")
-"$bundle/autotuned" --db "$dir/cache.db" --listen "unix://$dir/autotune.sock" \
-  --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" >"$out/gemm_daemon.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-  "${cli[@]}" stats >/dev/null 2>&1 && break
-  sleep 0.2
-done
+# shellcheck source=bench/bundled_daemon.sh
+source "$repo/bench/bundled_daemon.sh"
+dir=$daemon_dir
+daemon_start "$dir/cache.db" "$out/gemm_daemon.log"
 start=$SECONDS
 # The warmup may take what BENCH_TIMEOUT leaves after a minute for the timing.
 limit=$(( ${BENCH_TIMEOUT:-3600} - 60 ))
@@ -70,7 +58,7 @@ if [[ -x "$bundle/gemm-server" ]]; then
   "$bundle/gemm-server" --server "unix://$dir/autotune.sock" --local-cache "$dir/local" \
     --m "$ms,512" --n "$n" --k "$k" --expect-source service
 fi
-stop_daemon
+daemon_stop
 if [[ -x "$bundle/gemm-server" ]]; then
   echo "== gemm-server, service stopped"
   "$bundle/gemm-server" --server "unix://$dir/autotune.sock" --local-cache "$dir/local" \

@@ -14,35 +14,18 @@ set -euo pipefail
 bundle=${AUTOTUNE_BUNDLE:-bundle/gpu}
 manifest=${1:-bench/choice.manifest}
 runs=${2:-2}
-dir=$(mktemp -d)
-pid=
-stop_daemon() {
-  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  pid=
-}
-trap 'stop_daemon; rm -rf "$dir"' EXIT
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cli=("$bundle/autotune" --server "unix://$dir/autotune.sock")
-# start_daemon DB: a daemon on DB, answering before this returns.
-start_daemon() {
-  "$bundle/autotuned" --db "$1" --listen "unix://$dir/autotune.sock" \
-    --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" >>"$dir/daemon.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    "${cli[@]}" stats >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "the daemon did not answer; its log:" >&2
-  tail -20 "$dir/daemon.log" >&2
-  return 1
-}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/bundled_daemon.sh
+source "$repo/bench/bundled_daemon.sh"
+dir=$daemon_dir
+start_daemon() { daemon_start "$1" "$dir/daemon.log"; }
 for run in $(seq "$runs"); do
   flags=()
   if [[ "${RETUNE:-0}" == 1 ]]; then
     ((run == 1)) && start_daemon "$dir/cache.db"
     ((run > 1)) && flags=(--retune)
   else
-    stop_daemon
+    daemon_stop
     start_daemon "$dir/cache-$run.db"
   fi
   start=$SECONDS

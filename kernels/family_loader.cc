@@ -93,6 +93,35 @@ std::optional<std::string> OutsideDescriptorFolder(absl::string_view path) {
 constexpr char kIncludeRule[] =
     "a family's source includes only the CUDA toolkit's headers and the family's own headers";
 
+// Reads `file`, named in the descriptor at `descriptor`, which must lie in
+// the descriptor's folder or below it: not absolute, not going up, and not
+// a link that leads out of it (a checked-out repository can hold a link to
+// the reader's private files).
+absl::StatusOr<std::string> ReadBesideDescriptor(const std::string& descriptor,
+                                                 const std::string& file) {
+  if (std::optional<std::string> why = OutsideDescriptorFolder(file)) {
+    return absl::InvalidArgumentError(*why);
+  }
+  const std::filesystem::path folder = std::filesystem::path(descriptor).parent_path();
+  const std::filesystem::path named = (folder / file).lexically_normal();
+  std::error_code error;
+  const std::filesystem::path real_folder =
+      std::filesystem::canonical(folder.empty() ? std::filesystem::path(".") : folder, error);
+  const std::filesystem::path real_file =
+      error ? std::filesystem::path() : std::filesystem::canonical(named, error);
+  if (error) {
+    // Missing or unreadable: ReadFile says which, naming the path.
+    return ReadFile(named.string());
+  }
+  const std::string inside = real_folder.string() == "/" ? "/" : real_folder.string() + "/";
+  if (!absl::StartsWith(real_file.string(), inside)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", file, "' leads to '", real_file.string(),
+                     "' (through a link), outside the descriptor's folder"));
+  }
+  return ReadFile(real_file.string());
+}
+
 // The first #include of `source` that NVRTC would resolve to a file outside
 // the CUDA toolkit's headers wherever the daemon runs: an absolute path, one
 // that goes up (a ".." part), or one computed by a macro (not "file" or
@@ -660,15 +689,10 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
     if (!family.source().empty()) {
       return checker.Error("source_file", "set source or source_file, not both");
     }
-    if (std::optional<std::string> why = OutsideDescriptorFolder(family.source_file())) {
-      return checker.Error("source_file", *why);
-    }
-    const std::filesystem::path source_path =
-        (std::filesystem::path(path).parent_path() / family.source_file()).lexically_normal();
-    absl::StatusOr<std::string> source = ReadFile(source_path.string());
+    absl::StatusOr<std::string> source = ReadBesideDescriptor(path, family.source_file());
     if (!source.ok()) return checker.Error("source_file", source.status().message());
     if (source->empty()) {
-      return checker.Error("source_file", absl::StrCat("'", source_path.string(), "' is empty"));
+      return checker.Error("source_file", absl::StrCat("'", family.source_file(), "' is empty"));
     }
     family.set_source(*std::move(source));
   } else if (family.source().empty()) {
@@ -679,12 +703,7 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
     if (header.file().empty()) continue;
     const std::string field = absl::StrCat("headers[", i, "].file");
     if (!header.text().empty()) return checker.Error(field, "set text or file, not both");
-    if (std::optional<std::string> why = OutsideDescriptorFolder(header.file())) {
-      return checker.Error(field, *why);
-    }
-    const std::filesystem::path header_path =
-        (std::filesystem::path(path).parent_path() / header.file()).lexically_normal();
-    absl::StatusOr<std::string> text = ReadFile(header_path.string());
+    absl::StatusOr<std::string> text = ReadBesideDescriptor(path, header.file());
     if (!text.ok()) return checker.Error(field, text.status().message());
     header.set_text(*std::move(text));
   }

@@ -1,5 +1,9 @@
 #include "kernels/family_loader.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -16,6 +20,7 @@ namespace autotune::kernels {
 namespace {
 
 using ::autotune::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -54,6 +59,30 @@ TEST(LoadFamilyFileTest, ReadsTheHeadersBesideTheDescriptorIntoTheFamily) {
   v1::KernelFamily changed = family;
   changed.mutable_headers(0)->mutable_text()->append("\n");
   EXPECT_NE(FamilyContentHash(changed), FamilyContentHash(family));
+}
+
+// A descriptor from someone else's repository: a link beside it that leads
+// to the reader's own files is refused, one that stays in the folder is not.
+TEST(LoadFamilyFileTest, ALinkOutOfTheDescriptorsFolderIsRefused) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path root =
+      std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / absl::StrCat("links.", getpid());
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "family");
+  std::filesystem::copy_file(Testdata("good/axpy.textproto"), root / "family" / "axpy.textproto");
+  std::filesystem::copy_file(Testdata("good/axpy.cu"), root / "secret.cu");
+  std::filesystem::create_symlink("../secret.cu", root / "family" / "axpy.cu");
+  const std::string descriptor = (root / "family" / "axpy.textproto").string();
+  EXPECT_THAT(LoadFamilyFile(descriptor),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("source_file: 'axpy.cu' leads to '"),
+                             HasSubstr("secret.cu' (through a link), outside the descriptor's "
+                                       "folder"))));
+  std::filesystem::rename(root / "secret.cu", root / "family" / "real.cu");
+  std::filesystem::remove(root / "family" / "axpy.cu");
+  std::filesystem::create_symlink("real.cu", root / "family" / "axpy.cu");
+  EXPECT_OK(LoadFamilyFile(descriptor));
+  std::filesystem::remove_all(root);
 }
 
 TEST(LoadFamilyFileTest, MissingFileIsNotFound) {
