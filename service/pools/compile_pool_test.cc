@@ -13,6 +13,7 @@
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/worker/confinement.h"
 
 namespace autotune::service {
 namespace {
@@ -145,13 +146,7 @@ TEST(CompilePoolTest, AConfinedWorkerReadsNoFileOfTheHost) {
 // 10^8 elements from nested macros) fails against the worker's memory cap
 // long before its deadline, instead of taking the host's memory.
 TEST(CompilePoolTest, ACompilePastTheMemoryLimitFailsQuickly) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "sanitizer builds run the worker without a memory cap";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  GTEST_SKIP() << "sanitizer builds run the worker without a memory cap";
-#endif
-#endif
+  if (kSanitizerBuild) GTEST_SKIP() << "sanitizer builds run the worker without a memory cap";
   CompilePoolOptions options;
   options.worker_path = AUTOTUNE_WORKER_PATH;
   options.workers = 1;

@@ -117,13 +117,8 @@ TEST_F(ConfinementTest, AnAllowedPathThatDoesNotExistIsAnError) {
 }
 
 TEST(LimitMemoryTest, CapsTheDataSegment) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator aborts instead of failing an allocation";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  GTEST_SKIP() << "a sanitizer's allocator aborts instead of failing an allocation";
-#endif
-#endif
+  if (kSanitizerBuild)
+    GTEST_SKIP() << "a sanitizer's allocator aborts instead of failing an allocation";
   const int code = [] {
     const pid_t pid = fork();
     if (pid == 0) {

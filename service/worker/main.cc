@@ -79,18 +79,6 @@ std::optional<int> NextRequest(
   return std::nullopt;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerBuild = true;
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
-
 struct CompileFlags {
   int64_t memory_limit_mb = 0;  // 0 = none
   bool allow_unconfined = false;
@@ -143,7 +131,7 @@ int ServeCompile(const CompileFlags& flags) {
   }
   if (flags.memory_limit_mb <= 0) {
     said.set_memory_limit("none: no limit given");
-  } else if (kSanitizerBuild) {
+  } else if (autotune::service::kSanitizerBuild) {
     said.set_memory_limit("none: a sanitizer build (its shadow memory would count)");
   } else if (absl::Status limited = autotune::service::LimitMemory(flags.memory_limit_mb << 20);
              !limited.ok()) {
