@@ -44,6 +44,15 @@ namespace autotune::kernels {
 // the problem's dtype (4 for FLOAT32, 2 for FLOAT16, ...).
 inline constexpr absl::string_view kDTypeBytesVariable = "dtype_bytes";
 
+// The variables a family's constraints (and only they) may also use: the
+// architecture the variant is compiled for, as its number (90 for sm_90,
+// sm_90a and sm_90f) and whether it is arch-specific (1 for the "a" of
+// sm_90a, whose instructions such as wgmma run on that one architecture
+// only; else 0). A config whose code needs sm_90a says so in a constraint,
+// e.g. "WGMMA == 0 || (arch == 90 && arch_specific == 1)".
+inline constexpr absl::string_view kArchVariable = "arch";
+inline constexpr absl::string_view kArchSpecificVariable = "arch_specific";
+
 // The longest expression text accepted. A descriptor's expressions are a
 // line each; a limit keeps a hostile one (a descriptor sent over RPC) from
 // costing the daemon more than its size.

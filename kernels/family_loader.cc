@@ -241,9 +241,12 @@ class FamilyChecker {
     RETURN_IF_ERROR(CheckBuffers());
     RETURN_IF_ERROR(CheckScalars());
     RETURN_IF_ERROR(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
+    std::vector<std::string> constraint_names = config_names_;
+    constraint_names.emplace_back(kArchVariable);
+    constraint_names.emplace_back(kArchSpecificVariable);
     for (int i = 0; i < family_.constraints_size(); ++i) {
       RETURN_IF_ERROR(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
-                                      config_names_));
+                                      constraint_names));
     }
     RETURN_IF_ERROR(CheckReference());
     RETURN_IF_ERROR(CheckTolerances());
@@ -284,7 +287,8 @@ class FamilyChecker {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"));
     }
-    if (name == kDTypeBytesVariable || IsExpressionBuiltinName(name)) {
+    if (name == kDTypeBytesVariable || name == kArchVariable || name == kArchSpecificVariable ||
+        IsExpressionBuiltinName(name)) {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is reserved (a name of the expression language)"));
     }

@@ -218,6 +218,15 @@ INSTANTIATE_TEST_SUITE_P(
                      [](v1::KernelFamily& f) { f.mutable_dims(0)->set_name("dtype_bytes"); },
                      "dims[0].name: 'dtype_bytes' is reserved (a name of the expression "
                      "language)"},
+        MutationCase{"ArchIsReserved",
+                     [](v1::KernelFamily& f) { f.mutable_params(0)->set_name("arch"); },
+                     "params[0].name: 'arch' is reserved (a name of the expression language)"},
+        MutationCase{"ArchOnlyInConstraints",
+                     [](v1::KernelFamily& f) {
+                       f.mutable_launch()->set_dynamic_shared_bytes("arch_specific * 1024");
+                     },
+                     "launch.dynamic_shared_bytes: unknown name 'arch_specific' (known: BLOCK, ELEMS, "
+                     "dtype_bytes, n)"},
         MutationCase{"FunctionNameIsReserved",
                      [](v1::KernelFamily& f) { f.mutable_buffers(0)->set_name("max"); },
                      "buffers[0].name: 'max' is reserved (a name of the expression language)"},

@@ -8,8 +8,11 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "kernels/expression.h"
 #include "proto/problem.h"
@@ -66,6 +69,24 @@ struct Failure {
   std::string reason;
   std::string detail;
 };
+
+// An architecture as the constraints see it: sm_90a is {90, true}.
+struct ArchNumber {
+  int number = 0;
+  bool specific = false;
+};
+
+absl::StatusOr<ArchNumber> ParseArch(absl::string_view arch) {
+  ArchNumber parsed;
+  absl::string_view digits = arch;
+  if (IsGpuArch(arch) && absl::ConsumePrefix(&digits, "sm_")) {
+    parsed.specific = absl::ConsumeSuffix(&digits, "a");
+    absl::ConsumeSuffix(&digits, "f");
+    if (absl::SimpleAtoi(digits, &parsed.number)) return parsed;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("target arch '", arch, "' is not a GPU architecture like sm_90"));
+}
 
 // Evaluates family expressions for one problem, config after config.
 class ConfigResolver {
@@ -198,9 +219,15 @@ class ConfigResolver {
     std::vector<std::string> names = dim_names;
     for (const v1::TunableParameter& param : family_.params()) names.push_back(param.name());
 
+    ASSIGN_OR_RETURN(const ArchNumber target, ParseArch(limits_.arch));
+    variables_[std::string(kArchVariable)] = target.number;
+    variables_[std::string(kArchSpecificVariable)] = target.specific ? 1 : 0;
+    std::vector<std::string> constraint_names = names;
+    constraint_names.emplace_back(kArchVariable);
+    constraint_names.emplace_back(kArchSpecificVariable);
     for (int i = 0; i < family_.constraints_size(); ++i) {
       ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("constraints[", i, "]"),
-                                               family_.constraints(i), names));
+                                               family_.constraints(i), constraint_names));
       constraints_.push_back(std::move(field));
     }
     RETURN_IF_ERROR(ParseLaunch(family_.launch(), "launch", names, &grid_, &block_, &shared_));

@@ -80,9 +80,15 @@ inline constexpr int64_t kMaxCubinBytes = int64_t{64} << 20;
 // of sm_90 (H100/H200): 1024 threads per block and 227 KiB of dynamic
 // shared memory per block (above 48 KiB the launcher must opt in with
 // cudaFuncAttributeMaxDynamicSharedMemorySize).
+//
+// `arch` is the architecture the variants are compiled for ("sm_90",
+// "sm_90a", "sm_100f", ...); constraints see it as the variables `arch` and
+// `arch_specific` (expression.h), so a config whose code needs sm_90a is not
+// a variant of a job compiled for plain sm_90.
 struct DeviceLimits {
   int64_t max_threads_per_block = 1024;
   int64_t max_dynamic_shared_bytes = 227 * 1024;
+  std::string arch = "sm_90";
 };
 
 // One of the family's buffers, sized for the problem and config.
@@ -137,7 +143,8 @@ struct SearchSpace {
 };
 
 // Expands `family` (one that passed ValidateFamily) for `problem`.
-// INVALID_ARGUMENT from ValidateProblem (proto/problem.h); INVALID_ARGUMENT naming the field
+// INVALID_ARGUMENT from ValidateProblem (proto/problem.h), or when
+// limits.arch is not an architecture; INVALID_ARGUMENT naming the field
 // and the problem when an expression that does not depend on any param is
 // invalid for the problem, since then no config could run, e.g.
 //   "buffers[0].shape[0]: 'n - 8' = 0 is not positive (problem n=8 fp32)"

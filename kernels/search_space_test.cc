@@ -196,6 +196,47 @@ TEST(SearchSpaceTest, DeviceSharedMemoryLimitDropsLargeTiles) {
   EXPECT_EQ(space.variants.front().launch.dynamic_shared_bytes(), 256);
 }
 
+TEST(SearchSpaceTest, ConstraintsSeeTheTargetArch) {
+  v1::KernelFamily family = Load("good/axpy.textproto");
+  // ELEMS = 8 stands for code that only sm_90a (or any sm_100) compiles.
+  family.add_constraints("ELEMS < 8 || (arch == 90 && arch_specific == 1) || arch >= 100");
+  ASSERT_OK(ValidateFamily(family, "family"));
+  const v1::Problem problem = Problem({{"n", 10000}}, v1::FLOAT32);
+  const auto elems_8 = [](const SearchSpace& space) {
+    return std::count_if(space.variants.begin(), space.variants.end(),
+                         [](const Variant& v) { return v.config.params().at("ELEMS") == 8; });
+  };
+  DeviceLimits limits;  // sm_90: no ELEMS = 8
+  ASSERT_OK_AND_ASSIGN(SearchSpace plain, ExpandSearchSpace(family, problem, limits));
+  EXPECT_EQ(elems_8(plain), 0);
+  EXPECT_EQ(plain.rejected_by_constraint.back(), 4);  // (64..512, 8): 1024 and 2048 fail earlier
+  limits.arch = "sm_90a";
+  ASSERT_OK_AND_ASSIGN(SearchSpace specific, ExpandSearchSpace(family, problem, limits));
+  EXPECT_EQ(elems_8(specific), 4);
+  EXPECT_EQ(specific.variants.size(), plain.variants.size() + 4);
+  limits.arch = "sm_100f";
+  ASSERT_OK_AND_ASSIGN(SearchSpace blackwell, ExpandSearchSpace(family, problem, limits));
+  EXPECT_EQ(elems_8(blackwell), 4);
+  limits.arch = "sm_89";
+  ASSERT_OK_AND_ASSIGN(SearchSpace ada, ExpandSearchSpace(family, problem, limits));
+  EXPECT_EQ(elems_8(ada), 0);
+
+  // One config, resolved for the arch it was compiled for.
+  v1::Config config;
+  (*config.mutable_params())["BLOCK"] = 128;
+  (*config.mutable_params())["ELEMS"] = 8;
+  EXPECT_THAT(ResolveConfig(family, problem, config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("config fails constraints[1]")));
+  limits.arch = "sm_90a";
+  EXPECT_OK(ResolveConfig(family, problem, config, limits));
+
+  limits.arch = "gfx90a";
+  EXPECT_THAT(ExpandSearchSpace(family, problem, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "target arch 'gfx90a' is not a GPU architecture like sm_90"));
+}
+
 TEST(SearchSpaceTest, ConstraintsAreAppliedInOrderAndNonFiniteFails) {
   v1::KernelFamily family = Load("good/axpy.textproto");
   family.add_constraints("is_pow2(ELEMS) && ELEMS <= 4");

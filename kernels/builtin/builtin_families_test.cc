@@ -43,7 +43,9 @@ namespace {
 using ::testing::UnorderedElementsAreArray;
 
 constexpr char kKernelsDir[] = AUTOTUNE_KERNELS_DIR;
-constexpr char kArch[] = "sm_90";
+// Every built-in manifest compiles for one of these (the GPUs the suite
+// runs on are sm_90; gemm_bf16's wgmma path needs sm_90a).
+constexpr const char* kManifestArchs[] = {"sm_90", "sm_90a"};
 // A family must leave the tuner a real choice for every default problem.
 constexpr size_t kMinValidConfigs = 24;
 // Up to this many distinct variants a family compiles every one (the small
@@ -84,6 +86,13 @@ struct LoadedFamily {
   std::vector<ManifestProblem> problems;  // of <name>.manifest
   std::string manifest_arch;
 };
+
+// What the search space sees of the target: the manifest's arch.
+DeviceLimits TargetOf(const LoadedFamily& loaded) {
+  DeviceLimits limits;
+  limits.arch = loaded.manifest_arch;
+  return limits;
+}
 
 absl::StatusOr<LoadedFamily> LoadBuiltin(const std::string& name) {
   LoadedFamily loaded;
@@ -362,7 +371,7 @@ TEST_P(BuiltinFamilyTest, LoadsAndItsManifestExpands) {
   ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
   EXPECT_EQ(loaded.family.name(), builtin.name);
   EXPECT_FALSE(loaded.family.source().empty());
-  EXPECT_EQ(loaded.manifest_arch, kArch);
+  EXPECT_THAT(kManifestArchs, ::testing::Contains(loaded.manifest_arch));
   EXPECT_EQ(loaded.problems.size(), builtin.default_problems);
   for (const ManifestProblem& problem : loaded.problems) {
     EXPECT_EQ(problem.family, builtin.name) << ProblemLabel(problem.problem);
@@ -378,7 +387,8 @@ TEST_P(BuiltinFamilyTest, EveryDefaultProblemHasEnoughValidConfigs) {
   size_t fewest = SIZE_MAX, most = 0;
   for (const ManifestProblem& problem : loaded.problems) {
     const std::string label = ProblemLabel(problem.problem);
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(loaded.family, problem.problem));
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         ExpandSearchSpace(loaded.family, problem.problem, TargetOf(loaded)));
     EXPECT_GE(space.variants.size(), kMinValidConfigs) << label;
     // The constraints are meant to describe everything the kernel needs, so
     // no config that passes them may fail the device's launch limits.
@@ -411,7 +421,8 @@ TEST_P(BuiltinFamilyTest, TheDefaultConfigIsValidForEveryDefaultProblem) {
   ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
   ASSERT_TRUE(loaded.family.has_default_config()) << builtin.name;
   for (const ManifestProblem& problem : loaded.problems) {
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(loaded.family, problem.problem));
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         ExpandSearchSpace(loaded.family, problem.problem, TargetOf(loaded)));
     bool found = false;
     for (const Variant& variant : space.variants) {
       bool same = variant.config.params_size() == loaded.family.default_config().params_size();
@@ -425,63 +436,9 @@ TEST_P(BuiltinFamilyTest, TheDefaultConfigIsValidForEveryDefaultProblem) {
   }
 }
 
-TEST_P(BuiltinFamilyTest, EveryDistinctVariantCompilesForSm90) {
-  const BuiltinFamily& builtin = GetParam();
-  ASSERT_OK_AND_ASSIGN(const Nvrtc* nvrtc, Nvrtc::Load());
-  ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
-  const std::string program_name = loaded.family.source_file().empty()
-                                       ? absl::StrCat(builtin.name, ".cu")
-                                       : loaded.family.source_file();
-
-  // One job per compile key: a config shared by several problems (the same
-  // dtype, dims that do not reach the source) compiles once, as in the service.
-  std::map<std::string, CompileJob> variants_by_key, references_by_key;
-  auto add = [&](std::map<std::string, CompileJob>& by_key, std::string what,
-                 std::string name_expression, std::vector<std::string> options,
-                 std::vector<int64_t> param_values, const v1::LaunchDims& launch) {
-    CompileJob job{.what = std::move(what),
-                   .request = {.source = loaded.family.source(),
-                               .program_name = program_name,
-                               .name_expression = std::move(name_expression),
-                               .options = std::move(options),
-                               .arch = kArch},
-                   .param_values = std::move(param_values),
-                   .result = {}};
-    const std::string key = CompileKey(job.request, nvrtc->version());
-    CompileJob& kept = by_key.emplace(key, std::move(job)).first->second;
-    int64_t threads = 1;
-    for (int64_t extent : launch.block()) threads *= extent;
-    kept.max_block_threads = std::max(kept.max_block_threads, threads);
-  };
-  for (const ManifestProblem& problem : loaded.problems) {
-    const std::string label = ProblemLabel(problem.problem);
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(loaded.family, problem.problem));
-    add(references_by_key, absl::StrCat(label, " reference"), space.reference_name,
-        space.reference_compile_options, {}, space.reference_launch);
-    for (const Variant& variant : space.variants) {
-      add(variants_by_key, absl::StrCat(label, " ", absl::StrJoin(variant.compile_options, " ")),
-          variant.name_expression, variant.compile_options, variant.param_values, variant.launch);
-    }
-  }
-  std::vector<CompileJob> variants;
-  variants.reserve(variants_by_key.size());
-  for (auto& [key, job] : variants_by_key) variants.push_back(std::move(job));
-  const std::vector<size_t> sample = SampleVariants(loaded.family, variants);
-  std::vector<CompileJob> jobs;
-  jobs.reserve(references_by_key.size() + sample.size());
-  for (auto& [key, job] : references_by_key) jobs.push_back(std::move(job));
-  for (size_t i : sample) jobs.push_back(std::move(variants[i]));
-  const size_t references = references_by_key.size();
-
-  const int threads = CompileThreads();
-  const double seconds = CompileAll(*nvrtc, jobs, threads);
-  std::printf(
-      "%s: %zu of %zu distinct variants%s + %zu references compiled for %s in %.1f s "
-      "(%d threads, NVRTC %s)\n",
-      builtin.name, sample.size(), variants.size(),
-      sample.size() < variants.size() ? " (a sample)" : "", references, kArch, seconds, threads,
-      nvrtc->version().c_str());
-
+// Every job compiled without warnings into a cubin whose kernel can be
+// launched the way its variants are.
+void CheckCompiled(const char* family, const std::vector<CompileJob>& jobs) {
   int failures = 0;
   int64_t most_registers = 0;
   for (const CompileJob& job : jobs) {
@@ -511,9 +468,119 @@ TEST_P(BuiltinFamilyTest, EveryDistinctVariantCompilesForSm90) {
                     << result.log;
     }
   }
-  std::printf("%s: at most %lld registers per thread\n", builtin.name,
+  std::printf("%s: at most %lld registers per thread\n", family,
               static_cast<long long>(most_registers));
   EXPECT_EQ(failures, 0) << "of " << jobs.size() << " compiles";
+}
+
+TEST_P(BuiltinFamilyTest, EveryDistinctVariantCompilesForItsManifestsArch) {
+  const BuiltinFamily& builtin = GetParam();
+  ASSERT_OK_AND_ASSIGN(const Nvrtc* nvrtc, Nvrtc::Load());
+  ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
+  const std::string program_name = loaded.family.source_file().empty()
+                                       ? absl::StrCat(builtin.name, ".cu")
+                                       : loaded.family.source_file();
+
+  // One job per compile key: a config shared by several problems (the same
+  // dtype, dims that do not reach the source) compiles once, as in the service.
+  std::map<std::string, CompileJob> variants_by_key, references_by_key;
+  auto add = [&](std::map<std::string, CompileJob>& by_key, std::string what,
+                 std::string name_expression, std::vector<std::string> options,
+                 std::vector<int64_t> param_values, const v1::LaunchDims& launch) {
+    CompileJob job{.what = std::move(what),
+                   .request = {.source = loaded.family.source(),
+                               .program_name = program_name,
+                               .name_expression = std::move(name_expression),
+                               .options = std::move(options),
+                               .arch = loaded.manifest_arch},
+                   .param_values = std::move(param_values),
+                   .result = {}};
+    const std::string key = CompileKey(job.request, nvrtc->version());
+    CompileJob& kept = by_key.emplace(key, std::move(job)).first->second;
+    int64_t threads = 1;
+    for (int64_t extent : launch.block()) threads *= extent;
+    kept.max_block_threads = std::max(kept.max_block_threads, threads);
+  };
+  for (const ManifestProblem& problem : loaded.problems) {
+    const std::string label = ProblemLabel(problem.problem);
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         ExpandSearchSpace(loaded.family, problem.problem, TargetOf(loaded)));
+    add(references_by_key, absl::StrCat(label, " reference"), space.reference_name,
+        space.reference_compile_options, {}, space.reference_launch);
+    for (const Variant& variant : space.variants) {
+      add(variants_by_key, absl::StrCat(label, " ", absl::StrJoin(variant.compile_options, " ")),
+          variant.name_expression, variant.compile_options, variant.param_values, variant.launch);
+    }
+  }
+  std::vector<CompileJob> variants;
+  variants.reserve(variants_by_key.size());
+  for (auto& [key, job] : variants_by_key) variants.push_back(std::move(job));
+  const std::vector<size_t> sample = SampleVariants(loaded.family, variants);
+  std::vector<CompileJob> jobs;
+  jobs.reserve(references_by_key.size() + sample.size());
+  for (auto& [key, job] : references_by_key) jobs.push_back(std::move(job));
+  for (size_t i : sample) jobs.push_back(std::move(variants[i]));
+  const size_t references = references_by_key.size();
+
+  const int threads = CompileThreads();
+  const double seconds = CompileAll(*nvrtc, jobs, threads);
+  std::printf(
+      "%s: %zu of %zu distinct variants%s + %zu references compiled for %s in %.1f s "
+      "(%d threads, NVRTC %s)\n",
+      builtin.name, sample.size(), variants.size(),
+      sample.size() < variants.size() ? " (a sample)" : "", references,
+      loaded.manifest_arch.c_str(), seconds, threads, nvrtc->version().c_str());
+
+  CheckCompiled(builtin.name, jobs);
+}
+
+// gemm_bf16's wgmma path exists for sm_90a only, and the general sample
+// above holds only a few of its configs: an even spread of them compiles
+// for sm_90a here (the first and the last config of the path among them).
+TEST(GemmBf16Test, TheWgmmaPathIsOnlyForSm90aAndCompilesThere) {
+  ASSERT_OK_AND_ASSIGN(const Nvrtc* nvrtc, Nvrtc::Load());
+  ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin("gemm_bf16"));
+  v1::Problem problem;
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"M", 4096}, {"N", 4096}, {"K", 4096}}) {
+    (*problem.mutable_dims())[name] = value;
+  }
+  problem.set_dtype(v1::BFLOAT16);
+  const auto wgmma_variants = [&](const std::string& arch) -> std::vector<Variant> {
+    DeviceLimits limits;
+    limits.arch = arch;
+    absl::StatusOr<SearchSpace> space = ExpandSearchSpace(loaded.family, problem, limits);
+    EXPECT_TRUE(space.ok()) << space.status();
+    std::vector<Variant> kept;
+    if (!space.ok()) return kept;
+    for (Variant& variant : space->variants) {
+      if (variant.config.params().at("WGMMA") == 1) kept.push_back(std::move(variant));
+    }
+    return kept;
+  };
+  EXPECT_TRUE(wgmma_variants("sm_90").empty());
+  EXPECT_TRUE(wgmma_variants("sm_100a").empty());
+  const std::vector<Variant> variants = wgmma_variants("sm_90a");
+  ASSERT_EQ(variants.size(), 288u);  // the count the descriptor's comment gives
+
+  constexpr size_t kSample = 24;
+  std::vector<CompileJob> jobs;
+  for (size_t i = 0; i < kSample; ++i) {
+    const Variant& variant = variants[i * (variants.size() - 1) / (kSample - 1)];
+    CompileJob& job = jobs.emplace_back();
+    job.what = absl::StrJoin(variant.compile_options, " ");
+    job.request = {.source = loaded.family.source(),
+                   .program_name = loaded.family.source_file(),
+                   .name_expression = variant.name_expression,
+                   .options = variant.compile_options,
+                   .arch = "sm_90a"};
+    job.param_values = variant.param_values;
+    job.max_block_threads = variant.launch.block(0);
+  }
+  const double seconds = CompileAll(*nvrtc, jobs, CompileThreads());
+  std::printf("gemm_bf16: %zu of %zu wgmma variants compiled for sm_90a in %.1f s\n", jobs.size(),
+              variants.size(), seconds);
+  CheckCompiled("gemm_bf16 (wgmma)", jobs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtin, BuiltinFamilyTest, ::testing::ValuesIn(kBuiltinFamilies),

@@ -8,9 +8,14 @@
 //
 // Macros: bf16 only (AUTOTUNE_DTYPE_BF16); AUTOTUNE_REFERENCE selects the
 // reference kernel, else the tuned kernel needs its parameters:
+//   WGMMA       the instruction path: 0 = mma.sync (sm_80 and later), 1 =
+//               wgmma.mma_async (sm_90a only)
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
-//   WM, WN      warps along M and N; each warp owns a (BM/WM) x (BN/WN) tile
-//               of C in m16n8 accumulator fragments (multiples of 16 both ways)
+//   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
+//               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
+//               of 16 both ways). wgmma: WM warpgroups along M (WN = 1),
+//               each owning (BM/WM) x BN in m64 slabs (BK = 64, BN one of
+//               64, 128 and 256)
 //   STAGES      shared-memory stages of the cp.async ring (STAGES - 1 K steps
 //               in flight while one is computed)
 //   GROUP_M     block tiles walk GROUP_M tile rows down before moving right,
@@ -22,9 +27,11 @@
 // past M are not written.
 //
 // Tensor cores through inline PTX, no library: cp.async 16-byte copies
-// global -> shared, ldmatrix.x4 fragments from XOR-swizzled tiles (no bank
-// conflicts) and mma.sync m16n8k16 bf16 -> fp32. B is N x K with K
-// contiguous, which is exactly mma's "col" operand: no transpose anywhere.
+// global -> shared into XOR-swizzled tiles (no bank conflicts), then either
+// ldmatrix.x4 fragments and mma.sync m16n8k16 bf16 -> fp32 per warp, or
+// wgmma m64nBNk16 per warpgroup straight from shared memory (with BK = 64
+// the swizzle is wgmma's 128-byte mode). B is N x K with K contiguous,
+// which is exactly both instructions' K-major B: no transpose anywhere.
 //
 // The workspace (a SCRATCH buffer, zeroed when allocated) holds
 //   [0, CounterWords)   one arrival counter per tile, for the smallest tile
@@ -36,8 +43,9 @@
 // atomic: the next launch (the timing loop replays it on the same buffer),
 // or a config with another SPLIT_K, finds every counter at 0.
 //
-// Launch: grid = (ceil(M / BM) * (N / BN), SPLIT_K), block = 32 * WM * WN,
-// dynamic shared memory = STAGES * (BM + BN) * BK * 2 bytes.
+// Launch: grid = (ceil(M / BM) * (N / BN), SPLIT_K), block = 32 * WM * WN
+// (mma.sync) or 128 * WM (wgmma), dynamic shared memory = STAGES * (BM +
+// BN) * BK * 2 bytes, plus 1024 for wgmma (its tiles are 1024-aligned).
 #include <cuda_bf16.h>
 
 #if !defined(AUTOTUNE_DTYPE_BF16)
@@ -71,14 +79,22 @@ extern "C" __global__ void __launch_bounds__(256)
 #else  // the tuned kernel
 
 #if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || \
-    !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K)
-#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M and SPLIT_K"
+    !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K) || !defined(WGMMA)
+#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K and WGMMA"
+#endif
+#if WGMMA && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the wgmma path (WGMMA=1) runs on sm_90a only: compile with -arch=sm_90a"
 #endif
 
-constexpr int kThreads = 32 * WM * WN;
-constexpr int kWarpM = BM / WM;  // a warp's tile of C
+// mma.sync: WM x WN warps, each owning a kWarpM x kWarpN tile of C in m16n8
+// fragments. wgmma: WM warpgroups (WN = 1), each owning kWarpM rows of the
+// tile in m64 slabs of BN columns; warp w of a warpgroup holds rows 16 w to
+// 16 w + 15 of each slab, in the same m16n8 fragment layout.
+constexpr int kThreads = WGMMA ? 128 * WM : 32 * WM * WN;
+constexpr int kWarpM = BM / WM;
 constexpr int kWarpN = BN / WN;
-constexpr int kFragM = kWarpM / 16;  // m16n8 accumulator fragments per warp
+constexpr int kFragRows = WGMMA ? 64 : 16;  // rows from one fragment row to the next
+constexpr int kFragM = kWarpM / kFragRows;
 constexpr int kFragN = kWarpN / 8;
 constexpr int kChunksPerRow = BK / 8;  // 16-byte chunks in a tile row of BK bf16
 // Rows of a tile that share one 128-byte line of the 32 shared-memory banks.
@@ -87,8 +103,15 @@ constexpr int kStageBytesA = BM * BK * 2;
 constexpr int kStageBytesB = BN * BK * 2;
 
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (tile rows of 64 or 128 bytes)");
+#if WGMMA
+static_assert(WN == 1 && BK == 64 && BM % (64 * WM) == 0 && STAGES >= 3,
+              "wgmma: WN = 1, BK = 64 (the 128-byte swizzle), a warpgroup's rows a multiple of "
+              "64, and one stage beyond the one wgmma may still read");
+static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma: BN is one of 64, 128 and 256");
+#else
 static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0,
               "a warp's tile must be a multiple of 16 along M and N (ldmatrix.x4 loads 16 rows)");
+#endif
 // The counters are laid out for 16 x 32 tiles (CounterWords); a larger tile
 // uses a prefix of them.
 static_assert(BM >= 16 && BN >= 32, "the smallest tile the counters allow is 16 x 32");
@@ -150,6 +173,125 @@ __device__ __forceinline__ void Mma(float (&acc)[4], const unsigned (&a)[4],
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+#if WGMMA
+// wgmma.mma_async (sm_90a): a warpgroup's m64nBNk16 product from two shared-
+// memory descriptors, accumulated into d (BN / 2 registers a thread, in
+// m16n8 fragment order: d[j] is fragment j of the thread's warp).
+#define AT_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define AT_ACC32(j)                                                                           \
+  AT_ACC4(j), AT_ACC4(j + 1), AT_ACC4(j + 2), AT_ACC4(j + 3), AT_ACC4(j + 4), AT_ACC4(j + 5), \
+      AT_ACC4(j + 6), AT_ACC4(j + 7)
+#if BN == 64
+__device__ __forceinline__ void Wgmma(float (&d)[8][4], unsigned long long a,
+                                      unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : AT_ACC32(0)
+      : "l"(a), "l"(b), "r"(1));
+}
+#elif BN == 128
+__device__ __forceinline__ void Wgmma(float (&d)[16][4], unsigned long long a,
+                                      unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : AT_ACC32(0), AT_ACC32(8)
+      : "l"(a), "l"(b), "r"(1));
+}
+#elif BN == 256
+__device__ __forceinline__ void Wgmma(float (&d)[32][4], unsigned long long a,
+                                      unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+      "%127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : AT_ACC32(0), AT_ACC32(8), AT_ACC32(16), AT_ACC32(24)
+      : "l"(a), "l"(b), "r"(1));
+}
+#endif
+#undef AT_ACC32
+#undef AT_ACC4
+
+// The descriptor of a K-major operand tile in the 128-byte swizzle that
+// TileLoader writes for BK = 64 (row r of 128 bytes at r * 128, its 16-byte
+// chunk c at c ^ (r % 8)): start address / 16 in bits 0-13, leading byte
+// offset 16 (unused by this swizzle) in bits 16-29, 1024 bytes from one
+// group of 8 rows to the next in bits 32-45, swizzle mode 1 (128 bytes) in
+// bits 62-63. The hardware swizzles the address it computes, so the k16
+// step kk of a 1024-aligned tile starts kk * 32 bytes in.
+__device__ __forceinline__ unsigned long long SmemDescriptor(unsigned address) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most `kPending` of the warpgroup's wgmma groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Orders this thread's shared-memory writes (cp.async, landed) before
+// reads of the async proxy, which is how wgmma reads its operands.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving accesses to the accumulators across the
+// asynchronous wgmma that owns them.
+__device__ __forceinline__ void FenceAccumulators(float (&acc)[kFragM][kFragN][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kFragN; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[mi][ni][e])::"memory");
+    }
+  }
+}
+
+// The warpgroup's wgmmas over one stage (stage_a: its own kWarpM rows),
+// committed as one group; returns with at most one group (this one) in
+// flight, so the stage read one step before is free again.
+__device__ __forceinline__ void WgmmaStage(unsigned stage_a, unsigned stage_b,
+                                           float (&acc)[kFragM][kFragN][4]) {
+  FenceAccumulators(acc);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    const unsigned long long b = SmemDescriptor(stage_b + kk * 32);
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+      Wgmma(acc[mi], SmemDescriptor(stage_a + mi * 64 * BK * 2 + kk * 32), b);
+    }
+  }
+  WgmmaCommit();
+  WgmmaWait<1>();
+  FenceAccumulators(acc);
+}
+#endif  // WGMMA
 
 // One thread's share of the copies of a kRows x BK operand tile per K
 // step: chunks first_row + i * kRowStep (i < kPerThread) of one column of
@@ -264,8 +406,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int warp_m = warp / WN;
-  const int warp_n = warp % WN;
 
   // Grouped rasterization (Triton's matmul tutorial): blocks walk a band of
   // GROUP_M tile rows column by column; the last band may be shorter.
@@ -287,8 +427,64 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const TileLoader<BN, false> load_b(b + static_cast<long long>(n0) * k + split * split_k, k, BN,
                                      tid);
 
-  const unsigned smem_a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  // wgmma's swizzled tiles start at 1024-byte boundaries (the launch gives
+  // 1024 bytes more for it); every stage is a multiple of 8 KiB then.
+  unsigned smem_a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (WGMMA) smem_a = (smem_a + 1023) & ~1023u;
   const unsigned smem_b = smem_a + STAGES * kStageBytesA;
+
+  float acc[kFragM][kFragN][4];
+#pragma unroll
+  for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kFragN; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+    }
+  }
+
+#if WGMMA
+  // One commit group of copies per K step, as below, but only STAGES - 2
+  // steps ahead: the wgmma group of step kt - 1 may still read its stage
+  // while step kt's is issued, so step kt + STAGES - 2 goes into the stage
+  // of step kt - 2, which every warpgroup has finished with (WgmmaStage
+  // returned with only its last group in flight, before the barrier).
+  const unsigned warpgroup_a = static_cast<unsigned>(warp / 4 * kWarpM * BK * 2);
+#pragma unroll
+  for (int s = 0; s < STAGES - 2; ++s) {
+    if (s < k_tiles) {
+      load_a.Load(smem_a + s * kStageBytesA, s * BK);
+      load_b.Load(smem_b + s * kStageBytesB, s * BK);
+    }
+    CpAsyncCommit();
+  }
+  int read_stage = 0;            // kt % STAGES
+  int write_stage = STAGES - 2;  // (kt + STAGES - 2) % STAGES
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<STAGES - 3>();
+    FenceProxyAsync();
+    __syncthreads();
+    const int next = kt + STAGES - 2;
+    if (next < k_tiles) {
+      load_a.Load(smem_a + write_stage * kStageBytesA, next * BK);
+      load_b.Load(smem_b + write_stage * kStageBytesB, next * BK);
+    }
+    CpAsyncCommit();
+    WgmmaStage(smem_a + read_stage * kStageBytesA + warpgroup_a, smem_b + read_stage * kStageBytesB,
+               acc);
+    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+  }
+  WgmmaWait<0>();
+  FenceAccumulators(acc);
+  CpAsyncWait<0>();
+
+  // Fragment (mi, ni) covers rows row0 + mi*64 + {0, 8}, columns col0 + ni*8 + {0, 1}.
+  const int row0 = m0 + warp / 4 * kWarpM + warp % 4 * 16 + lane / 4;
+  const int col0 = n0 + lane % 4 * 2;
+#else
+  const int warp_m = warp / WN;
+  const int warp_n = warp % WN;
 
   // ldmatrix rows: A's lanes 0-15 address rows 0-15 at k 0-7, lanes 16-31
   // the same rows at k 8-15; B's lanes address n rows 0-7 (lanes 0-15) and
@@ -303,16 +499,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                            (((kk * 2 + lane / 16) ^ Swizzle(a_row)) << 4));
       b_offset[kk] = static_cast<unsigned>((warp_n * kWarpN + b_row) * BK * 2 +
                                            (((kk * 2 + lane / 8 % 2) ^ Swizzle(b_row)) << 4));
-    }
-  }
-
-  float acc[kFragM][kFragN][4];
-#pragma unroll
-  for (int mi = 0; mi < kFragM; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < kFragN; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
     }
   }
 
@@ -350,6 +536,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // Fragment (mi, ni) covers rows row0 + mi*16 + {0, 8}, columns col0 + ni*8 + {0, 1}.
   const int row0 = m0 + warp_m * kWarpM + lane / 4;
   const int col0 = n0 + warp_n * kWarpN + lane % 4 * 2;
+#endif
 
   if constexpr (SPLIT_K == 1) {
 #pragma unroll
@@ -357,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int ni = 0; ni < kFragN; ++ni) {
         const float(&v)[4] = acc[mi][ni];
-        StoreFragment(c, row0 + mi * 16, col0 + ni * 8, m, n, alpha, v[0], v[1], v[2], v[3]);
+        StoreFragment(c, row0 + mi * kFragRows, col0 + ni * 8, m, n, alpha, v[0], v[1], v[2], v[3]);
       }
     }
   } else {
@@ -402,7 +589,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           sum.z += part.z;
           sum.w += part.w;
         }
-        StoreFragment(c, row0 + mi * 16, col0 + ni * 8, m, n, alpha, sum.x, sum.y, sum.z, sum.w);
+        StoreFragment(c, row0 + mi * kFragRows, col0 + ni * 8, m, n, alpha, sum.x, sum.y, sum.z,
+                      sum.w);
       }
     }
   }

@@ -167,10 +167,13 @@ absl::StatusOr<JobPlan> PlanJob(
     plan.units.push_back(std::move(unit));
     return key;
   };
+  // The constraints see the arch the plan compiles for (search_space.h).
+  kernels::DeviceLimits limits = target.limits;
+  if (!target.arch.empty()) limits.arch = target.arch;
   for (kernels::ManifestProblem& item : problems) {
     const std::shared_ptr<const cache::FamilyRecord>& record = families.at(item.family);
     absl::StatusOr<kernels::SearchSpace> space =
-        kernels::ExpandSearchSpace(record->family, item.problem, target.limits);
+        kernels::ExpandSearchSpace(record->family, item.problem, limits);
     if (!space.ok()) {
       return absl::Status(
           space.status().code(),

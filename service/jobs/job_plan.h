@@ -73,9 +73,9 @@ struct JobPlan {
 
 // What the plan is made for.
 struct PlanTarget {
-  std::string arch;           // from ResolveArch
-  std::string nvrtc_version;  // part of every compile key
-  kernels::DeviceLimits limits;
+  std::string arch;              // from ResolveArch
+  std::string nvrtc_version;     // part of every compile key
+  kernels::DeviceLimits limits;  // its arch is replaced by `arch` when set
   // Most variants the plan may hold (0 = no limit), and how an error names
   // that limit ("max_job_variants (500000; autotuned --max-job-variants)").
   int64_t max_variants = 0;

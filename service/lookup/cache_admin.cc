@@ -261,8 +261,10 @@ absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
                      family_of(entry.family(), entry.family_hash()));
     if (family != nullptr) {
       RETURN_IF_ERROR(ValidateProblem(*family, entry.problem(), field + ".problem"));
+      kernels::DeviceLimits target;  // the arch the entry was compiled for
+      if (!entry.arch().empty()) target.arch = entry.arch();
       if (absl::StatusOr<kernels::Variant> variant =
-              kernels::ResolveConfig(*family, entry.problem(), entry.config());
+              kernels::ResolveConfig(*family, entry.problem(), entry.config(), target);
           !variant.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".config: ", variant.status().message()));

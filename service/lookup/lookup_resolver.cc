@@ -321,8 +321,11 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   if (response.match() == v1::EXACT) {
     *response.mutable_launch() = response.entry().launch();
   } else if (response.match() == v1::NEAREST) {
-    absl::StatusOr<kernels::Variant> fitted =
-        kernels::ResolveConfig(family->family, request.problem(), response.entry().config());
+    // Checked for the arch the entry was compiled for.
+    kernels::DeviceLimits target;
+    if (!response.entry().arch().empty()) target.arch = response.entry().arch();
+    absl::StatusOr<kernels::Variant> fitted = kernels::ResolveConfig(
+        family->family, request.problem(), response.entry().config(), target);
     if (fitted.ok()) {
       *response.mutable_launch() = fitted->launch;
     } else {

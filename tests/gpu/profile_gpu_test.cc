@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -290,14 +291,24 @@ struct PreparedProblem {
 
 // `sample` > 0 keeps that many variants of the space, spread evenly over
 // it (the first and the last always among them), and compiles only those.
-absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(const v1::KernelFamily& family,
-                                                         const v1::Problem& problem,
-                                                         size_t sample = 0) {
+// `arch` (empty: the GPU's, "sm_90") is the one the space is expanded and
+// compiled for; `keep`, when set, drops the variants it refuses first.
+absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(
+    const v1::KernelFamily& family, const v1::Problem& problem, size_t sample = 0,
+    std::string arch = "", const std::function<bool(const kernels::Variant&)>& keep = nullptr) {
   auto prepared = std::make_unique<PreparedProblem>();
   prepared->family = family;
   prepared->problem = problem;
-  ASSIGN_OR_RETURN(prepared->space, kernels::ExpandSearchSpace(family, problem));
+  if (arch.empty()) arch = gpu->Arch();
+  kernels::DeviceLimits target;
+  target.arch = arch;
+  ASSIGN_OR_RETURN(prepared->space, kernels::ExpandSearchSpace(family, problem, target));
   std::vector<kernels::Variant>& variants = prepared->space.variants;
+  if (keep) {
+    variants.erase(std::remove_if(variants.begin(), variants.end(),
+                                  [&](const kernels::Variant& v) { return !keep(v); }),
+                   variants.end());
+  }
   if (sample > 1 && variants.size() > sample) {
     std::vector<kernels::Variant> kept;
     for (size_t i = 0; i < sample; ++i) {
@@ -306,7 +317,7 @@ absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(const v1::KernelFamily&
     variants = std::move(kept);
   }
   const std::vector<kernels::CompileRequest> requests =
-      CompileRequests(family, prepared->space, gpu->Arch());
+      CompileRequests(family, prepared->space, arch);
   RETURN_IF_ERROR(gpu->CompileAll(requests));
   ASSIGN_OR_RETURN(prepared->reference, gpu->Compiled(requests.front()));
   for (size_t i = 1; i < requests.size(); ++i) {
@@ -899,48 +910,65 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
 // gemm_bf16 has thousands of configs a problem, too many to compile here:
 // an even spread of each problem's space validates, over problems with an
 // M that tiles no block exactly, a single row (split-K's case), and N and K
-// that several tile sizes and splits divide. Every config of a tuned problem
-// is validated again by the job that tunes it.
+// that several tile sizes and splits divide: 96 mma.sync configs for sm_90
+// and, on a GPU that runs sm_90a, 48 of the wgmma path's. Every config of a
+// tuned problem is validated again by the job that tunes it.
 TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
                        kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/gemm_bf16.textproto")));
-  const size_t sample = 96;
   std::vector<wv1::VariantOutcome> outcomes;
   int failures = 0;
+  int wgmma = 0;
   const absl::Time start = absl::Now();
+  struct Pass {
+    std::string arch;
+    size_t sample;
+    int64_t wgmma;  // the WGMMA param of the configs kept
+  };
+  std::vector<Pass> passes = {{gpu->Arch(), 96, 0}};
+  if (gpu->Arch() == "sm_90") passes.push_back({"sm_90a", 48, 1});
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}}) {
-    v1::Problem problem;
-    (*problem.mutable_dims())["M"] = m;
-    (*problem.mutable_dims())["N"] = n;
-    (*problem.mutable_dims())["K"] = k;
-    problem.set_dtype(v1::BFLOAT16);
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
-                         Prepare(family, problem, sample));
-    kernels::ProfileSettings settings;
-    settings.validate_only = true;
-    std::vector<Pick> picks;  // ids are positions in the sample
-    for (size_t i = 0; i < prepared->space.variants.size(); ++i) {
-      picks.push_back({static_cast<int>(i), absl::StrCat(i)});
-    }
-    ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task, MakeTask(*prepared, picks, settings,
-                                                         absl::StrCat("gemm-", m, "-", n, "-", k)));
-    service::ProfileResult result = pool_->Profile(task);
-    ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
-        << result.done.ShortDebugString();
-    for (const wv1::VariantOutcome& outcome : result.outcomes) {
-      if (outcome.status() != v1::OK && ++failures <= 10) {
-        const v1::Config& config =
-            prepared->space.variants[static_cast<size_t>(std::stoi(outcome.variant_id()))].config;
-        ADD_FAILURE() << task.context() << " " << config.ShortDebugString() << ": "
-                      << outcome.ShortDebugString();
+    for (const Pass& pass : passes) {
+      v1::Problem problem;
+      (*problem.mutable_dims())["M"] = m;
+      (*problem.mutable_dims())["N"] = n;
+      (*problem.mutable_dims())["K"] = k;
+      problem.set_dtype(v1::BFLOAT16);
+      ASSERT_OK_AND_ASSIGN(
+          std::unique_ptr<PreparedProblem> prepared,
+          Prepare(family, problem, pass.sample, pass.arch, [&](const kernels::Variant& v) {
+            return v.config.params().at("WGMMA") == pass.wgmma;
+          }));
+      ASSERT_FALSE(prepared->space.variants.empty()) << pass.arch;
+      if (pass.wgmma == 1) wgmma += static_cast<int>(prepared->space.variants.size());
+      kernels::ProfileSettings settings;
+      settings.validate_only = true;
+      std::vector<Pick> picks;  // ids are positions in the sample
+      for (size_t i = 0; i < prepared->space.variants.size(); ++i) {
+        picks.push_back({static_cast<int>(i), absl::StrCat(i)});
       }
+      ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
+                           MakeTask(*prepared, picks, settings,
+                                    absl::StrCat("gemm-", m, "-", n, "-", k, "-", pass.arch)));
+      service::ProfileResult result = pool_->Profile(task);
+      ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
+          << result.done.ShortDebugString();
+      for (const wv1::VariantOutcome& outcome : result.outcomes) {
+        if (outcome.status() != v1::OK && ++failures <= 10) {
+          const v1::Config& config =
+              prepared->space.variants[static_cast<size_t>(std::stoi(outcome.variant_id()))].config;
+          ADD_FAILURE() << task.context() << " " << config.ShortDebugString() << ": "
+                        << outcome.ShortDebugString();
+        }
+      }
+      outcomes.insert(outcomes.end(), result.outcomes.begin(), result.outcomes.end());
     }
-    outcomes.insert(outcomes.end(), result.outcomes.begin(), result.outcomes.end());
   }
   Summary("builtin gemm_bf16",
-          absl::StrCat(outcomes.size(), " configs over 3 problems validated: ",
-                       CountStatuses(outcomes), " in ", Seconds(absl::Now() - start)));
+          absl::StrCat(outcomes.size(), " configs over 3 problems validated (", wgmma,
+                       " of them wgmma on sm_90a): ", CountStatuses(outcomes), " in ",
+                       Seconds(absl::Now() - start)));
   EXPECT_EQ(failures, 0);
 }
 

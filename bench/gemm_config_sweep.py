@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Times chosen gemm_bf16 configs and torch.matmul (cuBLAS) side by side.
+
+A look at the family's ceiling without the daemon: each config of --configs
+is compiled from kernels/builtin/gemm_bf16.cu with NVRTC (as the daemon's
+workers do: -arch, the param macros and the dtype macros), checked against
+torch, and timed exactly as bench/gemm_vs_cublas.py times tuned cubins (CUDA
+graphs over input sets larger than 2x L2, medians of graph replays), at each
+shape of --shapes. It does not tune: it shows what given configs reach, for
+instance the best tiles of each instruction path at large M.
+
+  python3 bench/gemm_config_sweep.py --shapes 4096x4096x4096,8192x8192x8192 \
+      --configs "WGMMA=1 BM=128 BN=256 BK=64 WM=2 WN=1 STAGES=4 GROUP_M=8 SPLIT_K=1"
+
+--configs takes configs separated by ';' (every param of the family given).
+Prints one row per shape and config; writes them to --json.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_vs_cublas import external_stream, time_graph, workspace_floats  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(REPO, "kernels", "builtin", "gemm_bf16.cu")
+PARAMS = ("WGMMA", "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K")
+
+
+def nvrtc_compile(source, options, arch):
+    """The cubin of `source` compiled by the toolkit's NVRTC."""
+    lib = ctypes.CDLL(os.environ.get("NVRTC_LIB", "/usr/local/cuda/lib64/libnvrtc.so.13"))
+    program = ctypes.c_void_p()
+
+    def check(rc, what):
+        if rc != 0:
+            raise RuntimeError(f"nvrtc {what} failed ({rc})")
+
+    check(lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"gemm_bf16.cu", 0,
+                                 None, None), "create")
+    args = [f"-arch={arch}", "-std=c++17", "--include-path=/usr/local/cuda/include"] + options
+    argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
+    rc = lib.nvrtcCompileProgram(program, len(args), argv)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(program, log)
+    if rc != 0:
+        raise RuntimeError(f"compile failed for {' '.join(options)}:\n{log.value.decode()}")
+    lib.nvrtcGetCUBINSize(program, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    check(lib.nvrtcGetCUBIN(program, cubin), "cubin")
+    lib.nvrtcDestroyProgram(ctypes.byref(program))
+    return cubin.raw
+
+
+def launch_of(config, m, n):
+    """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
+    c = config
+    grid = (-(-m // c["BM"]) * (n // c["BN"]), c["SPLIT_K"], 1)
+    block = (128 * c["WM"] if c["WGMMA"] else 32 * c["WM"] * c["WN"], 1, 1)
+    shared = c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + c["WGMMA"] * 1024
+    return grid, block, shared
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", required=True, help="MxNxK[,MxNxK...]")
+    parser.add_argument("--configs", required=True, help="'P=v ...;P=v ...'")
+    parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    import cupy as cp
+    import numpy as np
+    import torch
+
+    device = torch.cuda.get_device_properties(0)
+    l2_bytes = getattr(device, "L2_cache_size", 50 << 20)
+    with open(SOURCE) as f:
+        source = f.read()
+    configs = []
+    for text in filter(None, (t.strip() for t in args.configs.split(";"))):
+        config = {k: int(v) for k, v in (p.split("=") for p in text.split())}
+        missing = [p for p in PARAMS if p not in config]
+        if missing:
+            sys.exit(f"config '{text}' lacks {', '.join(missing)}")
+        options = [f"-D{p}={config[p]}" for p in PARAMS] + [
+            "-DAUTOTUNE_DTYPE=__nv_bfloat16", "-DAUTOTUNE_DTYPE_BF16=1",
+            "-DAUTOTUNE_DTYPE_BYTES=2"]
+        try:
+            cubin = nvrtc_compile(source, options, args.arch)
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
+            continue
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                            "gemm_" + "_".join(str(config[p]) for p in PARAMS) + ".cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        configs.append((config, cp.RawModule(path=path).get_function("gemm_bf16")))
+
+    rows = []
+    for shape in args.shapes.split(","):
+        m, n, k = (int(x) for x in shape.split("x"))
+        per_set = (m * k + n * k + m * n) * 2
+        sets = max(1, min(64, math.ceil(2 * l2_bytes / per_set)))
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        a = [torch.rand(m, k, device="cuda", generator=gen).mul_(2).sub_(1).to(torch.bfloat16)
+             for _ in range(sets)]
+        b = [torch.rand(n, k, device="cuda", generator=gen).mul_(2).sub_(1).to(torch.bfloat16)
+             for _ in range(sets)]
+        c = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+        alpha = np.float32(1.0 / math.sqrt(k))
+
+        def cublas(i):
+            torch.matmul(a[i], b[i].t(), out=c[i])
+
+        cublas_us = time_graph(torch, cublas, sets, l2_bytes, per_set)
+        cublas(0)
+        expected = c[0].float() * float(alpha)
+        flops = 2.0 * m * n * k
+        for config, kernel in configs:
+            if n % config["BN"] or k % (config["BK"] * config["SPLIT_K"]):
+                continue
+            grid, block, shared = launch_of(config, m, n)
+            if shared > 48 * 1024:
+                kernel.max_dynamic_shared_size_bytes = shared
+            work = [torch.zeros(workspace_floats(m, n, config), device="cuda",
+                                dtype=torch.float32) for _ in range(sets)]
+
+            def tuned(i, kernel=kernel, grid=grid, block=block, shared=shared, work=work):
+                with external_stream(cp, torch.cuda.current_stream()):
+                    kernel(grid, block,
+                           (np.uint64(a[i].data_ptr()), np.uint64(b[i].data_ptr()),
+                            np.uint64(c[i].data_ptr()), np.uint64(work[i].data_ptr()), alpha,
+                            np.int32(m), np.int32(n), np.int32(k)),
+                           shared_mem=shared)
+
+            c[0].zero_()
+            tuned(0)
+            torch.cuda.synchronize()
+            error = ((c[0].float() - expected).abs().max()
+                     / expected.abs().max().clamp_min(1e-6)).item()
+            us = time_graph(torch, tuned, sets, l2_bytes, per_set)
+            rows.append({"M": m, "N": n, "K": k, "config": config, "us": us,
+                         "cublas_us": cublas_us, "tflops": flops / us / 1e6,
+                         "cublas_tflops": flops / cublas_us / 1e6, "of_cublas": cublas_us / us,
+                         "max_rel_error": error})
+            del work
+        del a, b, c
+        torch.cuda.empty_cache()
+
+    print(f"{'M':>6} {'N':>6} {'K':>6} {'µs':>9} {'cuBLAS µs':>9} {'TFLOP/s':>8} {'cuBLAS':>7} "
+          f"{'of cuBLAS':>9} {'rel err':>8}  config")
+    for r in rows:
+        cfg = " ".join(f"{p}={r['config'][p]}" for p in PARAMS)
+        print(f"{r['M']:>6} {r['N']:>6} {r['K']:>6} {r['us']:>9.2f} {r['cublas_us']:>9.2f} "
+              f"{r['tflops']:>8.1f} {r['cublas_tflops']:>7.1f} {100 * r['of_cublas']:>8.1f}% "
+              f"{r['max_rel_error']:>8.1e}  {cfg}")
+    print(f"device: {device.name}; torch {torch.__version__}; arch {args.arch}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device.name, "rows": rows}, f, indent=1)
+    return 1 if any(not r["max_rel_error"] < 0.02 for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
