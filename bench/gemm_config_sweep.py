@@ -61,8 +61,9 @@ def launch_of(config, m, n):
     """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
     c = config
     grid = (-(-m // c["BM"]) * (n // c["BN"]), c["SPLIT_K"], 1)
-    block = (128 * c["WM"] if c["WGMMA"] else 32 * c["WM"] * c["WN"], 1, 1)
-    shared = c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + c["WGMMA"] * 1024
+    threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1)}
+    block = (threads[c["WGMMA"]], 1, 1)
+    shared = c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + (1024 if c["WGMMA"] else 0)
     return grid, block, shared
 
 

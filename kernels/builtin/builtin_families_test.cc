@@ -554,16 +554,16 @@ TEST(GemmBf16Test, TheWgmmaPathIsOnlyForSm90aAndCompilesThere) {
     std::vector<Variant> kept;
     if (!space.ok()) return kept;
     for (Variant& variant : space->variants) {
-      if (variant.config.params().at("WGMMA") == 1) kept.push_back(std::move(variant));
+      if (variant.config.params().at("WGMMA") > 0) kept.push_back(std::move(variant));
     }
     return kept;
   };
   EXPECT_TRUE(wgmma_variants("sm_90").empty());
   EXPECT_TRUE(wgmma_variants("sm_100a").empty());
   const std::vector<Variant> variants = wgmma_variants("sm_90a");
-  ASSERT_EQ(variants.size(), 288u);  // the count the descriptor's comment gives
+  ASSERT_EQ(variants.size(), 680u);  // the count the descriptor's comment gives
 
-  constexpr size_t kSample = 24;
+  constexpr size_t kSample = 32;
   std::vector<CompileJob> jobs;
   for (size_t i = 0; i < kSample; ++i) {
     const Variant& variant = variants[i * (variants.size() - 1) / (kSample - 1)];

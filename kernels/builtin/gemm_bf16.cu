@@ -9,7 +9,10 @@
 // Macros: bf16 only (AUTOTUNE_DTYPE_BF16); AUTOTUNE_REFERENCE selects the
 // reference kernel, else the tuned kernel needs its parameters:
 //   WGMMA       the instruction path: 0 = mma.sync (sm_80 and later), 1 =
-//               wgmma.mma_async (sm_90a only)
+//               wgmma.mma_async (sm_90a only), every warp copying and
+//               computing; 2 = wgmma with one more warpgroup that only
+//               copies (warp-specialized: copies and products meet at
+//               mbarriers, no block-wide barrier per K step)
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
 //   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
 //               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
@@ -83,14 +86,18 @@ extern "C" __global__ void __launch_bounds__(256)
 #error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K and WGMMA"
 #endif
 #if WGMMA && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "the wgmma path (WGMMA=1) runs on sm_90a only: compile with -arch=sm_90a"
+#error "the wgmma paths (WGMMA=1, 2) run on sm_90a only: compile with -arch=sm_90a"
 #endif
 
 // mma.sync: WM x WN warps, each owning a kWarpM x kWarpN tile of C in m16n8
 // fragments. wgmma: WM warpgroups (WN = 1), each owning kWarpM rows of the
 // tile in m64 slabs of BN columns; warp w of a warpgroup holds rows 16 w to
-// 16 w + 15 of each slab, in the same m16n8 fragment layout.
-constexpr int kThreads = WGMMA ? 128 * WM : 32 * WM * WN;
+// 16 w + 15 of each slab, in the same m16n8 fragment layout. WGMMA = 2 puts
+// a copying warpgroup (threads 0-127) before the WM computing ones.
+constexpr int kComputeThreads = WGMMA ? 128 * WM : 32 * WM * WN;
+constexpr int kFirstComputeThread = WGMMA == 2 ? 128 : 0;
+constexpr int kThreads = kFirstComputeThread + kComputeThreads;
+constexpr int kLoaderThreads = WGMMA == 2 ? 128 : kThreads;  // threads that issue the copies
 constexpr int kWarpM = BM / WM;
 constexpr int kWarpN = BN / WN;
 constexpr int kFragRows = WGMMA ? 64 : 16;  // rows from one fragment row to the next
@@ -104,9 +111,11 @@ constexpr int kStageBytesB = BN * BK * 2;
 
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (tile rows of 64 or 128 bytes)");
 #if WGMMA
-static_assert(WN == 1 && BK == 64 && BM % (64 * WM) == 0 && STAGES >= 3,
-              "wgmma: WN = 1, BK = 64 (the 128-byte swizzle), a warpgroup's rows a multiple of "
-              "64, and one stage beyond the one wgmma may still read");
+static_assert(WGMMA == 1 || WGMMA == 2, "WGMMA is 0, 1 or 2");
+static_assert(WN == 1 && BK == 64 && BM % (64 * WM) == 0,
+              "wgmma: WN = 1, BK = 64 (the 128-byte swizzle), a warpgroup's rows a multiple of 64");
+static_assert(WGMMA == 2 || STAGES >= 3,
+              "WGMMA = 1 needs a stage beyond the one the last wgmma group may still read");
 static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma: BN is one of 64, 128 and 256");
 #else
 static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0,
@@ -134,7 +143,7 @@ __device__ __forceinline__ long long CounterWords(int m, int n) {
 //   Swizzle(16 q + r) == Swizzle(r): a fragment's 16-row offset is a
 //     constant, so a lane's ldmatrix offsets depend only on the k16 step;
 //   Swizzle(r + i R) == Swizzle(r) ^ Swizzle(i R) for 0 <= r < R and R =
-//     kThreads / kChunksPerRow (a multiple of 4 rows; no carry reaches the
+//     kLoaderThreads / kChunksPerRow (a multiple of 4 rows; no carry reaches the
 //     swizzled bits), so a thread's i-th copy differs from its first by a
 //     compile-time XOR.
 __device__ __forceinline__ constexpr int Swizzle(int row) {
@@ -293,6 +302,36 @@ __device__ __forceinline__ void WgmmaStage(unsigned stage_a, unsigned stage_b,
 }
 #endif  // WGMMA
 
+#if WGMMA == 2
+// mbarriers in shared memory (PTX ISA, "Parallel synchronization and
+// communication instructions: mbarrier"): a barrier completes a phase when
+// `count` arrivals have been made, then starts the next; phases alternate
+// parity, which is what a waiter names.
+__device__ __forceinline__ void MbarrierInit(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarrierArrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarrierWait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One arrival on `bar` once every cp.async this thread issued has landed
+// (.noinc: the arrival is one of the `count` the barrier expects).
+__device__ __forceinline__ void CpAsyncArrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+#endif  // WGMMA == 2
+
 // One thread's share of the copies of a kRows x BK operand tile per K
 // step: chunks first_row + i * kRowStep (i < kPerThread) of one column of
 // 16-byte chunks. Rows at or past `valid_rows` (A's rows past M) are
@@ -300,8 +339,8 @@ __device__ __forceinline__ void WgmmaStage(unsigned stage_a, unsigned stage_b,
 template <int kRows, bool kGuardRows>
 struct TileLoader {
   static constexpr int kChunks = kRows * kChunksPerRow;
-  static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-  static constexpr int kRowStep = kThreads / kChunksPerRow;
+  static constexpr int kPerThread = (kChunks + kLoaderThreads - 1) / kLoaderThreads;
+  static constexpr int kRowStep = kLoaderThreads / kChunksPerRow;
 
   const bf16* src;       // the thread's first chunk at K step 0
   const bf16* fallback;  // the same chunk column of the tile's first row
@@ -326,7 +365,7 @@ struct TileLoader {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int row = first_row + i * kRowStep;
-      if (kChunks % kThreads == 0 || row < kRows) {
+      if (kChunks % kLoaderThreads == 0 || row < kRows) {
         const bool valid = !kGuardRows || row < valid_rows;
         const bf16* from = (valid ? src + i * row_step : fallback) + k;
         const unsigned to =
@@ -443,7 +482,60 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-#if WGMMA
+#if WGMMA == 2
+  // Warp-specialized: the copying warpgroup fills stage kt % STAGES for
+  // step kt once the computing warpgroups have released it (empty), and
+  // the barrier `full` of the stage completes when those copies have
+  // landed; each computing warpgroup waits for it, runs its wgmmas, and
+  // releases the stage of the step before once that step's group is done.
+  __shared__ unsigned long long barriers[2 * STAGES];  // full, then empty
+  const unsigned full = static_cast<unsigned>(__cvta_generic_to_shared(barriers));
+  const unsigned empty = full + STAGES * 8;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      MbarrierInit(full + s * 8, kLoaderThreads);
+      MbarrierInit(empty + s * 8, kComputeThreads);
+    }
+  }
+  __syncthreads();
+  if (tid < kFirstComputeThread) {
+    int stage = 0;
+    unsigned parity = 1;  // of the phase of `empty` that frees the stage
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      if (kt >= STAGES) MbarrierWait(empty + stage * 8, parity);
+      load_a.Load(smem_a + stage * kStageBytesA, kt * BK);
+      load_b.Load(smem_b + stage * kStageBytesB, kt * BK);
+      CpAsyncArrive(full + stage * 8);
+      if (++stage == STAGES) {
+        stage = 0;
+        parity ^= 1;
+      }
+    }
+    CpAsyncWait<0>();
+  } else {
+    const unsigned warpgroup_a = static_cast<unsigned>((warp / 4 - 1) * kWarpM * BK * 2);
+    int stage = 0;
+    unsigned parity = 0;  // of the phase of `full` that fills the stage
+    int previous = STAGES - 1;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      MbarrierWait(full + stage * 8, parity);
+      FenceProxyAsync();
+      WgmmaStage(smem_a + stage * kStageBytesA + warpgroup_a, smem_b + stage * kStageBytesB, acc);
+      if (kt > 0) MbarrierArrive(empty + previous * 8);
+      previous = stage;
+      if (++stage == STAGES) {
+        stage = 0;
+        parity ^= 1;
+      }
+    }
+    WgmmaWait<0>();
+    FenceAccumulators(acc);
+  }
+
+  // Fragment (mi, ni) covers rows row0 + mi*64 + {0, 8}, columns col0 + ni*8 + {0, 1}.
+  const int row0 = m0 + (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
+  const int col0 = n0 + lane % 4 * 2;
+#elif WGMMA
   // One commit group of copies per K step, as below, but only STAGES - 2
   // steps ahead: the wgmma group of step kt - 1 may still read its stage
   // while step kt's is issued, so step kt + STAGES - 2 goes into the stage
@@ -538,7 +630,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int col0 = n0 + warp_n * kWarpN + lane % 4 * 2;
 #endif
 
+  // Threads that hold accumulators, numbered from 0 (WGMMA = 2: not the
+  // copying warpgroup, which still takes part in the barriers below).
+  const bool computes = tid >= kFirstComputeThread;
+  const int ctid = tid - kFirstComputeThread;
   if constexpr (SPLIT_K == 1) {
+    if (!computes) return;
 #pragma unroll
     for (int mi = 0; mi < kFragM; ++mi) {
 #pragma unroll
@@ -549,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     // The tile's SPLIT_K partials, each in fragment order: float4 number
-    // (mi * kFragN + ni) * kThreads + tid is this thread's fragment (mi, ni),
+    // (mi * kFragN + ni) * kComputeThreads + ctid is this thread's fragment (mi, ni),
     // so every store and load of a warp is 512 contiguous bytes.
     constexpr long long kTileFloat4s = BM * BN / 4;
     unsigned* const counter = reinterpret_cast<unsigned*>(workspace) + tile;
@@ -557,11 +654,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                              static_cast<long long>(tile) * SPLIT_K * kTileFloat4s;
     float4* const mine = partials + split * kTileFloat4s;
 #pragma unroll
-    for (int mi = 0; mi < kFragM; ++mi) {
+    for (int mi = 0; mi < kFragM && computes; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < kFragN; ++ni) {
         const float(&v)[4] = acc[mi][ni];
-        __stcg(mine + (mi * kFragN + ni) * kThreads + tid, make_float4(v[0], v[1], v[2], v[3]));
+        __stcg(mine + (mi * kFragN + ni) * kComputeThreads + ctid,
+               make_float4(v[0], v[1], v[2], v[3]));
       }
     }
     // Every thread's stores are ordered before the arrival (the pattern of
@@ -574,12 +672,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     // read back) in split order, so C does not depend on which block came
     // last; __ldcg reads L2, where the other blocks' stores are, never a
     // stale L1 line.
-    if (!__syncthreads_or(last)) return;
+    if (!__syncthreads_or(last) || !computes) return;
 #pragma unroll
     for (int mi = 0; mi < kFragM; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < kFragN; ++ni) {
-        const float4* from = partials + (mi * kFragN + ni) * kThreads + tid;
+        const float4* from = partials + (mi * kFragN + ni) * kComputeThreads + ctid;
         float4 sum = __ldcg(from);
 #pragma unroll
         for (int s = 1; s < SPLIT_K; ++s) {

@@ -911,7 +911,7 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
 // an even spread of each problem's space validates, over problems with an
 // M that tiles no block exactly, a single row (split-K's case), and N and K
 // that several tile sizes and splits divide: 96 mma.sync configs for sm_90
-// and, on a GPU that runs sm_90a, 48 of the wgmma path's. Every config of a
+// and, on a GPU that runs sm_90a, 48 of each wgmma path's. Every config of a
 // tuned problem is validated again by the job that tunes it.
 TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
@@ -926,7 +926,10 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
     int64_t wgmma;  // the WGMMA param of the configs kept
   };
   std::vector<Pass> passes = {{gpu->Arch(), 96, 0}};
-  if (gpu->Arch() == "sm_90") passes.push_back({"sm_90a", 48, 1});
+  if (gpu->Arch() == "sm_90") {
+    passes.push_back({"sm_90a", 48, 1});
+    passes.push_back({"sm_90a", 48, 2});
+  }
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}}) {
     for (const Pass& pass : passes) {
@@ -941,7 +944,7 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
             return v.config.params().at("WGMMA") == pass.wgmma;
           }));
       ASSERT_FALSE(prepared->space.variants.empty()) << pass.arch;
-      if (pass.wgmma == 1) wgmma += static_cast<int>(prepared->space.variants.size());
+      if (pass.wgmma > 0) wgmma += static_cast<int>(prepared->space.variants.size());
       kernels::ProfileSettings settings;
       settings.validate_only = true;
       std::vector<Pick> picks;  // ids are positions in the sample
