@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -189,8 +190,12 @@ int Run(const Flags& flags) {
     // One bf16 rounding of C: 2^-8 relative, with room for the order of the sums.
     const bool right = error.ok() && *error <= 1.6e-2;
     const bool from_expected = flags.expect_source.empty() || flags.expect_source == source;
-    const std::string kernel_origin =
+    std::string kernel_origin =
         kernels[i].origin() == KernelOrigin::kCompiledHere ? " (compiled here)" : "";
+    if (answer.response.match() == v1::MISS) {  // why the tuned kernel was not served
+      absl::StrAppend(&kernel_origin, " [", v1::MissKind_Name(answer.response.miss_kind()), ": ",
+                      answer.response.miss_reason(), "]");
+    }
     std::cout << absl::StrFormat("%-5s %s: %s from %s, %s%s; max error %s\n",
                                  right && from_expected ? "OK" : "WRONG",
                                  autotune::ProblemContext("gemm_bf16", answer.request.problem()),

@@ -260,6 +260,37 @@ TEST_F(LookupResolverStoreTest, ANearestEntryWhoseConfigDoesNotFitIsAMiss) {
   EXPECT_EQ(nearest.match(), v1::NEAREST);
 }
 
+// A family whose configs need an arch-specific target (constraints on
+// `arch_specific`): a NEAREST entry compiled for sm_90a fits the requested
+// problem when its config is checked for the arch it was compiled for.
+TEST_F(LookupResolverStoreTest, ANearestEntryIsCheckedForTheArchItWasCompiledFor) {
+  testing::SampleBundleOptions options;
+  options.entries = testing::QuickstartEntries();
+  options.cubin_kind = testing::CubinKind::kSynthetic;
+  options.synthetic_cubin_bytes = 1024;
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+  v1::KernelFamily* family = bundle.mutable_families(0)->mutable_family();
+  family->add_constraints("arch == 90 && arch_specific == 1");
+  const std::string hash = FamilyContentHash(*family);
+  bundle.mutable_families(0)->set_content_hash(hash);
+  for (v1::Entry& entry : *bundle.mutable_entries()) {
+    entry.set_family_hash(hash);
+    entry.set_arch("sm_90a");
+  }
+  for (v1::Binary& binary : *bundle.mutable_binaries()) {
+    binary.set_family_hash(hash);
+    binary.set_arch("sm_90a");
+  }
+  for (v1::Measurement& m : *bundle.mutable_measurements()) m.set_family_hash(hash);
+  ASSERT_OK(store_->Import(bundle, /*replace=*/true).status());
+
+  v1::LookupRequest request = Request(40);  // nearest: batch 64
+  request.set_family_hash(hash);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse nearest, resolver_->Lookup(request));
+  EXPECT_EQ(nearest.match(), v1::NEAREST) << nearest.miss_reason();
+  EXPECT_EQ(nearest.entry().arch(), "sm_90a");
+}
+
 TEST_F(LookupResolverStoreTest, ARecipeIsTheCompileOfTheAnswersConfig) {
   ASSERT_OK_AND_ASSIGN(cache::FamilyRecord record, store_->GetFamily("vector_scale"));
   v1::LookupRequest request = Request(8);
