@@ -11,7 +11,8 @@
 #
 # Needs bundle/gpu from `bash tests/gpu/run.sh bundle` (AUTOTUNE_BUNDLE
 # overrides it), python3 with torch and cupy. Writes gemm_daemon.log,
-# gemm_warmup.log (progress), gemm_job.json (the finished job), lookups/ and
+# gemm_warmup.log (progress), gemm_job.json (the finished job), lookups/,
+# screens/ (`autotune show --json` of each problem, gzipped) and
 # gemm_bench.json under $OUT (default bundle/gpu/out). Exits non-zero when the warmup or the timing fails.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,10 +44,14 @@ for report in job.get("reports", []):
     dims = report["problem"]["dims"]
     print(",".join(f"{k}={dims[k]}" for k in ("M", "N", "K")))
 EOF
+# And every measurement behind the entry (each variant's screen, the serial
+# rounds), gzipped: the data a search strategy can be replayed against.
+mkdir -p "$out/screens"
 while read -r dims; do
   name=${dims//[=,]/_}
   "${cli[@]}" lookup gemm_bf16 --dims "$dims" --dtype bf16 --exact --json \
     --cubin-out "$out/lookups/$name.cubin" >"$out/lookups/$name.json"
+  "${cli[@]}" show gemm_bf16 --dims "$dims" --dtype bf16 --json | gzip >"$out/screens/$name.json.gz"
 done <"$dir/problems.txt"
 # The inference-server example: the tuned kernels of the manifest's M
 # buckets and one between them (NEAREST), with the service up, then down.

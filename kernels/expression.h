@@ -52,6 +52,7 @@ inline constexpr absl::string_view kDTypeBytesVariable = "dtype_bytes";
 // e.g. "WGMMA == 0 || (arch == 90 && arch_specific == 1)".
 inline constexpr absl::string_view kArchVariable = "arch";
 inline constexpr absl::string_view kArchSpecificVariable = "arch_specific";
+inline constexpr absl::string_view kTargetVariables[] = {kArchVariable, kArchSpecificVariable};
 
 // The longest expression text accepted. A descriptor's expressions are a
 // line each; a limit keeps a hostile one (a descriptor sent over RPC) from

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -242,8 +243,7 @@ class FamilyChecker {
     RETURN_IF_ERROR(CheckScalars());
     RETURN_IF_ERROR(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
     std::vector<std::string> constraint_names = config_names_;
-    constraint_names.emplace_back(kArchVariable);
-    constraint_names.emplace_back(kArchSpecificVariable);
+    for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
     for (int i = 0; i < family_.constraints_size(); ++i) {
       RETURN_IF_ERROR(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
                                       constraint_names));
@@ -287,7 +287,7 @@ class FamilyChecker {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"));
     }
-    if (name == kDTypeBytesVariable || name == kArchVariable || name == kArchSpecificVariable ||
+    if (name == kDTypeBytesVariable || absl::c_linear_search(kTargetVariables, name) ||
         IsExpressionBuiltinName(name)) {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is reserved (a name of the expression language)"));

@@ -223,8 +223,7 @@ class ConfigResolver {
     variables_[std::string(kArchVariable)] = target.number;
     variables_[std::string(kArchSpecificVariable)] = target.specific ? 1 : 0;
     std::vector<std::string> constraint_names = names;
-    constraint_names.emplace_back(kArchVariable);
-    constraint_names.emplace_back(kArchSpecificVariable);
+    for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
     for (int i = 0; i < family_.constraints_size(); ++i) {
       ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("constraints[", i, "]"),
                                                family_.constraints(i), constraint_names));

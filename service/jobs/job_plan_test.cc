@@ -158,6 +158,24 @@ TEST_F(JobPlanTest, TheGpusReportedLimitsShapeTheSearchSpace) {
   EXPECT_EQ(plan.problems[0].space.variants.size(), 12u);
 }
 
+// A config whose code only sm_90a runs is a variant of a plan compiled for
+// sm_90a and of no other.
+TEST_F(JobPlanTest, TheConstraintsSeeTheArchThePlanCompilesFor) {
+  auto record = std::make_shared<cache::FamilyRecord>(*families_.at("axpy"));
+  record->family.add_constraints("ELEMS < 8 || (arch == 90 && arch_specific == 1)");
+  record->content_hash = FamilyContentHash(record->family);
+  families_["axpy"] = std::move(record);
+  PlanTarget target = target_;
+  ASSERT_OK_AND_ASSIGN(JobPlan plain, PlanJob(Spec({4096}), families_, target));
+  target.arch = "sm_90a";
+  ASSERT_OK_AND_ASSIGN(JobPlan specific, PlanJob(Spec({4096}), families_, target));
+  // ELEMS = 8 with BLOCK 64 to 512.
+  EXPECT_EQ(specific.variants, plain.variants + 4);
+  for (const kernels::Variant& variant : plain.problems[0].space.variants) {
+    EXPECT_LT(variant.config.params().at("ELEMS"), 8);
+  }
+}
+
 TEST_F(JobPlanTest, KeepProblemsDropsTheCompilesNoKeptProblemNeeds) {
   ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(Spec({1024, 4096}), families_, target_));
   KeepProblems({1}, &plan);
