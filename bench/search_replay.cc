@@ -1,0 +1,353 @@
+// autotune-search-replay: runs the daemon's searches (service/jobs/search.h)
+// over stored screens of real exhaustive runs, with no GPU, and says how
+// close each gets to the exhaustive best and after how many measurements.
+//
+//   # A problem's screens, from a daemon that tuned it exhaustively:
+//   autotune show gemm_bf16 --dims M=16,N=4096,K=4096 --dtype bf16 --json > m16.json
+//   autotune-search-replay convert m16.json --default "WGMMA=0,BM=128,..." > m16.tsv
+//   # Searches over it, many seeds each:
+//   autotune-search-replay run m16.tsv --search random --fraction 0.1 --seeds 8
+//
+// A screens file (.tsv) holds one problem: `#` lines (the problem, and the
+// default config when known), a header of the param names, then one row per
+// screened variant (its param values, its status, its screen median in µs;
+// 0 when it did not validate). Rows are sorted by their param values, which
+// is the order `exhaustive` walks.
+//
+// `run` prints per problem and search: the budget, the runs (seeds) that
+// came within 1% of the exhaustive best and that found it, the median
+// number of measurements each took, and the median and worst final gap.
+// `--floor-within-1pct F` makes it exit 1 when fewer than F of the runs of
+// a problem end within 1% (CI's floor on a search's quality).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/file.h"
+#include "base/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/autotune.pb.h"
+#include "proto/problem.h"
+#include "service/jobs/search.h"
+
+namespace autotune {
+namespace {
+
+struct ScreenedVariant {
+  std::vector<int64_t> values;  // in Screens::params order
+  std::string status;           // VariantStatus name
+  double median_us = 0;         // > 0 when OK
+};
+
+struct Screens {
+  std::string problem;  // as the # line says it
+  std::vector<std::string> params;
+  std::vector<int64_t> default_values;  // empty when unknown
+  std::vector<ScreenedVariant> variants;
+};
+
+// "A=1,B=2" -> values in `params` order; INVALID_ARGUMENT when one is missing.
+absl::StatusOr<std::vector<int64_t>> ParseConfig(absl::string_view text,
+                                                 const std::vector<std::string>& params) {
+  std::map<std::string, int64_t> given;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, '=');
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(kv.second, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("config: '", part, "' is not NAME=integer"));
+    }
+    given[std::string(absl::StripAsciiWhitespace(kv.first))] = value;
+  }
+  std::vector<int64_t> values;
+  for (const std::string& param : params) {
+    auto it = given.find(param);
+    if (it == given.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("config: no value for ", param));
+    }
+    values.push_back(it->second);
+  }
+  return values;
+}
+
+// The screen of every variant in a GetEntryResponse (`autotune show --json`).
+absl::StatusOr<Screens> FromShowJson(const std::string& path, const std::string& default_config) {
+  ASSIGN_OR_RETURN(std::string json, ReadFile(path, "screens"));
+  v1::GetEntryResponse shown;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (auto status = google::protobuf::util::JsonStringToMessage(json, &shown, options);
+      !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a GetEntryResponse: ", status.ToString()));
+  }
+  Screens screens;
+  screens.problem = absl::StrCat(ProblemContext(shown.entry().family(), shown.entry().problem()),
+                                 " on ", shown.entry().device().name());
+  for (const auto& [name, value] : shown.entry().config().params()) screens.params.push_back(name);
+  std::sort(screens.params.begin(), screens.params.end());
+  std::map<std::vector<int64_t>, ScreenedVariant> by_config;
+  for (const v1::Measurement& m : shown.measurements()) {
+    if (m.phase() != v1::SCREEN && m.phase() != v1::COMPILE) continue;
+    ScreenedVariant variant;
+    for (const std::string& param : screens.params) {
+      auto it = m.config().params().find(param);
+      if (it == m.config().params().end()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": a measurement lacks ", param));
+      }
+      variant.values.push_back(it->second);
+    }
+    variant.status = v1::VariantStatus_Name(m.status());
+    const bool ok = m.status() == v1::OK && m.phase() == v1::SCREEN && m.timing().median_us() > 0;
+    variant.median_us = ok ? m.timing().median_us() : 0;
+    by_config[variant.values] = variant;
+  }
+  if (by_config.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no screens"));
+  for (auto& [values, variant] : by_config) screens.variants.push_back(std::move(variant));
+  if (!default_config.empty()) {
+    ASSIGN_OR_RETURN(screens.default_values, ParseConfig(default_config, screens.params));
+  }
+  return screens;
+}
+
+std::string ToTsv(const Screens& screens) {
+  std::string out = absl::StrCat("# problem ", screens.problem, "\n");
+  if (!screens.default_values.empty()) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < screens.params.size(); ++i) {
+      parts.push_back(absl::StrCat(screens.params[i], "=", screens.default_values[i]));
+    }
+    absl::StrAppend(&out, "# default ", absl::StrJoin(parts, ","), "\n");
+  }
+  absl::StrAppend(&out, absl::StrJoin(screens.params, "\t"), "\tstatus\tmedian_us\n");
+  for (const ScreenedVariant& v : screens.variants) {
+    absl::StrAppend(&out, absl::StrJoin(v.values, "\t"), "\t", v.status, "\t",
+                    absl::StrFormat("%.4f", v.median_us), "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<Screens> FromTsv(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, "screens"));
+  Screens screens;
+  std::string default_config;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ++line_number;
+    const auto error = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", what));
+    };
+    if (absl::ConsumePrefix(&line, "# problem ")) {
+      screens.problem = std::string(line);
+      continue;
+    }
+    if (absl::ConsumePrefix(&line, "# default ")) {
+      default_config = std::string(line);
+      continue;
+    }
+    if (absl::StartsWith(line, "#")) continue;
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    if (screens.params.empty()) {
+      if (fields.size() < 3 || fields[fields.size() - 2] != "status") {
+        return error("expected a header: the param names, status, median_us");
+      }
+      screens.params.assign(fields.begin(), fields.end() - 2);
+      continue;
+    }
+    if (fields.size() != screens.params.size() + 2) {
+      return error(absl::StrCat(fields.size(), " fields, not ", screens.params.size() + 2));
+    }
+    ScreenedVariant variant;
+    for (size_t i = 0; i < screens.params.size(); ++i) {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(fields[i], &value)) return error(absl::StrCat("'", fields[i], "'"));
+      variant.values.push_back(value);
+    }
+    variant.status = fields[screens.params.size()];
+    if (!absl::SimpleAtod(fields.back(), &variant.median_us) || !(variant.median_us >= 0)) {
+      return error(absl::StrCat("median '", fields.back(), "'"));
+    }
+    if (variant.status != "OK") variant.median_us = 0;
+    screens.variants.push_back(std::move(variant));
+  }
+  if (screens.variants.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no rows"));
+  if (!default_config.empty()) {
+    ASSIGN_OR_RETURN(screens.default_values, ParseConfig(default_config, screens.params));
+  }
+  return screens;
+}
+
+// One search over one problem: when it came within 1% of the best and found
+// it (measurements, 0 when never), and where it ended.
+struct Run {
+  int64_t to_within_1pct = 0;
+  int64_t to_best = 0;
+  double final_gap = 0;  // best found / exhaustive best - 1; infinite when none valid
+};
+
+absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchOptions& options,
+                           double best) {
+  service::SearchSpaceView view{.variants = static_cast<int64_t>(screens.variants.size())};
+  if (!screens.default_values.empty()) {
+    for (size_t i = 0; i < screens.variants.size(); ++i) {
+      if (screens.variants[i].values == screens.default_values) {
+        view.default_index = static_cast<int64_t>(i);
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<service::Search> search, service::MakeSearch(options, view));
+  Run run;
+  double found = std::numeric_limits<double>::infinity();
+  int64_t measured = 0;
+  for (std::vector<int64_t> batch = search->Next(64); !batch.empty(); batch = search->Next(64)) {
+    for (int64_t i : batch) {
+      const ScreenedVariant& variant = screens.variants[static_cast<size_t>(i)];
+      ++measured;
+      const bool valid = variant.median_us > 0;
+      search->Record(i, {.valid = valid, .median_us = variant.median_us});
+      if (valid) found = std::min(found, variant.median_us);
+      if (run.to_within_1pct == 0 && found <= best * 1.01) run.to_within_1pct = measured;
+      if (run.to_best == 0 && found <= best) run.to_best = measured;
+    }
+  }
+  run.final_gap = found / best - 1;
+  return run;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+int RunCommand(const std::vector<std::string>& files, const std::string& search_name,
+               int64_t max_variants, double fraction, int seeds, double floor) {
+  absl::StatusOr<service::SearchKind> kind = service::ParseSearchKind(search_name);
+  if (!kind.ok()) {
+    std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
+    return 2;
+  }
+  std::printf("%-52s %8s %-10s %7s %13s %13s %9s %9s\n", "problem", "variants", "search", "budget",
+              "within 1%", "best found", "gap med", "gap max");
+  bool below_floor = false;
+  for (const std::string& file : files) {
+    absl::StatusOr<Screens> screens = FromTsv(file);
+    if (!screens.ok()) {
+      std::cerr << "autotune-search-replay: " << screens.status().message() << "\n";
+      return 2;
+    }
+    double best = std::numeric_limits<double>::infinity();
+    for (const ScreenedVariant& v : screens->variants) {
+      if (v.median_us > 0) best = std::min(best, v.median_us);
+    }
+    if (!std::isfinite(best)) {
+      std::cerr << "autotune-search-replay: " << file << ": no variant validated\n";
+      return 2;
+    }
+    std::vector<double> within, found, gaps;
+    int reached = 0, exact = 0;
+    for (int seed = 1; seed <= seeds; ++seed) {
+      service::SearchOptions options{.kind = *kind,
+                                     .max_variants = max_variants,
+                                     .fraction = fraction,
+                                     .seed = static_cast<uint64_t>(seed)};
+      absl::StatusOr<Run> run = Replay(*screens, options, best);
+      if (!run.ok()) {
+        std::cerr << "autotune-search-replay: " << file << ": " << run.status().message() << "\n";
+        return 2;
+      }
+      if (run->to_within_1pct > 0) {
+        ++reached;
+        within.push_back(static_cast<double>(run->to_within_1pct));
+      }
+      if (run->to_best > 0) {
+        ++exact;
+        found.push_back(static_cast<double>(run->to_best));
+      }
+      gaps.push_back(run->final_gap);
+    }
+    service::SearchSpaceView view{.variants = static_cast<int64_t>(screens->variants.size())};
+    absl::StatusOr<std::unique_ptr<service::Search>> sized = service::MakeSearch(
+        {.kind = *kind, .max_variants = max_variants, .fraction = fraction}, view);
+    const int64_t budget = sized.ok() ? (*sized)->budget() : 0;
+    const auto cell = [&](int runs, const std::vector<double>& at) {
+      return at.empty() ? absl::StrFormat("%d/%d", runs, seeds)
+                        : absl::StrFormat("%d/%d @%.0f", runs, seeds, Median(at));
+    };
+    std::printf("%-52s %8zu %-10s %7lld %13s %13s %8.2f%% %8.2f%%\n",
+                screens->problem.substr(0, 52).c_str(), screens->variants.size(),
+                search_name.c_str(), static_cast<long long>(budget), cell(reached, within).c_str(),
+                cell(exact, found).c_str(), 100 * Median(gaps),
+                100 * *std::max_element(gaps.begin(), gaps.end()));
+    if (reached < floor * seeds) below_floor = true;
+  }
+  std::printf(
+      "within 1%% / best found: runs that got there of all runs, @ the median number of "
+      "measurements it took; gap: best found / exhaustive best - 1 at the budget\n");
+  if (below_floor) {
+    std::fprintf(stderr,
+                 "autotune-search-replay: a problem's runs within 1%% fell below the floor "
+                 "of %.0f%%\n",
+                 100 * floor);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace autotune
+
+int main(int argc, char** argv) {
+  CLI::App app{"Replays the daemon's searches over stored exhaustive screens (no GPU)"};
+  app.require_subcommand(1);
+  std::string show_json, default_config;
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Writes the screens of `autotune show --json` output as a screens file (.tsv)");
+  convert->add_option("show_json", show_json, "`autotune show --json` output")->required();
+  convert->add_option("--default", default_config,
+                      "The family's default config, NAME=value,... (to start random from it)");
+  std::vector<std::string> files;
+  std::string search = "random";
+  int64_t max_variants = 0;
+  double fraction = 0;
+  int seeds = 8;
+  double floor = 0;
+  CLI::App* run = app.add_subcommand("run", "Runs a search over screens files, many seeds each");
+  run->add_option("screens", files, "Screens files (.tsv)")->required();
+  run->add_option("--search", search, "exhaustive or random");
+  run->add_option("--max-variants", max_variants,
+                  "Budget: at most this many variants (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--fraction", fraction, "Budget: at most this fraction of the space (0: all)")
+      ->check(CLI::Range(0.0, 1.0));
+  run->add_option("--seeds", seeds, "Runs per problem, seeds 1..N")->check(CLI::Range(1, 100000));
+  run->add_option("--floor-within-1pct", floor,
+                  "Exit 1 when fewer of a problem's runs than this fraction end within 1%")
+      ->check(CLI::Range(0.0, 1.0));
+  CLI11_PARSE(app, argc, argv);
+  if (convert->parsed()) {
+    absl::StatusOr<autotune::Screens> screens = autotune::FromShowJson(show_json, default_config);
+    if (!screens.ok()) {
+      std::cerr << "autotune-search-replay: " << screens.status().message() << "\n";
+      return 2;
+    }
+    std::cout << autotune::ToTsv(*screens);
+    return 0;
+  }
+  return autotune::RunCommand(files, search, max_variants, fraction, seeds, floor);
+}

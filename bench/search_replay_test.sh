@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# autotune-search-replay end to end on a small problem (bench/testdata/search):
+# `autotune show --json` output converted to a screens file, then searches
+# whose outcome is known run over it.
+#
+#   bash bench/search_replay_test.sh REPLAY_BINARY TESTDATA_DIR
+set -euo pipefail
+replay=$1
+data=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Seven screened configs (a serial measurement is not a screen): the best
+# is BLOCK=64 ELEMS=2 at 10.0 µs (the faster WRONG_RESULT one does not count),
+# BLOCK=512 is within 1%, the default BLOCK=256 ELEMS=1 8% behind.
+"$replay" convert "$data/show.json" --default "BLOCK=256,ELEMS=1" >"$work/axpy.tsv"
+diff -u "$data/axpy.tsv" "$work/axpy.tsv"
+
+# Exhaustive measures everything: every run ends at the best.
+"$replay" run "$work/axpy.tsv" --search exhaustive --seeds 2 --floor-within-1pct 1 >"$work/out"
+grep -q "exhaustive .* 2/2 @" "$work/out" || { cat "$work/out"; exit 1; }
+
+# Random with a budget of one measures only the default, 8% behind: no run
+# reaches 1%, so any floor fails, and the gap is printed.
+if "$replay" run "$work/axpy.tsv" --search random --max-variants 1 --seeds 3 \
+    --floor-within-1pct 0.5 >"$work/out"; then
+  echo "a search below its floor passed"; exit 1
+fi
+grep -q "0/3 .* 8.00%" "$work/out" || { cat "$work/out"; exit 1; }
+
+# Bad input is refused, naming it.
+printf 'BLOCK\tELEMS\tstatus\tmedian_us\n64\tx\tOK\t1.0\n' >"$work/bad.tsv"
+if "$replay" run "$work/bad.tsv" 2>"$work/err"; then echo "a bad file passed"; exit 1; fi
+grep -q "bad.tsv:2: 'x'" "$work/err" || { cat "$work/err"; exit 1; }
+echo "search replay: ok"

@@ -1,0 +1,87 @@
+// Which variants of one problem to measure, in what order, and when to stop:
+// the search over a problem's search space (kernels/search_space.h). A job
+// measures what its search proposes; the replay harness
+// (bench/search_replay.cc) drives the same searches over stored screens, with
+// no GPU, to say how close each gets to the exhaustive best and how fast.
+//
+//   SearchSpaceView view{.variants = space.variants.size(), .default_index = d};
+//   ASSIGN_OR_RETURN(std::unique_ptr<Search> search, MakeSearch(options, view));
+//   for (std::vector<int64_t> batch = search->Next(64); !batch.empty();
+//        batch = search->Next(64)) {
+//     for (int64_t i : batch) search->Record(i, Screen(space.variants[i]));
+//   }
+//
+// Every search proposes each variant at most once and is deterministic: the
+// same options (seed included), space and recorded results give the same
+// proposals on every machine (no std:: distribution, whose output the
+// standard leaves to the library).
+//
+// Thread-safety: a Search is used by one thread at a time.
+#ifndef AUTOTUNE_SERVICE_JOBS_SEARCH_H_
+#define AUTOTUNE_SERVICE_JOBS_SEARCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace autotune::service {
+
+enum class SearchKind {
+  kExhaustive,  // every variant, in search-space order
+  kRandom,      // the default config, then a seeded random order
+};
+
+// "exhaustive", "random"; INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name);
+const char* SearchKindName(SearchKind kind);
+
+struct SearchOptions {
+  SearchKind kind = SearchKind::kExhaustive;
+  // How many variants to measure: at most max_variants (0 = no count
+  // limit) and at most fraction of the space, rounded up (0 = no fraction
+  // limit); both set: the smaller. Exhaustive ignores neither: a budget
+  // below the space's size ends it early, in space order.
+  int64_t max_variants = 0;
+  double fraction = 0;
+  uint64_t seed = 0;
+};
+
+// What a search needs to know of a problem's space.
+struct SearchSpaceView {
+  int64_t variants = 0;
+  int64_t default_index = -1;  // the family's default config; -1 when not in the space
+};
+
+// The outcome of measuring one variant, as the search sees it.
+struct SearchResult {
+  bool valid = false;    // validated and timed
+  double median_us = 0;  // when valid
+};
+
+class Search {
+ public:
+  virtual ~Search() = default;
+  // Up to `max` variants (indices into the space) not proposed before, in
+  // the order to measure them; empty once the budget is spent or the space
+  // exhausted. A search may wait for results: call Record for what it
+  // proposed before asking again.
+  virtual std::vector<int64_t> Next(int64_t max) = 0;
+  // The result of a proposed variant.
+  virtual void Record(int64_t index, const SearchResult& result) = 0;
+  // Variants this search may measure in all: the budget applied to the space.
+  virtual int64_t budget() const = 0;
+};
+
+// INVALID_ARGUMENT for a negative count, a fraction outside [0, 1], an
+// empty space, or a default index outside it.
+absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
+                                                   const SearchSpaceView& space);
+
+}  // namespace autotune::service
+
+#endif  // AUTOTUNE_SERVICE_JOBS_SEARCH_H_
