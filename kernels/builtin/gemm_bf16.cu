@@ -438,6 +438,47 @@ __device__ __forceinline__ unsigned AtomicIncAcqRel(unsigned* counter, unsigned 
   return old;
 }
 
+// The copy ring of the paths where every warp copies and computes (mma.sync
+// and WGMMA = 1): step kt's copies are issued kAhead steps before it is
+// computed, one commit group per step (empty past the last one), so before
+// step kt exactly kAhead + kt groups are committed and waiting until
+// kAhead - 1 are pending means step kt has landed; a block-wide barrier then
+// makes it visible to every warp. compute(stage_a, stage_b) runs step kt on
+// its stage. Returns with no copy in flight.
+template <int kAhead, typename LoaderA, typename LoaderB, typename Compute>
+__device__ __forceinline__ void CopyRing(const LoaderA& load_a, const LoaderB& load_b,
+                                         unsigned smem_a, unsigned smem_b, int k_tiles,
+                                         Compute compute) {
+  static_assert(kAhead >= 1 && kAhead < STAGES, "a ring of STAGES holds kAhead steps and one more");
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < k_tiles) {
+      load_a.Load(smem_a + s * kStageBytesA, s * BK);
+      load_b.Load(smem_b + s * kStageBytesB, s * BK);
+    }
+    CpAsyncCommit();
+  }
+  int read_stage = 0;        // kt % STAGES
+  int write_stage = kAhead;  // (kt + kAhead) % STAGES
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<kAhead - 1>();
+#if WGMMA
+    FenceProxyAsync();  // wgmma reads shared memory through the async proxy
+#endif
+    __syncthreads();
+    const int next = kt + kAhead;
+    if (next < k_tiles) {
+      load_a.Load(smem_a + write_stage * kStageBytesA, next * BK);
+      load_b.Load(smem_b + write_stage * kStageBytesB, next * BK);
+    }
+    CpAsyncCommit();
+    compute(smem_a + read_stage * kStageBytesA, smem_b + read_stage * kStageBytesB);
+    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+  }
+  CpAsyncWait<0>();  // only empty groups are left; none outlives the block
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
               float* __restrict__ workspace, float alpha, int m, int n, int k) {
@@ -536,40 +577,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = m0 + (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
   const int col0 = n0 + lane % 4 * 2;
 #elif WGMMA
-  // One commit group of copies per K step, as below, but only STAGES - 2
-  // steps ahead: the wgmma group of step kt - 1 may still read its stage
-  // while step kt's is issued, so step kt + STAGES - 2 goes into the stage
-  // of step kt - 2, which every warpgroup has finished with (WgmmaStage
-  // returned with only its last group in flight, before the barrier).
+  // STAGES - 2 steps of copies ahead: the wgmma group of step kt - 1 may
+  // still read its stage while step kt's is issued, so step kt + STAGES - 2
+  // goes into the stage of step kt - 2, which every warpgroup has finished
+  // with (WgmmaStage returned with only its last group in flight, before the
+  // barrier).
   const unsigned warpgroup_a = static_cast<unsigned>(warp / 4 * kWarpM * BK * 2);
-#pragma unroll
-  for (int s = 0; s < STAGES - 2; ++s) {
-    if (s < k_tiles) {
-      load_a.Load(smem_a + s * kStageBytesA, s * BK);
-      load_b.Load(smem_b + s * kStageBytesB, s * BK);
-    }
-    CpAsyncCommit();
-  }
-  int read_stage = 0;            // kt % STAGES
-  int write_stage = STAGES - 2;  // (kt + STAGES - 2) % STAGES
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    CpAsyncWait<STAGES - 3>();
-    FenceProxyAsync();
-    __syncthreads();
-    const int next = kt + STAGES - 2;
-    if (next < k_tiles) {
-      load_a.Load(smem_a + write_stage * kStageBytesA, next * BK);
-      load_b.Load(smem_b + write_stage * kStageBytesB, next * BK);
-    }
-    CpAsyncCommit();
-    WgmmaStage(smem_a + read_stage * kStageBytesA + warpgroup_a, smem_b + read_stage * kStageBytesB,
-               acc);
-    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
-    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
-  }
+  CopyRing<STAGES - 2>(
+      load_a, load_b, smem_a, smem_b, k_tiles,
+      [&](unsigned stage_a, unsigned stage_b) { WgmmaStage(stage_a + warpgroup_a, stage_b, acc); });
   WgmmaWait<0>();
   FenceAccumulators(acc);
-  CpAsyncWait<0>();
 
   // Fragment (mi, ni) covers rows row0 + mi*64 + {0, 8}, columns col0 + ni*8 + {0, 1}.
   const int row0 = m0 + warp / 4 * kWarpM + warp % 4 * 16 + lane / 4;
@@ -594,36 +612,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // One commit group per K step, empty past the last one, so that before
-  // step kt exactly STAGES - 1 + kt groups are committed and waiting until
-  // STAGES - 2 are pending means step kt has landed.
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) {
-      load_a.Load(smem_a + s * kStageBytesA, s * BK);
-      load_b.Load(smem_b + s * kStageBytesB, s * BK);
-    }
-    CpAsyncCommit();
-  }
-  int read_stage = 0;            // kt % STAGES
-  int write_stage = STAGES - 1;  // (kt + STAGES - 1) % STAGES
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    CpAsyncWait<STAGES - 2>();
-    // Step kt is visible to every warp, and every warp is done with step
-    // kt - 1, whose stage the copies below overwrite.
-    __syncthreads();
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) {
-      load_a.Load(smem_a + write_stage * kStageBytesA, next * BK);
-      load_b.Load(smem_b + write_stage * kStageBytesB, next * BK);
-    }
-    CpAsyncCommit();
-    ComputeStage(smem_a + read_stage * kStageBytesA, smem_b + read_stage * kStageBytesB, acc,
-                 a_offset, b_offset);
-    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
-    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
-  }
-  CpAsyncWait<0>();  // only empty groups are left; none outlives the block
+  // STAGES - 1 steps of copies ahead: after the barrier of step kt every
+  // warp is done with step kt - 1, whose stage the copies overwrite.
+  CopyRing<STAGES - 1>(load_a, load_b, smem_a, smem_b, k_tiles,
+                       [&](unsigned stage_a, unsigned stage_b) {
+                         ComputeStage(stage_a, stage_b, acc, a_offset, b_offset);
+                       });
 
   // Fragment (mi, ni) covers rows row0 + mi*16 + {0, 8}, columns col0 + ni*8 + {0, 1}.
   const int row0 = m0 + warp_m * kWarpM + lane / 4;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/sha256.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
@@ -135,6 +136,33 @@ class LookupResolverStoreTest : public ::testing::Test {
     return request;
   }
 
+  // Imports the sample as a new version of its family, one more constraint
+  // in its descriptor, its entries and binaries compiled for `arch` (empty:
+  // as the sample says); returns that version's hash.
+  absl::StatusOr<std::string> ImportVersionWithConstraint(const std::string& constraint,
+                                                          const std::string& arch = "") {
+    testing::SampleBundleOptions options;
+    options.entries = testing::QuickstartEntries();
+    options.cubin_kind = testing::CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 1024;
+    ASSIGN_OR_RETURN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+    v1::KernelFamily* family = bundle.mutable_families(0)->mutable_family();
+    family->add_constraints(constraint);
+    const std::string hash = FamilyContentHash(*family);
+    bundle.mutable_families(0)->set_content_hash(hash);
+    for (v1::Entry& entry : *bundle.mutable_entries()) {
+      entry.set_family_hash(hash);
+      if (!arch.empty()) entry.set_arch(arch);
+    }
+    for (v1::Binary& binary : *bundle.mutable_binaries()) {
+      binary.set_family_hash(hash);
+      if (!arch.empty()) binary.set_arch(arch);
+    }
+    for (v1::Measurement& m : *bundle.mutable_measurements()) m.set_family_hash(hash);
+    RETURN_IF_ERROR(store_->Import(bundle, /*replace=*/true).status());
+    return hash;
+  }
+
   // Every stored cubin's bytes replaced behind the store's back.
   void CorruptEveryBinary() {
     sqlite3* db = nullptr;
@@ -231,19 +259,8 @@ TEST_F(LookupResolverStoreTest, TheLaunchIsForTheRequestedProblem) {
 
 TEST_F(LookupResolverStoreTest, ANearestEntryWhoseConfigDoesNotFitIsAMiss) {
   // A version of the family whose configs only run at batch 1 or >= 8.
-  testing::SampleBundleOptions options;
-  options.entries = testing::QuickstartEntries();
-  options.cubin_kind = testing::CubinKind::kSynthetic;
-  options.synthetic_cubin_bytes = 1024;
-  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
-  v1::KernelFamily* family = bundle.mutable_families(0)->mutable_family();
-  family->add_constraints("batch == 1 || batch >= 8");
-  const std::string hash = FamilyContentHash(*family);
-  bundle.mutable_families(0)->set_content_hash(hash);
-  for (v1::Entry& entry : *bundle.mutable_entries()) entry.set_family_hash(hash);
-  for (v1::Binary& binary : *bundle.mutable_binaries()) binary.set_family_hash(hash);
-  for (v1::Measurement& m : *bundle.mutable_measurements()) m.set_family_hash(hash);
-  ASSERT_OK(store_->Import(bundle, /*replace=*/true).status());
+  ASSERT_OK_AND_ASSIGN(const std::string hash,
+                       ImportVersionWithConstraint("batch == 1 || batch >= 8"));
 
   v1::LookupRequest request = Request(4);  // nearest: batch 8
   request.set_family_hash(hash);
@@ -264,25 +281,8 @@ TEST_F(LookupResolverStoreTest, ANearestEntryWhoseConfigDoesNotFitIsAMiss) {
 // `arch_specific`): a NEAREST entry compiled for sm_90a fits the requested
 // problem when its config is checked for the arch it was compiled for.
 TEST_F(LookupResolverStoreTest, ANearestEntryIsCheckedForTheArchItWasCompiledFor) {
-  testing::SampleBundleOptions options;
-  options.entries = testing::QuickstartEntries();
-  options.cubin_kind = testing::CubinKind::kSynthetic;
-  options.synthetic_cubin_bytes = 1024;
-  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
-  v1::KernelFamily* family = bundle.mutable_families(0)->mutable_family();
-  family->add_constraints("arch == 90 && arch_specific == 1");
-  const std::string hash = FamilyContentHash(*family);
-  bundle.mutable_families(0)->set_content_hash(hash);
-  for (v1::Entry& entry : *bundle.mutable_entries()) {
-    entry.set_family_hash(hash);
-    entry.set_arch("sm_90a");
-  }
-  for (v1::Binary& binary : *bundle.mutable_binaries()) {
-    binary.set_family_hash(hash);
-    binary.set_arch("sm_90a");
-  }
-  for (v1::Measurement& m : *bundle.mutable_measurements()) m.set_family_hash(hash);
-  ASSERT_OK(store_->Import(bundle, /*replace=*/true).status());
+  ASSERT_OK_AND_ASSIGN(const std::string hash,
+                       ImportVersionWithConstraint("arch == 90 && arch_specific == 1", "sm_90a"));
 
   v1::LookupRequest request = Request(40);  // nearest: batch 64
   request.set_family_hash(hash);
