@@ -385,11 +385,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
       recipe->set_program_name(family->family.name() + ".cu");
       recipe->set_name_expression(std::move(inputs->name_expression));
       for (std::string& option : inputs->options) recipe->add_options(std::move(option));
-      for (const v1::SourceHeader& header : family->family.headers()) {
-        v1::SourceHeader* sent = recipe->add_headers();
-        sent->set_name(header.name());
-        sent->set_text(header.text());
-      }
+      *recipe->mutable_headers() = family->family.headers();
       *recipe->mutable_config() = *config;
     }
   }

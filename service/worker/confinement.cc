@@ -164,7 +164,6 @@ absl::StatusOr<Confinement> ConfineToReadOnly(const std::vector<std::string>& re
     return absl::FailedPreconditionError(PosixError("landlock_restrict_self", errno).message());
   }
   Confinement confinement;
-  confinement.landlock_abi = *abi;
   confinement.description = absl::StrCat(
       "Landlock ABI ", *abi, ": ",
       readable.empty() ? std::string("nothing readable")

@@ -32,7 +32,6 @@
 namespace autotune::service {
 
 struct Confinement {
-  int landlock_abi = 0;
   // For logs and the worker's Hello: "Landlock ABI 7: read-only beneath
   // /usr/local/cuda-13.0/include, /usr/local/cuda-13.0/lib64; no writes, no
   // TCP, no signals or abstract sockets beyond the worker".
