@@ -62,18 +62,12 @@ struct Screens {
   std::vector<ScreenedVariant> variants;
 };
 
-// "A=1,B=2" -> values in `params` order; INVALID_ARGUMENT when one is missing.
+// "A=1,B=2" (FormatDims' form) -> values in `params` order; INVALID_ARGUMENT
+// when one is missing.
 absl::StatusOr<std::vector<int64_t>> ParseConfig(absl::string_view text,
                                                  const std::vector<std::string>& params) {
-  std::map<std::string, int64_t> given;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, '=');
-    int64_t value = 0;
-    if (!absl::SimpleAtoi(kv.second, &value)) {
-      return absl::InvalidArgumentError(absl::StrCat("config: '", part, "' is not NAME=integer"));
-    }
-    given[std::string(absl::StripAsciiWhitespace(kv.first))] = value;
-  }
+  using Values = std::map<std::string, int64_t>;
+  ASSIGN_OR_RETURN(const Values given, ParseDims(text));
   std::vector<int64_t> values;
   for (const std::string& param : params) {
     auto it = given.find(param);
@@ -195,23 +189,28 @@ absl::StatusOr<Screens> FromTsv(const std::string& path) {
 // One search over one problem: when it came within 1% of the best and found
 // it (measurements, 0 when never), and where it ended.
 struct Run {
+  int64_t budget = 0;  // variants the search could measure
   int64_t to_within_1pct = 0;
   int64_t to_best = 0;
   double final_gap = 0;  // best found / exhaustive best - 1; infinite when none valid
 };
 
-absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchOptions& options,
-                           double best) {
+// The space as a search sees it: its size and where the default config is.
+service::SearchSpaceView ViewOf(const Screens& screens) {
   service::SearchSpaceView view{.variants = static_cast<int64_t>(screens.variants.size())};
-  if (!screens.default_values.empty()) {
-    for (size_t i = 0; i < screens.variants.size(); ++i) {
-      if (screens.variants[i].values == screens.default_values) {
-        view.default_index = static_cast<int64_t>(i);
-      }
+  for (size_t i = 0; i < screens.variants.size() && !screens.default_values.empty(); ++i) {
+    if (screens.variants[i].values == screens.default_values) {
+      view.default_index = static_cast<int64_t>(i);
     }
   }
+  return view;
+}
+
+absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceView& view,
+                           const service::SearchOptions& options, double best) {
   ASSIGN_OR_RETURN(std::unique_ptr<service::Search> search, service::MakeSearch(options, view));
   Run run;
+  run.budget = search->budget();
   double found = std::numeric_limits<double>::infinity();
   int64_t measured = 0;
   for (std::vector<int64_t> batch = search->Next(64); !batch.empty(); batch = search->Next(64)) {
@@ -259,18 +258,21 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       std::cerr << "autotune-search-replay: " << file << ": no variant validated\n";
       return 2;
     }
+    const service::SearchSpaceView view = ViewOf(*screens);
     std::vector<double> within, found, gaps;
+    int64_t budget = 0;
     int reached = 0, exact = 0;
     for (int seed = 1; seed <= seeds; ++seed) {
       service::SearchOptions options{.kind = *kind,
                                      .max_variants = max_variants,
                                      .fraction = fraction,
                                      .seed = static_cast<uint64_t>(seed)};
-      absl::StatusOr<Run> run = Replay(*screens, options, best);
+      absl::StatusOr<Run> run = Replay(*screens, view, options, best);
       if (!run.ok()) {
         std::cerr << "autotune-search-replay: " << file << ": " << run.status().message() << "\n";
         return 2;
       }
+      budget = run->budget;
       if (run->to_within_1pct > 0) {
         ++reached;
         within.push_back(static_cast<double>(run->to_within_1pct));
@@ -281,10 +283,6 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       }
       gaps.push_back(run->final_gap);
     }
-    service::SearchSpaceView view{.variants = static_cast<int64_t>(screens->variants.size())};
-    absl::StatusOr<std::unique_ptr<service::Search>> sized = service::MakeSearch(
-        {.kind = *kind, .max_variants = max_variants, .fraction = fraction}, view);
-    const int64_t budget = sized.ok() ? (*sized)->budget() : 0;
     const auto cell = [&](int runs, const std::vector<double>& at) {
       return at.empty() ? absl::StrFormat("%d/%d", runs, seeds)
                         : absl::StrFormat("%d/%d @%.0f", runs, seeds, Median(at));
