@@ -18,7 +18,9 @@
 #       fails when nothing was carried or the choices of the two grown runs
 #       disagree beyond a declared tie (tuning_compare.py stability).
 #   bash bench/run_tuning_bench.sh manifests MANIFEST...
-#       One cold warmup of each manifest, each on a fresh database.
+#       One cold warmup of each manifest, each on a fresh database; every
+#       problem's measurements (`autotune show --json`) are kept under
+#       screens/ of the archive, for bench/search_replay.cc.
 #   bash bench/run_tuning_bench.sh quality [MANIFEST]
 #       An oracle job (every valid variant of each problem, up to 256, timed
 #       in one serial phase of up to 20 s) and a normal warmup, each on a
@@ -232,13 +234,37 @@ PY
   return $failed
 }
 
-# One cold warmup of each manifest, then the next, each on a fresh database.
+# save_screens NAME LABEL: every measurement of each problem that job LABEL
+# reported (`autotune show --json`: each variant's screen and the serial
+# rounds), gzipped under screens/LABEL/: the data a search strategy is
+# replayed against (autotune-search-replay convert).
+save_screens() {
+  local name=$1 label=$2 family dims dtype
+  mkdir -p "$out/screens/$label"
+  python3 - "$out/$label.json" >"$dir/$label.problems" <<'PY'
+import json, sys
+for report in json.load(open(sys.argv[1])).get("reports", []):
+    problem = report["problem"]
+    dims = ",".join(f"{k}={int(v)}" for k, v in sorted(problem.get("dims", {}).items()))
+    print(report["family"], dims, problem["dtype"])
+PY
+  while read -r family dims dtype; do
+    cli "$name" show "$family" --dims "$dims" --dtype "$dtype" --json |
+      gzip >"$out/screens/$label/${family}_${dims//[=,]/_}_${dtype}.json.gz"
+  done <"$dir/$label.problems"
+  echo "screens of $(wc -l <"$dir/$label.problems") problems saved under screens/$label"
+}
+
+# One cold warmup of each manifest, then the next, each on a fresh database;
+# the screens of every problem are kept (save_screens).
 manifests() {
-  local manifest failed=0 n=0
+  local manifest failed=0 n=0 label
   for manifest in "$@"; do
     n=$((n + 1))
+    label="manifest-$n-$(basename "$manifest" .manifest)"
     start_daemon "manifest$n"
-    warmup "manifest$n" "manifest-$n-$(basename "$manifest" .manifest)" "$manifest" || failed=1
+    warmup "manifest$n" "$label" "$manifest" || failed=1
+    save_screens "manifest$n" "$label" || failed=1
     stop_daemon "manifest$n"
   done
   return $failed

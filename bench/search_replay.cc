@@ -189,17 +189,24 @@ absl::StatusOr<Screens> FromTsv(const std::string& path) {
 // One search over one problem: when it came within 1% of the best and found
 // it (measurements, 0 when never), and where it ended.
 struct Run {
-  int64_t budget = 0;  // variants the search could measure
+  int64_t budget = 0;    // variants the search could measure
+  int64_t measured = 0;  // variants it measured before it stopped
   int64_t to_within_1pct = 0;
   int64_t to_best = 0;
   double final_gap = 0;  // best found / exhaustive best - 1; infinite when none valid
 };
 
-// The space as a search sees it: its size and where the default config is.
+// The space as a search sees it: its size, each variant's param values and
+// where the default config is.
 service::SearchSpaceView ViewOf(const Screens& screens) {
-  service::SearchSpaceView view{.variants = static_cast<int64_t>(screens.variants.size())};
-  for (size_t i = 0; i < screens.variants.size() && !screens.default_values.empty(); ++i) {
-    if (screens.variants[i].values == screens.default_values) {
+  service::SearchSpaceView view;
+  view.variants = static_cast<int64_t>(screens.variants.size());
+  view.feature_count = static_cast<int64_t>(screens.params.size());
+  for (size_t i = 0; i < screens.variants.size(); ++i) {
+    for (int64_t value : screens.variants[i].values) {
+      view.features.push_back(static_cast<float>(value));
+    }
+    if (!screens.default_values.empty() && screens.variants[i].values == screens.default_values) {
       view.default_index = static_cast<int64_t>(i);
     }
   }
@@ -213,7 +220,9 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
   run.budget = search->budget();
   double found = std::numeric_limits<double>::infinity();
   int64_t measured = 0;
-  for (std::vector<int64_t> batch = search->Next(64); !batch.empty(); batch = search->Next(64)) {
+  // As a job asks: as many as the search wants to propose at once.
+  for (std::vector<int64_t> batch = search->Next(run.budget); !batch.empty();
+       batch = search->Next(run.budget)) {
     for (int64_t i : batch) {
       const ScreenedVariant& variant = screens.variants[static_cast<size_t>(i)];
       ++measured;
@@ -224,6 +233,7 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
       if (run.to_best == 0 && found <= best) run.to_best = measured;
     }
   }
+  run.measured = measured;
   run.final_gap = found / best - 1;
   return run;
 }
@@ -241,8 +251,8 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
     std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
     return 2;
   }
-  std::printf("%-52s %8s %-10s %7s %13s %13s %9s %9s\n", "problem", "variants", "search", "budget",
-              "within 1%", "best found", "gap med", "gap max");
+  std::printf("%-52s %8s %-10s %7s %8s %13s %13s %9s %9s\n", "problem", "variants", "search",
+              "budget", "measured", "within 1%", "best found", "gap med", "gap max");
   bool below_floor = false;
   for (const std::string& file : files) {
     absl::StatusOr<Screens> screens = FromTsv(file);
@@ -259,7 +269,7 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       return 2;
     }
     const service::SearchSpaceView view = ViewOf(*screens);
-    std::vector<double> within, found, gaps;
+    std::vector<double> within, found, gaps, measured;
     int64_t budget = 0;
     int reached = 0, exact = 0;
     for (int seed = 1; seed <= seeds; ++seed) {
@@ -273,6 +283,7 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
         return 2;
       }
       budget = run->budget;
+      measured.push_back(static_cast<double>(run->measured));
       if (run->to_within_1pct > 0) {
         ++reached;
         within.push_back(static_cast<double>(run->to_within_1pct));
@@ -287,16 +298,17 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       return at.empty() ? absl::StrFormat("%d/%d", runs, seeds)
                         : absl::StrFormat("%d/%d @%.0f", runs, seeds, Median(at));
     };
-    std::printf("%-52s %8zu %-10s %7lld %13s %13s %8.2f%% %8.2f%%\n",
+    std::printf("%-52s %8zu %-10s %7lld %8.0f %13s %13s %8.2f%% %8.2f%%\n",
                 screens->problem.substr(0, 52).c_str(), screens->variants.size(),
-                search_name.c_str(), static_cast<long long>(budget), cell(reached, within).c_str(),
-                cell(exact, found).c_str(), 100 * Median(gaps),
+                search_name.c_str(), static_cast<long long>(budget), Median(measured),
+                cell(reached, within).c_str(), cell(exact, found).c_str(), 100 * Median(gaps),
                 100 * *std::max_element(gaps.begin(), gaps.end()));
     if (reached < floor * seeds) below_floor = true;
   }
   std::printf(
-      "within 1%% / best found: runs that got there of all runs, @ the median number of "
-      "measurements it took; gap: best found / exhaustive best - 1 at the budget\n");
+      "measured: the median of the runs (a search may stop before its budget); within 1%% / "
+      "best found: runs that got there of all runs, @ the median number of measurements it "
+      "took; gap: best found / exhaustive best - 1 where the search stopped\n");
   if (below_floor) {
     std::fprintf(stderr,
                  "autotune-search-replay: a problem's runs within 1%% fell below the floor "
@@ -327,7 +339,7 @@ int main(int argc, char** argv) {
   double floor = 0;
   CLI::App* run = app.add_subcommand("run", "Runs a search over screens files, many seeds each");
   run->add_option("screens", files, "Screens files (.tsv)")->required();
-  run->add_option("--search", search, "exhaustive or random");
+  run->add_option("--search", search, "exhaustive, random or model");
   run->add_option("--max-variants", max_variants,
                   "Budget: at most this many variants (0: no limit)")
       ->check(CLI::NonNegativeNumber);

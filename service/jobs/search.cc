@@ -7,37 +7,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "service/jobs/model_search.h"
+#include "service/jobs/search_random.h"
 
 namespace autotune::service {
 namespace {
-
-// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
-// generators", 2014): a 64-bit generator whose output is fixed by its seed on
-// every platform, unlike std:: distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-
-  // Uniform in [0, n), n > 0: values below 2^64 mod n are drawn again so
-  // that every remainder is equally likely.
-  uint64_t Below(uint64_t n) {
-    const uint64_t threshold = (0 - n) % n;
-    for (;;) {
-      const uint64_t x = Next();
-      if (x >= threshold) return x % n;
-    }
-  }
-
- private:
-  uint64_t state_;
-};
 
 // Proposes a fixed order, up to the budget, without waiting for results.
 class OrderedSearch final : public Search {
@@ -60,7 +34,9 @@ class OrderedSearch final : public Search {
   int64_t next_ = 0;
 };
 
-int64_t BudgetOf(const SearchOptions& options, int64_t variants) {
+}  // namespace
+
+int64_t SearchBudget(const SearchOptions& options, int64_t variants) {
   int64_t budget = variants;
   if (options.max_variants > 0) budget = std::min(budget, options.max_variants);
   if (options.fraction > 0) {
@@ -71,14 +47,12 @@ int64_t BudgetOf(const SearchOptions& options, int64_t variants) {
   return budget;
 }
 
-}  // namespace
-
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name) {
-  for (SearchKind kind : {SearchKind::kExhaustive, SearchKind::kRandom}) {
+  for (SearchKind kind : {SearchKind::kExhaustive, SearchKind::kRandom, SearchKind::kModel}) {
     if (name == SearchKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown search '", name, "' (exhaustive or random)"));
+      absl::StrCat("unknown search '", name, "' (exhaustive, random or model)"));
 }
 
 const char* SearchKindName(SearchKind kind) {
@@ -87,6 +61,8 @@ const char* SearchKindName(SearchKind kind) {
       return "exhaustive";
     case SearchKind::kRandom:
       return "random";
+    case SearchKind::kModel:
+      return "model";
   }
   return "unknown";
 }
@@ -109,7 +85,22 @@ absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
     return absl::InvalidArgumentError(
         absl::StrCat("the budget's fraction ", options.fraction, " is not in [0, 1]"));
   }
-  const int64_t budget = BudgetOf(options, space.variants);
+  for (int64_t hint : space.hints) {
+    if (hint < 0 || hint >= space.variants) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the hint ", hint, " is not in the space of ", space.variants, " variants"));
+    }
+  }
+  const int64_t budget = SearchBudget(options, space.variants);
+  if (options.kind == SearchKind::kModel) {
+    if (space.feature_count <= 0 ||
+        static_cast<int64_t>(space.features.size()) != space.variants * space.feature_count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model search needs each variant's parameter values: ", space.features.size(),
+          " features for ", space.variants, " variants of ", space.feature_count));
+    }
+    return MakeModelSearch(options, space, budget);
+  }
   std::vector<int64_t> order(static_cast<size_t>(space.variants));
   std::iota(order.begin(), order.end(), int64_t{0});
   if (options.kind == SearchKind::kRandom) {

@@ -32,9 +32,11 @@ namespace autotune::service {
 enum class SearchKind {
   kExhaustive,  // every variant, in search-space order
   kRandom,      // the default config, then a seeded random order
+  kModel,       // guided by a cost model fitted to the measurements (model_search.h)
 };
 
-// "exhaustive", "random"; INVALID_ARGUMENT naming the choices otherwise.
+// "exhaustive", "random", "model"; INVALID_ARGUMENT naming the choices
+// otherwise.
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name);
 const char* SearchKindName(SearchKind kind);
 
@@ -53,7 +55,17 @@ struct SearchOptions {
 struct SearchSpaceView {
   int64_t variants = 0;
   int64_t default_index = -1;  // the family's default config; -1 when not in the space
+  // Each variant's parameter values, row-major (variants x feature_count):
+  // what the model learns from. Needed by kModel only.
+  std::vector<float> features;
+  int64_t feature_count = 0;
+  // Variants to measure early: the winners of the nearest tuned problems
+  // (kModel measures them first, after the default).
+  std::vector<int64_t> hints;
 };
+
+// The variants a search of `variants` measures at most under `options`.
+int64_t SearchBudget(const SearchOptions& options, int64_t variants);
 
 // The outcome of measuring one variant, as the search sees it.
 struct SearchResult {
@@ -76,7 +88,8 @@ class Search {
 };
 
 // INVALID_ARGUMENT for a negative count, a fraction outside [0, 1], an
-// empty space, or a default index outside it.
+// empty space, a default index or hint outside it, or (kModel) features
+// that are not variants x feature_count.
 absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
                                                    const SearchSpaceView& space);
 

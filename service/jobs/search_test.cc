@@ -27,6 +27,13 @@ std::vector<int64_t> Drain(Search& search, int64_t batch) {
   return all;
 }
 
+SearchSpaceView Space(int64_t variants, int64_t default_index) {
+  SearchSpaceView space;
+  space.variants = variants;
+  space.default_index = default_index;
+  return space;
+}
+
 std::vector<int64_t> Proposals(const SearchOptions& options, const SearchSpaceView& space,
                                int64_t batch = 4) {
   absl::StatusOr<std::unique_ptr<Search>> search = MakeSearch(options, space);
@@ -35,14 +42,14 @@ std::vector<int64_t> Proposals(const SearchOptions& options, const SearchSpaceVi
 }
 
 TEST(SearchTest, ExhaustiveProposesTheSpaceInOrderInBatches) {
-  const std::vector<int64_t> all = Proposals({}, {.variants = 10, .default_index = 3}, 4);
+  const std::vector<int64_t> all = Proposals({}, Space(10, 3), 4);
   std::vector<int64_t> expected(10);
   std::iota(expected.begin(), expected.end(), int64_t{0});
   EXPECT_EQ(all, expected);
 }
 
 TEST(SearchTest, TheBudgetIsACountAFractionOrTheSmallerOfBoth) {
-  const SearchSpaceView space{.variants = 95, .default_index = -1};
+  const SearchSpaceView space = Space(95, -1);
   EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .max_variants = 7}, space).size(), 7u);
   // 9.5 rounded up.
   EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .fraction = 0.1}, space).size(), 10u);
@@ -60,7 +67,7 @@ TEST(SearchTest, TheBudgetIsACountAFractionOrTheSmallerOfBoth) {
 }
 
 TEST(SearchTest, RandomStartsWithTheDefaultAndProposesEachVariantOnce) {
-  const SearchSpaceView space{.variants = 500, .default_index = 123};
+  const SearchSpaceView space = Space(500, 123);
   const std::vector<int64_t> all = Proposals({.kind = SearchKind::kRandom, .seed = 7}, space, 64);
   ASSERT_EQ(all.size(), 500u);
   EXPECT_EQ(all.front(), 123);
@@ -73,7 +80,7 @@ TEST(SearchTest, RandomStartsWithTheDefaultAndProposesEachVariantOnce) {
 }
 
 TEST(SearchTest, RandomIsFixedByItsSeedOnEveryMachine) {
-  const SearchSpaceView space{.variants = 10, .default_index = -1};
+  const SearchSpaceView space = Space(10, -1);
   const std::vector<int64_t> first = Proposals({.kind = SearchKind::kRandom, .seed = 1}, space);
   EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .seed = 1}, space, 3), first);
   EXPECT_NE(Proposals({.kind = SearchKind::kRandom, .seed = 2}, space), first);
@@ -82,24 +89,133 @@ TEST(SearchTest, RandomIsFixedByItsSeedOnEveryMachine) {
   EXPECT_THAT(first, ElementsAre(4, 2, 8, 1, 9, 3, 0, 6, 7, 5));
 }
 
+// A space of two parameters, a x b values (0..a-1, 0..b-1), row-major.
+SearchSpaceView Grid(int64_t a, int64_t b) {
+  SearchSpaceView space = Space(a * b, -1);
+  space.feature_count = 2;
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      space.features.push_back(static_cast<float>(i));
+      space.features.push_back(static_cast<float>(j));
+    }
+  }
+  return space;
+}
+
+// A smooth landscape with its minimum at (23, 7), and a failing region (a
+// "compile error" wherever both are odd and i > 30): what the model search
+// is run against.
+SearchResult Landscape(const SearchSpaceView& space, int64_t index) {
+  const float i = space.features[index * 2];
+  const float j = space.features[index * 2 + 1];
+  if (i > 30 && static_cast<int>(i) % 2 == 1 && static_cast<int>(j) % 2 == 1) return {};
+  return {.valid = true, .median_us = 10 + (i - 23) * (i - 23) + 3 * (j - 7) * (j - 7)};
+}
+
+struct Outcome {
+  std::vector<int64_t> proposed;
+  double best = 1e300;
+};
+
+Outcome RunModel(const SearchOptions& options, const SearchSpaceView& space) {
+  absl::StatusOr<std::unique_ptr<Search>> search = MakeSearch(options, space);
+  EXPECT_TRUE(search.ok()) << search.status();
+  Outcome outcome;
+  if (!search.ok()) return outcome;
+  const int64_t budget = (*search)->budget();
+  for (std::vector<int64_t> batch = (*search)->Next(budget); !batch.empty();
+       batch = (*search)->Next(budget)) {
+    for (int64_t i : batch) {
+      const SearchResult result = Landscape(space, i);
+      (*search)->Record(i, result);
+      if (result.valid) outcome.best = std::min(outcome.best, result.median_us);
+      outcome.proposed.push_back(i);
+    }
+  }
+  return outcome;
+}
+
 TEST(SearchTest, BadOptionsAndSpacesAreRefusedNamingWhatIsWrong) {
-  const SearchSpaceView space{.variants = 10, .default_index = -1};
+  const SearchSpaceView space = Space(10, -1);
   EXPECT_THAT(
       MakeSearch({.max_variants = -1}, space),
       StatusIs(absl::StatusCode::kInvalidArgument, "the budget of -1 variants is negative"));
   EXPECT_THAT(
       MakeSearch({.fraction = 1.5}, space),
       StatusIs(absl::StatusCode::kInvalidArgument, "the budget's fraction 1.5 is not in [0, 1]"));
-  EXPECT_THAT(MakeSearch({}, {.variants = 0}),
+  EXPECT_THAT(MakeSearch({}, Space(0, -1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "the search space has no variants"));
-  EXPECT_THAT(MakeSearch({}, {.variants = 10, .default_index = 10}),
+  EXPECT_THAT(MakeSearch({}, Space(10, 10)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "the default config's index 10 is not in the space of 10 variants"));
   EXPECT_THAT(ParseSearchKind("genetic"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "unknown search 'genetic' (exhaustive or random)"));
+                       "unknown search 'genetic' (exhaustive, random or model)"));
   ASSERT_OK_AND_ASSIGN(SearchKind kind, ParseSearchKind("random"));
   EXPECT_EQ(kind, SearchKind::kRandom);
+  EXPECT_THAT(MakeSearch({.kind = SearchKind::kModel}, Space(10, -1)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "the model search needs each variant's parameter values: 0 features for "
+                       "10 variants of 0"));
+  SearchSpaceView hinted = Grid(4, 4);
+  hinted.hints = {16};
+  EXPECT_THAT(MakeSearch({}, hinted), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               "the hint 16 is not in the space of 16 variants"));
+}
+
+TEST(ModelSearchTest, FindsTheMinimumOfASmoothSpaceMeasuringAFewPercent) {
+  const SearchSpaceView space = Grid(64, 32);  // 2,048 variants
+  for (uint64_t seed : {1, 2, 3}) {
+    const Outcome outcome =
+        RunModel({.kind = SearchKind::kModel, .fraction = 0.1, .seed = seed}, space);
+    EXPECT_EQ(outcome.best, 10) << "seed " << seed;
+    EXPECT_LE(outcome.proposed.size(), 205u);
+    const std::set<int64_t> distinct(outcome.proposed.begin(), outcome.proposed.end());
+    EXPECT_EQ(distinct.size(), outcome.proposed.size()) << "a variant was proposed twice";
+  }
+}
+
+TEST(ModelSearchTest, IsDeterministicForASeedAndDiffersAcrossSeeds) {
+  SearchSpaceView space = Grid(64, 32);
+  space.default_index = 5;
+  const Outcome a = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 7}, space);
+  const Outcome b = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 7}, space);
+  const Outcome c = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 8}, space);
+  EXPECT_EQ(a.proposed, b.proposed);
+  EXPECT_NE(a.proposed, c.proposed);
+  ASSERT_FALSE(a.proposed.empty());
+  EXPECT_EQ(a.proposed.front(), 5) << "the default config is measured first";
+}
+
+TEST(ModelSearchTest, MeasuresTheHintsFirstAndKeepsItsBudget) {
+  SearchSpaceView space = Grid(64, 32);
+  space.default_index = 0;
+  space.hints = {23 * 32 + 7, 100};
+  const Outcome outcome =
+      RunModel({.kind = SearchKind::kModel, .max_variants = 40, .seed = 1}, space);
+  ASSERT_GE(outcome.proposed.size(), 3u);
+  EXPECT_THAT(std::vector<int64_t>(outcome.proposed.begin(), outcome.proposed.begin() + 3),
+              ElementsAre(0, 23 * 32 + 7, 100));
+  EXPECT_LE(outcome.proposed.size(), 40u);
+  EXPECT_EQ(outcome.best, 10);
+}
+
+TEST(ModelSearchTest, StopsWhenItStopsImprovingWithoutABudget) {
+  const SearchSpaceView space = Grid(64, 32);
+  const Outcome outcome = RunModel({.kind = SearchKind::kModel, .seed = 3}, space);
+  EXPECT_EQ(outcome.best, 10);
+  EXPECT_LT(outcome.proposed.size(), space.variants / 2);
+}
+
+TEST(ModelSearchTest, AvoidsTheRegionWhereVariantsFail) {
+  // The failing region is the odd-odd quarter of i > 30, 1/8 of the space:
+  // a search that learned nothing from failures would propose into it at
+  // that rate; the model, after its random start, hardly does.
+  const SearchSpaceView space = Grid(64, 32);
+  const Outcome outcome = RunModel({.kind = SearchKind::kModel, .fraction = 0.1, .seed = 5}, space);
+  int64_t failed = 0;
+  for (int64_t i : outcome.proposed) failed += Landscape(space, i).valid ? 0 : 1;
+  EXPECT_LT(failed * 12, static_cast<int64_t>(outcome.proposed.size()));
 }
 
 }  // namespace

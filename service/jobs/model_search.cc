@@ -1,0 +1,325 @@
+#include "service/jobs/model_search.h"
+
+#include <xgboost/c_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "service/jobs/search_random.h"
+
+namespace autotune::service {
+namespace {
+
+// A failed variant's label: this many times the slowest valid median.
+constexpr double kFailurePenalty = 2;
+// Boosting rounds and tree depth: enough for the interactions of a GEMM's
+// tile, stage and path parameters, cheap on a few hundred points.
+constexpr int kTrees = 60;
+constexpr int kDepth = 6;
+// The search stops after this many model rounds in a row that did not
+// improve the best by at least kImprovement (relative).
+constexpr int kPatience = 3;
+constexpr double kImprovement = 1e-3;
+
+// A fitted XGBoost regressor; nullopt from Fit when XGBoost fails.
+class Model {
+ public:
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  Model(Model&& other) noexcept : booster_(std::exchange(other.booster_, nullptr)) {}
+  ~Model() {
+    if (booster_ != nullptr) XGBoosterFree(booster_);
+  }
+
+  // `rows`: n x columns, row-major.
+  static std::optional<Model> Fit(const std::vector<float>& rows, const std::vector<float>& labels,
+                                  int64_t columns, uint64_t seed) {
+    DMatrixHandle train = nullptr;
+    if (XGDMatrixCreateFromMat(rows.data(), labels.size(), static_cast<bst_ulong>(columns),
+                               std::numeric_limits<float>::quiet_NaN(), &train) != 0) {
+      return std::nullopt;
+    }
+    Model model;
+    bool ok = XGDMatrixSetFloatInfo(train, "label", labels.data(), labels.size()) == 0 &&
+              XGBoosterCreate(&train, 1, &model.booster_) == 0;
+    const std::string seed_text = absl::StrCat(seed % 2147483647u);
+    const std::string depth = absl::StrCat(kDepth);
+    const std::pair<const char*, const char*> params[] = {
+        {"objective", "reg:squarederror"},
+        {"tree_method", "exact"},  // deterministic, and exact on small data
+        {"nthread", "1"},
+        {"max_depth", depth.c_str()},
+        {"eta", "0.3"},
+        {"min_child_weight", "1"},
+        {"verbosity", "0"},
+        {"seed", seed_text.c_str()},
+    };
+    for (const auto& [name, value] : params) {
+      ok = ok && XGBoosterSetParam(model.booster_, name, value) == 0;
+    }
+    for (int i = 0; ok && i < kTrees; ++i) {
+      ok = XGBoosterUpdateOneIter(model.booster_, i, train) == 0;
+    }
+    XGDMatrixFree(train);
+    if (!ok) return std::nullopt;
+    return model;
+  }
+
+  // One prediction per row; nullopt when XGBoost fails.
+  std::optional<std::vector<float>> Predict(const std::vector<float>& rows, int64_t columns) const {
+    const bst_ulong n = rows.size() / static_cast<size_t>(columns);
+    DMatrixHandle data = nullptr;
+    if (XGDMatrixCreateFromMat(rows.data(), n, static_cast<bst_ulong>(columns),
+                               std::numeric_limits<float>::quiet_NaN(), &data) != 0) {
+      return std::nullopt;
+    }
+    bst_ulong length = 0;
+    const float* out = nullptr;
+    const bool ok = XGBoosterPredict(booster_, data, 0, 0, 0, &length, &out) == 0 && length == n;
+    std::optional<std::vector<float>> predictions;
+    if (ok) predictions.emplace(out, out + length);
+    XGDMatrixFree(data);
+    return predictions;
+  }
+
+ private:
+  Model() = default;
+  BoosterHandle booster_ = nullptr;
+};
+
+class ModelSearch final : public Search {
+ public:
+  ModelSearch(const SearchOptions& options, const SearchSpaceView& space, int64_t budget)
+      : space_(space),
+        columns_(space.feature_count),
+        budget_(budget),
+        seed_(options.seed),
+        random_(options.seed),
+        state_(static_cast<size_t>(space.variants), State::kUnseen),
+        median_(static_cast<size_t>(space.variants), 0) {
+    // Each parameter's distinct values, and every variant by its values:
+    // what finding a neighbour needs.
+    values_.resize(static_cast<size_t>(columns_));
+    for (int64_t i = 0; i < space_.variants; ++i) {
+      for (int64_t c = 0; c < columns_; ++c) values_[c].insert(Feature(i, c));
+      by_key_.emplace(Key(Row(i)), i);
+    }
+  }
+
+  std::vector<int64_t> Next(int64_t max) override {
+    std::vector<int64_t> batch;
+    if (stopped_ || pending_ > 0 || max <= 0 || proposed_ >= budget_) return batch;
+    const int64_t room = std::min(max, budget_ - proposed_);
+    if (rounds_ == 0) {
+      // The baseline and the winners of the nearest problems, then a
+      // sample that shows the model the whole space.
+      Take(space_.default_index, room, &batch);
+      for (int64_t hint : space_.hints) Take(hint, room, &batch);
+      const int64_t initial = std::min(room, InitialSize());
+      TakeRandom(initial - static_cast<int64_t>(batch.size()), &batch);
+    } else {
+      FromModel(std::min(room, RoundSize()), &batch);
+    }
+    ++rounds_;
+    pending_ = static_cast<int64_t>(batch.size());
+    proposed_ += pending_;
+    best_before_round_ = best_;
+    return batch;
+  }
+
+  void Record(int64_t index, const SearchResult& result) override {
+    if (index < 0 || index >= space_.variants || state_[index] != State::kProposed) return;
+    state_[index] = result.valid ? State::kValid : State::kFailed;
+    if (result.valid) {
+      median_[index] = result.median_us;
+      best_ = std::min(best_, result.median_us);
+      slowest_ = std::max(slowest_, result.median_us);
+    }
+    measured_.push_back(index);
+    if (--pending_ > 0) return;
+    // A round ended: did it improve the best? The first round sets it.
+    if (rounds_ > 1) {
+      const bool improved = best_ < best_before_round_ * (1 - kImprovement);
+      no_gain_ = improved ? 0 : no_gain_ + 1;
+      if (no_gain_ >= kPatience) stopped_ = true;
+    }
+  }
+
+  int64_t budget() const override { return budget_; }
+
+ private:
+  enum class State : uint8_t { kUnseen, kProposed, kValid, kFailed };
+
+  // A fifth of the budget first, then rounds of a tenth (at most 128 and
+  // 64: a large budget is spent in more rounds, so that the search can stop
+  // early): batches big enough to keep the compilers and the GPU busy.
+  int64_t InitialSize() const { return std::clamp<int64_t>(budget_ / 5, 16, 128); }
+  int64_t RoundSize() const { return std::clamp<int64_t>(budget_ / 10, 8, 64); }
+
+  float Feature(int64_t variant, int64_t column) const {
+    return space_.features[static_cast<size_t>(variant * columns_ + column)];
+  }
+  std::vector<float> Row(int64_t variant) const {
+    const auto begin = space_.features.begin() + variant * columns_;
+    return std::vector<float>(begin, begin + columns_);
+  }
+  static std::string Key(const std::vector<float>& row) {
+    std::string key(row.size() * sizeof(float), '\0');
+    std::memcpy(key.data(), row.data(), key.size());
+    return key;
+  }
+
+  void Take(int64_t index, int64_t room, std::vector<int64_t>* batch) {
+    if (index < 0 || index >= space_.variants || static_cast<int64_t>(batch->size()) >= room ||
+        state_[index] != State::kUnseen) {
+      return;
+    }
+    state_[index] = State::kProposed;
+    batch->push_back(index);
+  }
+
+  // `n` variants not proposed before, uniformly at random.
+  void TakeRandom(int64_t n, std::vector<int64_t>* batch) {
+    std::vector<int64_t> unseen = Unseen();
+    for (int64_t k = 0; k < n && !unseen.empty(); ++k) {
+      const size_t j = static_cast<size_t>(random_.Below(unseen.size()));
+      std::swap(unseen[j], unseen.back());
+      state_[unseen.back()] = State::kProposed;
+      batch->push_back(unseen.back());
+      unseen.pop_back();
+    }
+  }
+
+  std::vector<int64_t> Unseen() const {
+    std::vector<int64_t> unseen;
+    for (int64_t i = 0; i < space_.variants; ++i) {
+      if (state_[i] == State::kUnseen) unseen.push_back(i);
+    }
+    return unseen;
+  }
+
+  // The variants one parameter one value away from `variant`.
+  std::vector<int64_t> Neighbours(int64_t variant) const {
+    std::vector<int64_t> found;
+    std::vector<float> row = Row(variant);
+    for (int64_t c = 0; c < columns_; ++c) {
+      const std::set<float>& values = values_[c];
+      const float own = row[c];
+      auto it = values.find(own);
+      std::vector<float> adjacent;
+      if (it != values.begin()) adjacent.push_back(*std::prev(it));
+      if (std::next(it) != values.end()) adjacent.push_back(*std::next(it));
+      for (float value : adjacent) {
+        row[c] = value;
+        auto hit = by_key_.find(Key(row));
+        if (hit != by_key_.end()) found.push_back(hit->second);
+      }
+      row[c] = own;
+    }
+    return found;
+  }
+
+  // A round: the model's fastest predictions, the untried neighbours of the
+  // best measured, and a few at random.
+  void FromModel(int64_t size, std::vector<int64_t>* batch) {
+    std::vector<int64_t> unseen = Unseen();
+    std::optional<std::vector<float>> predicted = Predicted(unseen);
+    if (!predicted) {  // nothing valid to learn from yet, or XGBoost failed
+      TakeRandom(size, batch);
+      return;
+    }
+    std::map<int64_t, float> prediction;
+    for (size_t k = 0; k < unseen.size(); ++k) prediction[unseen[k]] = (*predicted)[k];
+    const auto by_prediction = [&](int64_t a, int64_t b) {
+      return prediction[a] != prediction[b] ? prediction[a] < prediction[b] : a < b;
+    };
+    // Neighbours of the three best, the model's best first.
+    std::vector<int64_t> valid;
+    for (int64_t i : measured_) {
+      if (state_[i] == State::kValid) valid.push_back(i);
+    }
+    std::sort(valid.begin(), valid.end(), [&](int64_t a, int64_t b) {
+      return median_[a] != median_[b] ? median_[a] < median_[b] : a < b;
+    });
+    std::vector<int64_t> near;
+    for (size_t k = 0; k < std::min<size_t>(3, valid.size()); ++k) {
+      for (int64_t n : Neighbours(valid[k])) {
+        if (state_[n] == State::kUnseen) near.push_back(n);
+      }
+    }
+    std::sort(near.begin(), near.end(), by_prediction);
+    near.erase(std::unique(near.begin(), near.end()), near.end());
+    const int64_t explore = std::max<int64_t>(1, size / 8);
+    const int64_t polish = size / 4;
+    for (size_t k = 0; k < near.size() && static_cast<int64_t>(batch->size()) < polish; ++k) {
+      Take(near[k], polish, batch);
+    }
+    std::sort(unseen.begin(), unseen.end(), by_prediction);
+    const int64_t modelled = size - explore;
+    for (size_t k = 0; k < unseen.size() && static_cast<int64_t>(batch->size()) < modelled; ++k) {
+      Take(unseen[k], modelled, batch);
+    }
+    TakeRandom(size - static_cast<int64_t>(batch->size()), batch);
+  }
+
+  // The model's log-median for each of `variants`; nullopt without a valid
+  // measurement to learn from, or when XGBoost fails.
+  std::optional<std::vector<float>> Predicted(const std::vector<int64_t>& variants) const {
+    if (!(slowest_ > 0) || variants.empty()) return std::nullopt;
+    std::vector<float> rows;
+    std::vector<float> labels;
+    const double failed = std::log(slowest_ * kFailurePenalty);
+    for (int64_t i : measured_) {
+      const std::vector<float> row = Row(i);
+      rows.insert(rows.end(), row.begin(), row.end());
+      labels.push_back(
+          static_cast<float>(state_[i] == State::kValid ? std::log(median_[i]) : failed));
+    }
+    std::optional<Model> model = Model::Fit(rows, labels, columns_, seed_);
+    if (!model) return std::nullopt;
+    rows.clear();
+    for (int64_t i : variants) {
+      const std::vector<float> row = Row(i);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    return model->Predict(rows, columns_);
+  }
+
+  const SearchSpaceView space_;
+  const int64_t columns_;
+  const int64_t budget_;
+  const uint64_t seed_;
+  SplitMix64 random_;
+  std::vector<State> state_;
+  std::vector<double> median_;
+  std::vector<std::set<float>> values_;
+  std::map<std::string, int64_t> by_key_;
+  std::vector<int64_t> measured_;  // in the order recorded
+  int64_t proposed_ = 0;
+  int64_t pending_ = 0;  // proposed, not yet recorded
+  int rounds_ = 0;
+  int no_gain_ = 0;
+  bool stopped_ = false;
+  double best_ = std::numeric_limits<double>::infinity();
+  double best_before_round_ = std::numeric_limits<double>::infinity();
+  double slowest_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Search> MakeModelSearch(const SearchOptions& options, const SearchSpaceView& space,
+                                        int64_t budget) {
+  return std::make_unique<ModelSearch>(options, space, budget);
+}
+
+}  // namespace autotune::service
