@@ -226,6 +226,7 @@ absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
       for (v1::DType dtype : item_dtypes[i]) {
         ManifestProblem problem;
         problem.family = item.family();
+        problem.item = i;
         for (int j = 0; j < dim_count; ++j) {
           (*problem.problem.mutable_dims())[item.dims(j).name()] = item.dims(j).values(digits[j]);
         }

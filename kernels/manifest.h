@@ -35,6 +35,7 @@ inline constexpr int64_t kMaxManifestProblems = int64_t{1} << 20;
 struct ManifestProblem {
   std::string family;
   v1::Problem problem;
+  int item = 0;  // the manifest item it came from (the first, when several name it)
 };
 
 // Reads and checks the manifest at `path`: what can be checked without the

@@ -71,6 +71,15 @@ inline constexpr int kMaxSerialCandidates = 256;
 // percent off, rarely ten.
 inline constexpr double kDefaultCandidateBand = 0.10;
 
+// How a problem's variants are searched when the job does not say
+// (SearchOptions.strategy unspecified): every variant of a space up to this
+// size (the built-in memory-bound families have at most a few hundred, and
+// a screen of that many takes seconds), the model-guided search above it.
+// Replayed over the exhaustive screens of gemm_bf16 (6,904 configs per
+// shape, bench/testdata/search), the model with no budget stops after
+// about 6% of the space with the exhaustive best in every run.
+inline constexpr int64_t kExhaustiveSearchUpTo = 1000;
+
 // --- The list calls (ListJobs, ListEntries: limit 0 = these) ----------------
 
 // One page of jobs: the recent ones an operator looks at.

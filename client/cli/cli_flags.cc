@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -97,6 +98,38 @@ absl::Status ParseShardFlag(absl::string_view text, v1::JobOptions& options) {
   }
   options.set_shard_index(index);
   options.set_shard_count(count);
+  return absl::OkStatus();
+}
+
+absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budget, uint64_t seed,
+                              v1::SearchOptions& search) {
+  search.Clear();
+  if (!strategy.empty()) {
+    const std::string upper = absl::AsciiStrToUpper(strategy);
+    v1::SearchStrategy parsed = v1::SEARCH_STRATEGY_UNSPECIFIED;
+    if (!v1::SearchStrategy_Parse(upper, &parsed) || parsed == v1::SEARCH_STRATEGY_UNSPECIFIED) {
+      return FlagError("--search", strategy, "expected exhaustive, random or model");
+    }
+    search.set_strategy(parsed);
+  }
+  if (!budget.empty()) {
+    absl::string_view number = budget;
+    if (absl::ConsumeSuffix(&number, "%")) {
+      double percent = 0;
+      if (!absl::SimpleAtod(number, &percent) || !(percent > 0 && percent <= 100)) {
+        return FlagError("--budget", budget, "a share of the space must be in (0%, 100%]");
+      }
+      search.set_max_fraction(percent / 100);
+    } else {
+      int64_t count = 0;
+      if (!absl::SimpleAtoi(number, &count) || count < 1) {
+        return FlagError("--budget", budget,
+                         "expected a count of variants (at least 1) or a share like 5%");
+      }
+      search.set_max_variants(count);
+    }
+  }
+  search.set_seed(seed);
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #ifndef AUTOTUNE_CLIENT_CLI_FLAGS_H_
 #define AUTOTUNE_CLIENT_CLI_FLAGS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,6 +41,12 @@ bool FilterIsEmpty(const v1::EntryFilter& filter);
 
 // "I/N" with 0 <= I < N: sets shard_index and shard_count of `options`.
 absl::Status ParseShardFlag(absl::string_view text, v1::JobOptions& options);
+
+// --search (exhaustive, random, model; any case), --budget (a count "500"
+// or a share "5%") and --seed into `search`, which is cleared first and
+// left empty when none is given (seed 0).
+absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budget, uint64_t seed,
+                              v1::SearchOptions& search);
 
 // A warmup manifest: v1::Manifest in protobuf text format. Errors name the
 // file and the line and column of the first problem, or say that it lists

@@ -75,6 +75,38 @@ TEST(FilterFromFlagsTest, NvrtcVersionMustBeMajorDotMinor) {
   }
 }
 
+TEST(ParseSearchFlagsTest, TakesAStrategyACountOrAShareAndASeed) {
+  v1::SearchOptions search;
+  ASSERT_OK(ParseSearchFlags("model", "5%", 7, search));
+  EXPECT_EQ(search.strategy(), v1::MODEL);
+  EXPECT_DOUBLE_EQ(search.max_fraction(), 0.05);
+  EXPECT_EQ(search.max_variants(), 0);
+  EXPECT_EQ(search.seed(), 7u);
+  ASSERT_OK(ParseSearchFlags("Random", "500", 0, search));
+  EXPECT_EQ(search.strategy(), v1::RANDOM);
+  EXPECT_EQ(search.max_variants(), 500);
+  EXPECT_DOUBLE_EQ(search.max_fraction(), 0);
+  ASSERT_OK(ParseSearchFlags("", "", 0, search));
+  EXPECT_EQ(search.ByteSizeLong(), 0u) << "nothing given, nothing set";
+  const struct {
+    const char* strategy;
+    const char* budget;
+    const char* why;
+  } cases[] = {
+      {"genetic", "", "invalid --search 'genetic': expected exhaustive, random or model"},
+      {"search_strategy_unspecified", "", "invalid --search"},
+      {"", "0", "invalid --budget '0': expected a count of variants (at least 1)"},
+      {"", "1.5", "invalid --budget '1.5'"},
+      {"", "0%", "invalid --budget '0%': a share of the space must be in (0%, 100%]"},
+      {"", "101%", "invalid --budget '101%'"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT(ParseSearchFlags(c.strategy, c.budget, 0, search),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.why)))
+        << c.strategy << " " << c.budget;
+  }
+}
+
 TEST(ParseShardFlagTest, AcceptsIndexBelowCount) {
   v1::JobOptions options;
   ASSERT_OK(ParseShardFlag("3/4", options));

@@ -173,6 +173,7 @@ void PrintEntryFields(const v1::Entry& entry, EntryDetail detail, std::ostream& 
                              : "none (no runner-up)");
   }
   if (detail == EntryDetail::kEvidence) Field(out, "serial", SerialText(entry));
+  Field(out, "search", entry.search());
   // A contended time may be too slow, and the config chosen on it too: a
   // lookup says so as well.
   if (entry.contended()) {
@@ -380,6 +381,7 @@ std::string WarmupFlag(absl::string_view field) {
       {"candidate_band", "--candidate-band"},
       {"serial_max_s", "--serial-max"},
       {"serial_noise", "--serial-noise"},
+      {"search", "--search, --budget, --seed"},
   };
   auto it = flags->find(field);
   return it == flags->end() ? "" : it->second;

@@ -234,6 +234,9 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     double serial_max_s = 0;
     double serial_noise = 0;
     double candidate_band = 0;
+    std::string search;
+    std::string budget;
+    uint64_t seed = 0;
     ReportFiles files;
     bool json = false;
     v1::SubmitJobRequest request;
@@ -284,12 +287,33 @@ Command WarmupCommand(CLI::App& root, Streams io) {
       ->add_option("--serial-max", s->serial_max_s,
                    "GPU seconds of serial rounds per problem at most (0 = the daemon's default)")
       ->check(CLI::NonNegativeNumber);
+  command.app->add_option(
+      "--search", s->search,
+      absl::StrCat("How each problem's variants are searched: exhaustive, random or model "
+                   "(default: exhaustive up to ",
+                   service::kExhaustiveSearchUpTo,
+                   " variants, model above); a manifest item's `search` overrides it"));
+  command.app->add_option("--budget", s->budget,
+                          "Variants to measure per problem at most: a count (500) or a share of "
+                          "the space (5%); default: all for exhaustive and random, until it "
+                          "stops improving for model");
+  command.app->add_option("--seed", s->seed, "The search's seed (deterministic for a seed)");
   AddReportFileOptions(command.app, s->files);
   command.app->add_flag("--json", s->json,
                         "Print the finished job as protobuf JSON; progress goes to stderr");
   command.prepare = [s]() -> absl::Status {
     RETURN_IF_ERROR(CheckReportFileOptions(s->files));
     v1::JobOptions& options = *s->request.mutable_spec()->mutable_options();
+    v1::SearchOptions search;
+    RETURN_IF_ERROR(ParseSearchFlags(s->search, s->budget, s->seed, search));
+    if (search.ByteSizeLong() > 0) {
+      if (s->compile_only) {
+        return absl::InvalidArgumentError(
+            "--search, --budget and --seed choose what to measure; --compile-only measures "
+            "nothing");
+      }
+      *options.mutable_search() = search;
+    }
     if (!s->shard.empty()) RETURN_IF_ERROR(ParseShardFlag(s->shard, options));
     options.set_compile_only(s->compile_only);
     options.set_retune(s->retune);

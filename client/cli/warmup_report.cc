@@ -151,9 +151,46 @@ std::string TimingLine(const v1::Job& job) {
   return absl::StrCat("time: ", absl::StrJoin(parts, kDot));
 }
 
+// "search: model on 2 problems: 768 of 13,808 variants measured (5.6%),
+// best found after 131 and 160": the strategies that ran, and how much of
+// the spaces they measured; "" when no report says.
+std::string SearchLine(const v1::Job& job) {
+  std::map<std::string, int64_t> problems;  // by strategy
+  int64_t space = 0;
+  int64_t measured = 0;
+  std::vector<std::string> found;
+  for (const v1::ProblemReport& report : job.reports()) {
+    if (!report.has_search()) continue;
+    const v1::SearchReport& search = report.search();
+    ++problems[absl::AsciiStrToLower(v1::SearchStrategy_Name(search.strategy()))];
+    space += search.space();
+    measured += search.measured();
+    if (search.best_size() > 0 && found.size() < 8) {
+      found.push_back(FormatCount(search.best(search.best_size() - 1).measured()));
+    }
+  }
+  if (problems.empty()) return "";
+  std::vector<std::string> strategies;
+  for (const auto& [name, count] : problems) {
+    strategies.push_back(
+        absl::StrCat(name, " on ", FormatCount(count), " problem", count == 1 ? "" : "s"));
+  }
+  std::string line =
+      absl::StrCat("search: ", absl::StrJoin(strategies, kDot), ": ", FormatCount(measured), " of ",
+                   FormatCount(space), " variants measured");
+  if (space > 0 && measured < space) {
+    absl::StrAppend(&line, absl::StrFormat(" (%.1f%%)", 100.0 * static_cast<double>(measured) /
+                                                            static_cast<double>(space)));
+  }
+  if (!found.empty()) {
+    absl::StrAppend(&line, ", best found after ", absl::StrJoin(found, ", "));
+  }
+  return line;
+}
+
 std::vector<std::string> SummaryLines(const v1::Job& job) {
   std::vector<std::string> lines;
-  for (std::string line : {StatusLine(job), TimingLine(job)}) {
+  for (std::string line : {StatusLine(job), SearchLine(job), TimingLine(job)}) {
     if (!line.empty()) lines.push_back(std::move(line));
   }
   return lines;

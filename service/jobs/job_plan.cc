@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/compile_request.h"
@@ -15,6 +16,64 @@
 #include "service/defaults.h"
 
 namespace autotune::service {
+namespace {
+
+// The checks of one SearchOptions, `field` naming it.
+absl::Status CheckSearch(const v1::SearchOptions& search, const std::string& field) {
+  if (!v1::SearchStrategy_IsValid(search.strategy())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".strategy ", search.strategy(), " is not a SearchStrategy"));
+  }
+  if (search.max_variants() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".max_variants is ", search.max_variants(), ", not >= 0"));
+  }
+  if (!(search.max_fraction() >= 0 && search.max_fraction() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".max_fraction is ", search.max_fraction(), ", not in 0..1"));
+  }
+  return absl::OkStatus();
+}
+
+bool SearchGiven(const v1::SearchOptions& search) {
+  return search.strategy() != v1::SEARCH_STRATEGY_UNSPECIFIED || search.max_variants() != 0 ||
+         search.max_fraction() != 0 || search.seed() != 0;
+}
+
+}  // namespace
+
+SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
+  SearchOptions search;
+  search.max_variants = given.max_variants();
+  search.fraction = given.max_fraction();
+  search.seed = given.seed();
+  switch (given.strategy()) {
+    case v1::EXHAUSTIVE:
+      search.kind = SearchKind::kExhaustive;
+      break;
+    case v1::RANDOM:
+      search.kind = SearchKind::kRandom;
+      break;
+    case v1::MODEL:
+      search.kind = SearchKind::kModel;
+      break;
+    default:
+      search.kind = variants > kExhaustiveSearchUpTo ? SearchKind::kModel : SearchKind::kExhaustive;
+      break;
+  }
+  return search;
+}
+
+std::string DescribeSearch(const SearchOptions& search, int64_t measured, int64_t variants) {
+  std::string text = SearchKindName(search.kind);
+  if (search.kind != SearchKind::kExhaustive) absl::StrAppend(&text, ", seed ", search.seed);
+  absl::StrAppend(&text, ": ", measured, " of ", variants, " variants measured");
+  if (measured < variants && variants > 0) {
+    absl::StrAppend(&text, absl::StrFormat(" (%.1f%%)", 100.0 * static_cast<double>(measured) /
+                                                            static_cast<double>(variants)));
+  }
+  return text;
+}
 
 absl::Status CheckJobSpec(const v1::JobSpec& spec) {
   const v1::JobOptions& options = spec.options();
@@ -22,9 +81,21 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError("manifest.items is empty");
   }
   for (int i = 0; i < spec.manifest().items_size(); ++i) {
-    if (spec.manifest().items(i).family().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("manifest.items[", i, "].family is empty"));
+    const v1::ManifestItem& item = spec.manifest().items(i);
+    const std::string field = absl::StrCat("manifest.items[", i, "]");
+    if (item.family().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".family is empty"));
     }
+    RETURN_IF_ERROR(CheckSearch(item.search(), absl::StrCat(field, ".search")));
+    if (options.compile_only() && item.has_search()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".search: a compile_only job measures nothing to search; leave it out"));
+    }
+  }
+  RETURN_IF_ERROR(CheckSearch(options.search(), "options.search"));
+  if (options.compile_only() && SearchGiven(options.search())) {
+    return absl::InvalidArgumentError(
+        "options.search: a compile_only job measures nothing to search; leave it out");
   }
   if (options.shard_count() < 0 || options.shard_index() < 0 ||
       (options.shard_count() > 0 && options.shard_index() >= options.shard_count())) {
@@ -197,6 +268,14 @@ absl::StatusOr<JobPlan> PlanJob(
       planned.variant_keys.push_back(add(*record, planned.problem, variant.name_expression,
                                          variant.compile_options, &variant.config));
     }
+    const v1::ManifestItem& from = spec.manifest().items(item.item);
+    planned.search = ResolveSearch(from.has_search() ? from.search() : options.search(),
+                                   static_cast<int64_t>(space->variants.size()));
+    planned.budget =
+        space->variants.empty()
+            ? 0
+            : SearchBudget(planned.search, static_cast<int64_t>(space->variants.size()));
+    plan.to_measure += planned.budget;
     planned.space = *std::move(space);
     plan.problems.push_back(std::move(planned));
   }
@@ -224,6 +303,8 @@ void KeepProblems(const std::set<size_t>& keep, JobPlan* plan) {
   }
   plan->problems = std::move(kept);
   plan->units = std::move(units);
+  plan->to_measure = 0;
+  for (const PlannedProblem& problem : plan->problems) plan->to_measure += problem.budget;
 }
 
 bool SameButSpace(const v1::KernelFamily& a, const v1::KernelFamily& b) {

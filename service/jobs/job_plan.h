@@ -29,6 +29,7 @@
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 #include "service/defaults.h"
+#include "service/jobs/search.h"
 
 namespace autotune::service {
 
@@ -49,6 +50,14 @@ struct PlannedProblem {
   kernels::SearchSpace space;
   std::string reference_key;
   std::vector<std::string> variant_keys;  // parallel to space.variants
+  // How its variants are searched: its manifest item's search, else the
+  // job's, the strategy resolved (ResolveSearch); budget = what it may
+  // measure (SearchBudget).
+  SearchOptions search;
+  int64_t budget = 0;
+  // The configs that won the nearest problems of the same family on this
+  // GPU model, which the search measures early; set by the job runner.
+  std::vector<v1::Config> hints;
   // The problem's entry before this job (a retune), which a tie keeps; set
   // by the job runner, not by PlanJob.
   std::optional<v1::Config> current_config;
@@ -66,7 +75,8 @@ struct PlannedProblem {
 
 struct JobPlan {
   std::string arch;
-  int64_t variants = 0;  // over every problem
+  int64_t variants = 0;    // over every problem's space, as planned
+  int64_t to_measure = 0;  // the budgets of the problems kept, added up
   std::vector<PlannedProblem> problems;
   std::vector<CompileUnit> units;  // each key once, in first-needed order
 };
@@ -82,9 +92,19 @@ struct PlanTarget {
   std::string max_variants_setting = "max_job_variants";
 };
 
+// A problem's search: `given`, its strategy resolved for a space of
+// `variants` when unspecified (exhaustive up to kExhaustiveSearchUpTo, the
+// model above).
+SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants);
+
+// "random, seed 7: 690 of 6904 variants measured (10.0%)".
+std::string DescribeSearch(const SearchOptions& search, int64_t measured, int64_t variants);
+
 // The checks that need nothing but the spec: INVALID_ARGUMENT naming the
 // field ("manifest.items is empty", "manifest.items[2].family is empty",
 // "options.shard_index 3 is not in 0..shard_count-1 (shard_count 2)",
+// "manifest.items[1].search.max_fraction is 2, not in 0..1",
+// "options.search: a compile_only job measures nothing to search",
 // "options.compile_timeout_s is negative", "options.serial_candidates: ...").
 absl::Status CheckJobSpec(const v1::JobSpec& spec);
 

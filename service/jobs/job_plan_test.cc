@@ -106,6 +106,59 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
                                           HasSubstr("options.serial_max_s is nan")));
 }
 
+TEST_F(JobPlanTest, SearchOptionsAreCheckedAndAnItemsSearchReplacesTheJobs) {
+  v1::JobSpec spec = Spec({1024, 2048});
+  spec.mutable_options()->mutable_search()->set_max_variants(-1);
+  EXPECT_THAT(CheckJobSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           "options.search.max_variants is -1, not >= 0"));
+  spec.mutable_options()->mutable_search()->set_max_variants(0);
+  spec.mutable_manifest()->mutable_items(0)->mutable_search()->set_max_fraction(2);
+  EXPECT_THAT(CheckJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "manifest.items[0].search.max_fraction is 2, not in 0..1"));
+  v1::JobSpec compile_only = Spec({1024});
+  compile_only.mutable_options()->set_compile_only(true);
+  compile_only.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);
+  EXPECT_THAT(CheckJobSpec(compile_only),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("options.search: a compile_only job measures nothing")));
+
+  // The job says random with 5 variants; the second item (n = 4096) says
+  // exhaustive with 25% of the space: axpy has 19 valid configs.
+  v1::JobSpec mixed = Spec({1024, 2048});
+  mixed.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);
+  mixed.mutable_options()->mutable_search()->set_max_variants(5);
+  mixed.mutable_options()->mutable_search()->set_seed(9);
+  v1::ManifestItem* second = mixed.mutable_manifest()->add_items();
+  *second = mixed.manifest().items(0);
+  second->mutable_dims(0)->clear_values();
+  second->mutable_dims(0)->add_values(4096);
+  second->clear_search();
+  second->mutable_search()->set_strategy(v1::EXHAUSTIVE);
+  second->mutable_search()->set_max_fraction(0.25);
+  ASSERT_OK(CheckJobSpec(mixed));
+  ASSERT_OK_AND_ASSIGN(JobPlan plan, PlanJob(mixed, families_, target_));
+  ASSERT_EQ(plan.problems.size(), 3u);
+  EXPECT_EQ(plan.problems[0].search.kind, SearchKind::kRandom);
+  EXPECT_EQ(plan.problems[0].search.seed, 9u);
+  EXPECT_EQ(plan.problems[0].budget, 5);
+  EXPECT_EQ(plan.problems[2].search.kind, SearchKind::kExhaustive);
+  EXPECT_EQ(plan.problems[2].budget, 5);  // ceil(0.25 x 19)
+  EXPECT_EQ(plan.variants, 57);
+  EXPECT_EQ(plan.to_measure, 15);
+}
+
+TEST(ResolveSearchTest, UnspecifiedIsExhaustiveForSmallSpacesAndTheModelAbove) {
+  EXPECT_EQ(ResolveSearch({}, kExhaustiveSearchUpTo).kind, SearchKind::kExhaustive);
+  EXPECT_EQ(ResolveSearch({}, kExhaustiveSearchUpTo + 1).kind, SearchKind::kModel);
+  v1::SearchOptions random;
+  random.set_strategy(v1::RANDOM);
+  EXPECT_EQ(ResolveSearch(random, 10).kind, SearchKind::kRandom);
+  EXPECT_EQ(DescribeSearch(ResolveSearch(random, 10), 3, 10),
+            "random, seed 0: 3 of 10 variants measured (30.0%)");
+  EXPECT_EQ(DescribeSearch({}, 10, 10), "exhaustive: 10 of 10 variants measured");
+}
+
 TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {
   worker::v1::DeviceInfo h200;
   h200.set_name("NVIDIA H200");

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,11 +18,13 @@
 #include "base/status_macros.h"
 #include "base/timestamp.h"
 #include "proto/problem.h"
+#include "service/jobs/choice.h"
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
 #include "service/jobs/job_text.h"
 #include "service/jobs/running_job.h"
+#include "service/jobs/search.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -76,6 +79,50 @@ JobRunner::~JobRunner() {
     if (running->thread.joinable()) running->thread.join();
   }
 }
+
+namespace {
+
+// Winners of the nearest tuned problems a model search measures first.
+constexpr size_t kSearchHints = 3;
+
+// How far apart two problems of a family are: the sum over dims of
+// |log2(a / b)|, and 8 more for another dtype.
+double ProblemDistance(const v1::Problem& a, const v1::Problem& b) {
+  double distance = a.dtype() == b.dtype() ? 0 : 8;
+  for (const auto& [name, value] : a.dims()) {
+    auto it = b.dims().find(name);
+    if (it == b.dims().end() || value <= 0 || it->second <= 0) {
+      distance += 64;
+      continue;
+    }
+    distance += std::abs(std::log2(static_cast<double>(value) / static_cast<double>(it->second)));
+  }
+  return distance;
+}
+
+// The configs of the `count` entries nearest `problem`, nearest first,
+// each config once.
+std::vector<v1::Config> NearestWinners(const std::vector<v1::Entry>& entries,
+                                       const v1::Problem& problem, size_t count) {
+  std::vector<std::pair<double, const v1::Entry*>> by_distance;
+  for (const v1::Entry& entry : entries) {
+    by_distance.emplace_back(ProblemDistance(problem, entry.problem()), &entry);
+  }
+  std::stable_sort(by_distance.begin(), by_distance.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<v1::Config> configs;
+  for (const auto& ranked : by_distance) {
+    if (configs.size() >= count) break;
+    const v1::Entry* entry = ranked.second;
+    const bool seen = std::any_of(configs.begin(), configs.end(), [&](const v1::Config& c) {
+      return SameConfig(c, entry->config());
+    });
+    if (!seen) configs.push_back(entry->config());
+  }
+  return configs;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::JobSpec& spec,
                                                                     const std::string& job_id) {
@@ -196,16 +243,37 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     to_screen.insert(i);
   }
   KeepProblems(to_screen, &work->plan);
+  // A model search starts from the winners of the nearest problems of the
+  // same family tuned on this GPU model (of any family version).
+  std::map<std::string, std::vector<v1::Entry>> tuned;  // by family
+  for (PlannedProblem& problem : work->plan.problems) {
+    if (problem.search.kind != SearchKind::kModel) continue;
+    const std::string& family = problem.record->family.name();
+    if (!tuned.contains(family)) {
+      v1::EntryFilter filter;
+      filter.set_family(family);
+      filter.set_device(gpu->name());
+      absl::StatusOr<std::vector<v1::Entry>> entries = store_->ListEntries(filter, -1, 0);
+      if (!entries.ok()) {
+        return absl::Status(entries.status().code(),
+                            absl::StrCat(family, ": cannot read its entries for the search: ",
+                                         entries.status().message()));
+      }
+      tuned[family] = *std::move(entries);
+    }
+    problem.hints = NearestWinners(tuned[family], problem.problem, kSearchHints);
+  }
   return work;
 }
 
 namespace {
 
 void SetPlannedCounts(int64_t problems, int64_t variants, int64_t compiles, int64_t cached,
-                      v1::Job* job) {
+                      int64_t search_budget, v1::Job* job) {
   v1::JobCounts counts;
   counts.set_problems(problems);
   counts.set_variants(variants);
+  counts.set_search_budget(search_budget);
   counts.set_compiles(compiles);
   counts.set_cached_problems(cached);
   *job->mutable_counts() = counts;
@@ -250,7 +318,8 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
   ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
   SetPlannedCounts(work->problems, work->plan.variants,
-                   static_cast<int64_t>(work->plan.units.size()), work->cached_problems, &job);
+                   static_cast<int64_t>(work->plan.units.size()), work->cached_problems,
+                   work->plan.to_measure, &job);
   Start(job, std::move(work));
   return job;
 }
@@ -318,11 +387,14 @@ void JobRunner::Run(Running* running) {
       *running->job.add_results() = report.entry();
     }
   }
-  Publish(running, nullptr,
-          absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
   const absl::Time started = absl::Now();
-  Compile(running);
-  if (work.profile && !running->cancel) Measure(running);
+  if (work.profile) {
+    Measure(running);  // compiles what each search round needs
+  } else {
+    Publish(running, nullptr,
+            absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
+    Compile(running, work.plan.units);
+  }
   if (!work.profile) {
     // A compile-only job still says which problems it covered (a shard's
     // share of the manifest, say).
@@ -505,7 +577,7 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
     }
     SetPlannedCounts((*work)->problems, (*work)->plan.variants,
                      static_cast<int64_t>((*work)->plan.units.size()), (*work)->cached_problems,
-                     &job);
+                     (*work)->plan.to_measure, &job);
     job.clear_results();
     job.set_state(v1::QUEUED);
     spdlog::info("job {}: resuming after a restart", job.id());

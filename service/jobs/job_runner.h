@@ -49,6 +49,7 @@
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 #include "service/jobs/job_options.h"
+#include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
 #include "service/pools/compile_pool.h"
 #include "service/pools/profile_pool.h"
@@ -138,9 +139,12 @@ class JobRunner {
   absl::StatusOr<ProfilePool*> Gpus();
 
   // The phases (job_phases.cc).
-  void Compile(Running* running);
-  // Screens every problem (GPUs in parallel), then runs the serial phase of
-  // each (one GPU each) and reports it.
+  // Compiles `units` (those not compiled yet), adding to work->compiled.
+  void Compile(Running* running, const std::vector<CompileUnit>& units);
+  // Searches every problem's space in rounds: each problem's search
+  // (search.h) proposes a batch, the batches are compiled, then screened
+  // (GPUs in parallel), and the searches learn the results. Then runs the
+  // serial phase of each problem (one GPU each) and reports it.
   void Measure(Running* running);
   // Stores a measurement and announces it; `count` adds it to the job's
   // counts (false for a variant measured a second time).

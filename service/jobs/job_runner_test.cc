@@ -136,6 +136,68 @@ class ScreenJobTest : public ::testing::Test {
   std::unique_ptr<JobRunner> runner_;
 };
 
+TEST_F(ScreenJobTest, ASearchMeasuresOnlyItsBudgetAndTheReportSaysHowItWent) {
+  v1::JobSpec spec = Spec();
+  // The first two configs in space order: MODE 0 (10 us) and 1 (20 us).
+  spec.mutable_options()->mutable_search()->set_strategy(v1::EXHAUSTIVE);
+  spec.mutable_options()->mutable_search()->set_max_variants(2);
+  std::vector<std::string> messages;
+  const v1::Job job = Run(spec, &messages);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  EXPECT_EQ(job.counts().variants(), 16);
+  EXPECT_EQ(job.counts().search_budget(), 4);
+  EXPECT_EQ(job.counts().measured(), 4);
+  EXPECT_EQ(job.counts().ok(), 4);
+  EXPECT_EQ(job.counts().compiles(), 3);  // MODE 0, MODE 1 and the reference
+  ASSERT_THAT(job.results(), SizeIs(2));
+  for (const v1::Entry& entry : job.results()) {
+    EXPECT_EQ(entry.config().params().at("MODE"), 0);
+    EXPECT_EQ(entry.search(), "exhaustive: 2 of 8 variants measured (25.0%)");
+  }
+  ASSERT_THAT(job.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : job.reports()) {
+    const v1::SearchReport& search = report.search();
+    EXPECT_EQ(search.strategy(), v1::EXHAUSTIVE);
+    EXPECT_EQ(search.space(), 8);
+    EXPECT_EQ(search.budget(), 2);
+    EXPECT_EQ(search.measured(), 2);
+    EXPECT_EQ(search.rounds(), 1);
+    ASSERT_THAT(search.best(), SizeIs(1));  // MODE 0, first, was never beaten
+    EXPECT_EQ(search.best(0).measured(), 1);
+    EXPECT_DOUBLE_EQ(search.best(0).median_us(), 10);
+  }
+  // The variants never proposed were neither compiled nor stored.
+  for (const v1::Entry& entry : job.results()) {
+    ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> stored,
+                         store_->ListMeasurements({.family = "modes",
+                                                   .family_hash = entry.family_hash(),
+                                                   .problem = entry.problem(),
+                                                   .device = "Fake GPU"}));
+    for (const v1::Measurement& m : stored) EXPECT_LE(m.config().params().at("MODE"), 1);
+  }
+}
+
+TEST_F(ScreenJobTest, AnItemsModelSearchReplacesTheJobsAndEndsInItsStatusesAndReport) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);
+  spec.mutable_options()->mutable_search()->set_max_variants(1);
+  v1::SearchOptions* item = spec.mutable_manifest()->mutable_items(0)->mutable_search();
+  item->set_strategy(v1::MODEL);
+  item->set_seed(4);
+  const v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  // A space of 8 is one round of the model's first sample: all of it.
+  EXPECT_EQ(job.counts().measured(), 16);
+  ASSERT_THAT(job.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : job.reports()) {
+    EXPECT_EQ(report.search().strategy(), v1::MODEL);
+    EXPECT_EQ(report.search().seed(), 4u);
+    EXPECT_EQ(report.search().measured(), 8);
+    EXPECT_EQ(report.entry().config().params().at("MODE"), 0);
+    EXPECT_EQ(report.entry().search(), "model, seed 4: 8 of 8 variants measured");
+  }
+}
+
 TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsChosen) {
   const v1::Job job = Run(Spec());
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();

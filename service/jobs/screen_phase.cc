@@ -21,14 +21,23 @@ namespace wv1 = ::autotune::worker::v1;
 
 class ProblemScreen {
  public:
-  ProblemScreen(const PlannedProblem& problem, const ScreenJob& job)
+  ProblemScreen(const PlannedProblem& problem, const ScreenJob& job,
+                const std::vector<int64_t>* only)
       : problem_(problem),
         job_(job),
         family_(problem.record->family),
         context_(ProblemContext(family_.name(), problem.problem)),
         device_info_(job.gpus->devices().front()),
         device_(DeviceOf(device_info_)),
-        store_(job.record) {}
+        store_(job.record) {
+    if (only != nullptr) {
+      indices_ = *only;
+    } else {
+      for (size_t i = 0; i < problem.space.variants.size(); ++i) {
+        indices_.push_back(static_cast<int64_t>(i));
+      }
+    }
+  }
 
   ScreenResult Run() {
     kernels::CompiledKernel reference;
@@ -39,7 +48,8 @@ class ProblemScreen {
       const std::string why = absl::StrCat("the reference kernel '", problem_.space.reference_name,
                                            "' did not compile: ", LogExcerpt(reference_end.log));
       // Nothing can be validated: every variant ends here, with the reason.
-      for (const kernels::Variant& variant : problem_.space.variants) {
+      for (int64_t i : indices_) {
+        const kernels::Variant& variant = problem_.space.variants[static_cast<size_t>(i)];
         v1::Measurement m = Base(variant.config);
         m.set_status(v1::UNSUPPORTED);
         m.set_phase(v1::SCREEN);
@@ -52,7 +62,8 @@ class ProblemScreen {
     if (!store_.error().ok()) return StoreFailed(store_.error());
 
     std::vector<kernels::CompiledVariant> compiled;
-    for (size_t i = 0; i < problem_.space.variants.size(); ++i) {
+    for (int64_t index : indices_) {
+      const auto i = static_cast<size_t>(index);
       const kernels::Variant& variant = problem_.space.variants[i];
       kernels::CompiledVariant entry;
       entry.variant = &variant;
@@ -73,7 +84,10 @@ class ProblemScreen {
       compiled.push_back(std::move(entry));
     }
     if (!store_.error().ok()) return StoreFailed(store_.error());
-    if (compiled.empty()) return Failed(absl::AbortedError("no variant compiled"));
+    if (compiled.empty()) {
+      result_.nothing_valid = true;
+      return Failed(absl::AbortedError("no variant compiled"));
+    }
     absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
         family_, problem_.problem, problem_.space, reference, compiled, job_.options->screen);
     if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
@@ -141,6 +155,7 @@ class ProblemScreen {
  private:
   ScreenResult Finish() {
     if (result_.ok.empty()) {
+      result_.nothing_valid = true;
       return Failed(absl::AbortedError(absl::StrCat("none of ", result_.task.variants_size(),
                                                     " variants validated and timed OK")));
     }
@@ -328,6 +343,7 @@ class ProblemScreen {
   const std::string context_;
   const wv1::DeviceInfo device_info_;
   const v1::Device device_;
+  std::vector<int64_t> indices_;  // of the variants to screen, into space.variants
   std::map<std::string, std::string> sha_by_id_;
   std::map<std::string, const kernels::Variant*> variant_by_id_;
   PhaseStore store_;
@@ -336,8 +352,50 @@ class ProblemScreen {
 
 }  // namespace
 
-ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job) {
-  return ProblemScreen(problem, job).Run();
+ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job,
+                           const std::vector<int64_t>* only) {
+  return ProblemScreen(problem, job, only).Run();
+}
+
+void AddScreens(ScreenResult batch, ScreenResult* all) {
+  const bool first = all->task.variants().empty() && all->status_counts.empty();
+  for (const auto& [status, n] : batch.status_counts) all->status_counts[status] += n;
+  all->reused = first ? batch.reused : all->reused && batch.reused;
+  all->carried += batch.carried;
+  if (!batch.carried_from.empty()) all->carried_from = batch.carried_from;
+  if (all->contention.empty()) all->contention = batch.contention;
+  if (batch.device.name().empty() == false) all->device = batch.device;
+  if (!batch.error.ok() && !batch.nothing_valid) {
+    all->error = batch.error;
+    all->store_failed = batch.store_failed;
+    all->nothing_valid = false;
+  }
+  if (!all->error.ok()) {
+    all->ok.clear();
+    return;
+  }
+  if (batch.task.variants().empty()) return;
+  if (all->task.variants().empty()) {
+    all->task = std::move(batch.task);
+  } else {
+    for (worker::v1::KernelImage& image : *batch.task.mutable_variants()) {
+      *all->task.add_variants() = std::move(image);
+    }
+  }
+  for (ScreenedVariant& variant : batch.ok) all->ok.push_back(std::move(variant));
+  std::stable_sort(all->ok.begin(), all->ok.end(),
+                   [](const ScreenedVariant& a, const ScreenedVariant& b) {
+                     return a.measurement.timing().median_us() < b.measurement.timing().median_us();
+                   });
+}
+
+void FinishScreens(const std::string& context, ScreenResult* all) {
+  if (!all->error.ok() || !all->ok.empty()) return;
+  all->nothing_valid = true;
+  all->error = absl::AbortedError(
+      all->task.variants().empty() ? absl::StrCat(context, ": no variant compiled")
+                                   : absl::StrCat(context, ": none of ", all->task.variants_size(),
+                                                  " variants validated and timed OK"));
 }
 
 }  // namespace autotune::service

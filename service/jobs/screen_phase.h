@@ -88,10 +88,27 @@ struct ScreenResult {
   // reason, with the store's code when the store failed.
   absl::Status error;
   bool store_failed = false;  // the store failed (the job then fails too)
+  // The error says only that none of the variants screened compiled or
+  // validated: a search may go on with others.
+  bool nothing_valid = false;
+  // How the variants were searched (DescribeSearch), for the entry; set by
+  // the job runner.
+  std::string search;
 };
 
-// Thread-safe for distinct problems (one thread per GPU).
-ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job);
+// Screens the variants of `problem` whose indices (into space.variants) are
+// in `only`, or all of them when `only` is null. Thread-safe for distinct
+// problems (one thread per GPU).
+ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job,
+                           const std::vector<int64_t>* only = nullptr);
+
+// Adds the screen of one more batch of a problem's variants (a search's
+// round) to `all`, the screens of the batches before it: OK variants,
+// images, counts. An error that is not nothing_valid ends the problem: it
+// becomes all's error. Once the last batch is added, all.ok empty and no
+// error means nothing validated: FinishScreens says so.
+void AddScreens(ScreenResult batch, ScreenResult* all);
+void FinishScreens(const std::string& context, ScreenResult* all);
 
 }  // namespace autotune::service
 

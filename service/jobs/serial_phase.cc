@@ -259,6 +259,7 @@ class ProblemSerial {
     entry.set_nvrtc_version(job_.nvrtc_version);
     entry.set_driver_version(run.device.driver_version());
     entry.set_arch(job_.arch);
+    entry.set_search(screen_.search);
     *entry.mutable_timing() = best.timing();
     entry.set_margin(choice.margin);
     entry.set_tie(choice.tie);
