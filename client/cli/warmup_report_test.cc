@@ -187,6 +187,32 @@ TEST(WarmupReportTest, StatusCountsAreSummedInStatusOrder) {
               HasSubstr("(160 screened; 90 screens carried from an older family version)\n"));
 }
 
+TEST(WarmupReportTest, TheScreensTimeIsSaidPerVariantByStage) {
+  v1::Job job = SampleJob();
+  EXPECT_THAT(RenderReportText(job), Not(HasSubstr("screen: ")));
+  // Two problems, 100 variants, 2 s of wall time: 20 ms a variant.
+  for (int i : {0, 1}) {
+    v1::ScreenTime* t = job.mutable_reports(i)->mutable_screen_time();
+    t->set_variants(50);
+    t->set_wall_s(1.0);
+    t->set_cubins_s(0.01);
+    t->set_worker_s(0.9);
+    t->set_setup_s(0.02);
+    t->set_load_s(0.05);
+    t->set_validate_s(0.15);
+    t->set_graph_s(0.25);
+    t->set_warmup_s(0.1);
+    t->set_samples_s(0.2);
+    t->set_gpu_s(0.3);
+    t->set_store_s(0.04);
+  }
+  EXPECT_THAT(RenderReportText(job),
+              HasSubstr("screen: 20.0 ms a variant over 100 (their GPU time 6.0 ms): load 1.0 "
+                        "\u00b7 validate 3.0 \u00b7 graph 5.0 \u00b7 warm-up 2.0 \u00b7 "
+                        "samples 4.0 \u00b7 task set-up 0.4 \u00b7 cubins 0.2 \u00b7 other 4.4 "
+                        "(storing 0.8 alongside)\n"));
+}
+
 TEST(WarmupReportTest, CsvQuotesWhatRfc4180Quotes) {
   const std::string csv = RenderReportCsv(SampleJob());
   EXPECT_THAT(csv, HasSubstr("\nsoftmax,\"cols=32000,rows=4096\",fp32,,"));

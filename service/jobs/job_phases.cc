@@ -230,7 +230,11 @@ void JobRunner::Measure(Running* running) {
                                                                        : v1::EXHAUSTIVE);
     s.report.set_seed(problem.search.seed);
     s.report.set_space(static_cast<int64_t>(problem.space.variants.size()));
-    absl::StatusOr<std::unique_ptr<Search>> search = MakeSearch(problem.search, ViewOf(problem));
+    const SearchSpaceView view = ViewOf(problem);
+    if (problem.search.kind == SearchKind::kModel) {
+      s.report.set_hints(static_cast<int32_t>(view.hints.size()));
+    }
+    absl::StatusOr<std::unique_ptr<Search>> search = MakeSearch(problem.search, view);
     if (!search.ok()) {
       s.screens.error = absl::InvalidArgumentError(
           absl::StrCat(ProblemContext(problem.record->family.name(), problem.problem),
@@ -343,7 +347,8 @@ void JobRunner::Measure(Running* running) {
     const PlannedProblem& problem = work.plan.problems[i];
     ProblemSearch& s = searches[i];
     FinishScreens(ProblemContext(problem.record->family.name(), problem.problem), &s.screens);
-    s.screens.search = DescribeSearch(problem.search, s.report.measured(), s.report.space());
+    s.screens.search =
+        DescribeSearch(problem.search, s.report.hints(), s.report.measured(), s.report.space());
     screens[i] = std::move(s.screens);
   }
 

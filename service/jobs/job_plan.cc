@@ -64,9 +64,14 @@ SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
   return search;
 }
 
-std::string DescribeSearch(const SearchOptions& search, int64_t measured, int64_t variants) {
+std::string DescribeSearch(const SearchOptions& search, int64_t hints, int64_t measured,
+                           int64_t variants) {
   std::string text = SearchKindName(search.kind);
   if (search.kind != SearchKind::kExhaustive) absl::StrAppend(&text, ", seed ", search.seed);
+  if (hints > 0) {
+    absl::StrAppend(&text, ", seeded with ", hints, " winning config", hints == 1 ? "" : "s",
+                    " of tuned problems");
+  }
   absl::StrAppend(&text, ": ", measured, " of ", variants, " variants measured");
   if (measured < variants && variants > 0) {
     absl::StrAppend(&text, absl::StrFormat(" (%.1f%%)", 100.0 * static_cast<double>(measured) /

@@ -97,8 +97,12 @@ struct PlanTarget {
 // model above).
 SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants);
 
-// "random, seed 7: 690 of 6904 variants measured (10.0%)".
-std::string DescribeSearch(const SearchOptions& search, int64_t measured, int64_t variants);
+// "random, seed 7: 690 of 6904 variants measured (10.0%)"; a search that
+// started from `hints` > 0 configs that won tuned problems says so:
+// "model, seed 7, seeded with 3 winning configs of tuned problems: 448 of
+// 6904 ...".
+std::string DescribeSearch(const SearchOptions& search, int64_t hints, int64_t measured,
+                           int64_t variants);
 
 // The checks that need nothing but the spec: INVALID_ARGUMENT naming the
 // field ("manifest.items is empty", "manifest.items[2].family is empty",

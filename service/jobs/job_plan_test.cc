@@ -154,9 +154,20 @@ TEST(ResolveSearchTest, UnspecifiedIsExhaustiveForSmallSpacesAndTheModelAbove) {
   v1::SearchOptions random;
   random.set_strategy(v1::RANDOM);
   EXPECT_EQ(ResolveSearch(random, 10).kind, SearchKind::kRandom);
-  EXPECT_EQ(DescribeSearch(ResolveSearch(random, 10), 3, 10),
+  EXPECT_EQ(DescribeSearch(ResolveSearch(random, 10), 0, 3, 10),
             "random, seed 0: 3 of 10 variants measured (30.0%)");
-  EXPECT_EQ(DescribeSearch({}, 10, 10), "exhaustive: 10 of 10 variants measured");
+  EXPECT_EQ(DescribeSearch({}, 0, 10, 10), "exhaustive: 10 of 10 variants measured");
+  v1::SearchOptions model;
+  model.set_strategy(v1::MODEL);
+  model.set_seed(7);
+  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), 1, 448, 6904),
+            "model, seed 7, seeded with 1 winning config of tuned problems: 448 of 6904 variants "
+            "measured "
+            "(6.5%)");
+  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), 3, 448, 6904),
+            "model, seed 7, seeded with 3 winning configs of tuned problems: 448 of 6904 variants "
+            "measured "
+            "(6.5%)");
 }
 
 TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {

@@ -41,6 +41,7 @@ v1::ProblemReport MakeProblemReport(const PlannedProblem& problem, const ScreenR
   if (family.has_default_config()) *report.mutable_default_config() = family.default_config();
   std::map<std::string, int64_t> counts = screen.status_counts;
   report.set_screened(static_cast<int32_t>(screen.ok.size()));
+  if (screen.time.variants() > 0) *report.mutable_screen_time() = screen.time;
   report.set_screens_carried(screen.carried);
   report.set_screens_carried_from(screen.carried_from);
   report.set_screen_contention(screen.contention);

@@ -101,11 +101,15 @@ double ProblemDistance(const v1::Problem& a, const v1::Problem& b) {
 }
 
 // The configs of the `count` entries nearest `problem`, nearest first,
-// each config once.
+// each config once. Entries of `job_id` itself are left out: a job resumed
+// after a restart sees the hints it started with, so its search proposes
+// what it had already screened.
 std::vector<v1::Config> NearestWinners(const std::vector<v1::Entry>& entries,
-                                       const v1::Problem& problem, size_t count) {
+                                       const v1::Problem& problem, const std::string& job_id,
+                                       size_t count) {
   std::vector<std::pair<double, const v1::Entry*>> by_distance;
   for (const v1::Entry& entry : entries) {
+    if (entry.job_id() == job_id) continue;
     by_distance.emplace_back(ProblemDistance(problem, entry.problem()), &entry);
   }
   std::stable_sort(by_distance.begin(), by_distance.end(),
@@ -261,7 +265,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
       }
       tuned[family] = *std::move(entries);
     }
-    problem.hints = NearestWinners(tuned[family], problem.problem, kSearchHints);
+    problem.hints = NearestWinners(tuned[family], problem.problem, job_id, kSearchHints);
   }
   return work;
 }

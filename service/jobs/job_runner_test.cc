@@ -198,6 +198,53 @@ TEST_F(ScreenJobTest, AnItemsModelSearchReplacesTheJobsAndEndsInItsStatusesAndRe
   }
 }
 
+// A model search starts from the configs that won tuned problems of the
+// family on this GPU model: none for the first job, MODE 0 (the winner of
+// both problems) once they are tuned.
+TEST_F(ScreenJobTest, AModelSearchIsSeededWithTheWinnersOfTunedProblems) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_options()->mutable_search()->set_strategy(v1::MODEL);
+  const v1::Job first = Run(spec);
+  ASSERT_EQ(first.state(), v1::SUCCEEDED) << first.error();
+  ASSERT_THAT(first.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : first.reports()) {
+    EXPECT_EQ(report.search().hints(), 0);
+  }
+  v1::JobSpec again = Spec(/*retune=*/true);
+  *again.mutable_options()->mutable_search() = spec.options().search();
+  const v1::Job second = Run(again);
+  ASSERT_EQ(second.state(), v1::SUCCEEDED) << second.error();
+  ASSERT_THAT(second.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : second.reports()) {
+    EXPECT_EQ(report.search().hints(), 1);
+    EXPECT_THAT(report.entry().search(),
+                HasSubstr("seeded with 1 winning config of tuned problems"));
+  }
+}
+
+// Each problem's report says where its screen's time went: the worker's
+// stages of every variant it measured, the task's set-up, and the daemon's
+// own side.
+TEST_F(ScreenJobTest, TheReportSaysWhereTheScreensTimeWent) {
+  const v1::Job job = Run(Spec());
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_THAT(job.reports(), SizeIs(2));
+  for (const v1::ProblemReport& report : job.reports()) {
+    const v1::ScreenTime& time = report.screen_time();
+    EXPECT_EQ(time.variants(), 8);
+    // The fake worker's stages of the two OK variants (MODE 0 and 1).
+    EXPECT_DOUBLE_EQ(time.load_s(), 0.002);
+    EXPECT_DOUBLE_EQ(time.validate_s(), 0.004);
+    EXPECT_DOUBLE_EQ(time.graph_s(), 0.008);
+    EXPECT_DOUBLE_EQ(time.warmup_s(), 0.006);
+    EXPECT_DOUBLE_EQ(time.samples_s(), 0.016);
+    EXPECT_DOUBLE_EQ(time.gpu_s(), 0.012);
+    EXPECT_GT(time.worker_s(), 0);
+    EXPECT_GT(time.store_s(), 0);
+    EXPECT_GE(time.wall_s(), time.worker_s() + time.cubins_s());
+  }
+}
+
 TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsChosen) {
   const v1::Job job = Run(Spec());
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
@@ -952,6 +999,90 @@ TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   }
   ASSERT_THAT(tasks, SizeIs(1));
   EXPECT_THAT(tasks[0], ::testing::EndsWith(" serial"));
+}
+
+// A searched job resumed after its screen proposes the same variants (the
+// search is deterministic for its seed and measurements) and finds every
+// one of them screened: nothing is measured again, and the report says
+// the same search.
+TEST_F(ScreenJobTest, ASearchedJobResumesWithoutScreeningAgain) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);
+  spec.mutable_options()->mutable_search()->set_max_variants(3);
+  spec.mutable_options()->mutable_search()->set_seed(5);
+  v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_THAT(job.reports(), SizeIs(2));
+  const v1::ProblemReport second = job.reports(1);
+  ASSERT_EQ(second.search().measured(), 3);
+  // As a daemon killed in the serial phase of the second problem leaves it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
+                         "DESC LIMIT 1)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  job.set_state(v1::VALIDATING);
+  job.clear_results();
+  job.clear_reports();
+  ASSERT_OK(store_->UpdateJob(job));
+
+  RestartRunner();
+  const v1::Job last = ResumeAndWait(job.id());
+  EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
+  ASSERT_THAT(last.results(), SizeIs(2));
+  EXPECT_EQ(last.counts().measured(), 0);  // nothing screened again
+  const v1::ProblemReport* resumed = nullptr;
+  for (const v1::ProblemReport& report : last.reports()) {
+    if (report.problem().DebugString() == second.problem().DebugString()) {
+      resumed = &report;
+    }
+  }
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_FALSE(resumed->has_screen_time());  // nothing measured now
+  EXPECT_EQ(resumed->search().strategy(), v1::RANDOM);
+  EXPECT_EQ(resumed->search().seed(), 5u);
+  EXPECT_EQ(resumed->search().measured(), 3);
+}
+
+// A model search resumed after a restart starts from the hints it had: the
+// winner this job stored for its first problem before the restart is not
+// one of them, so the search proposes what it had already screened.
+TEST_F(ScreenJobTest, AResumedModelSearchIsNotSeededWithItsOwnWinners) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_options()->mutable_search()->set_strategy(v1::MODEL);
+  v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_THAT(job.reports(), SizeIs(2));
+  const v1::Problem second = job.reports(1).problem();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
+                         "DESC LIMIT 1)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  job.set_state(v1::VALIDATING);
+  job.clear_results();
+  job.clear_reports();
+  ASSERT_OK(store_->UpdateJob(job));
+
+  RestartRunner();
+  const v1::Job last = ResumeAndWait(job.id());
+  EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
+  EXPECT_EQ(last.counts().measured(), 0);
+  const v1::ProblemReport* resumed = nullptr;
+  for (const v1::ProblemReport& report : last.reports()) {
+    if (report.problem().DebugString() == second.DebugString()) resumed = &report;
+  }
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_EQ(resumed->search().strategy(), v1::MODEL);
+  EXPECT_EQ(resumed->search().hints(), 0);
 }
 
 // Another holder of the GPU's lease (another daemon, a benchmark) makes the

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/timestamp.h"
 #include "proto/problem.h"
@@ -18,6 +20,18 @@ namespace autotune::service {
 namespace {
 
 namespace wv1 = ::autotune::worker::v1;
+
+// Adds the stages of a variant measured now to `time`.
+void AddStages(const wv1::VariantOutcome& outcome, v1::ScreenTime* time) {
+  const wv1::VariantTimeline& stages = outcome.timeline();
+  time->set_variants(time->variants() + 1);
+  time->set_load_s(time->load_s() + stages.load_s());
+  time->set_validate_s(time->validate_s() + stages.validate_s());
+  time->set_graph_s(time->graph_s() + stages.graph_s());
+  time->set_warmup_s(time->warmup_s() + stages.warmup_s());
+  time->set_samples_s(time->samples_s() + stages.samples_s());
+  time->set_gpu_s(time->gpu_s() + outcome.gpu_seconds());
+}
 
 class ProblemScreen {
  public:
@@ -40,6 +54,15 @@ class ProblemScreen {
   }
 
   ScreenResult Run() {
+    const absl::Time start = absl::Now();
+    ScreenResult result = Screen();
+    result.time.set_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+    return result;
+  }
+
+ private:
+  ScreenResult Screen() {
+    const absl::Time start = absl::Now();
     kernels::CompiledKernel reference;
     std::string reference_sha;
     const CompileEnd reference_end = Load(problem_.reference_key, &reference, &reference_sha);
@@ -107,6 +130,10 @@ class ProblemScreen {
     }
 
     std::vector<ScreenedVariant>& ok = result_.ok;
+    v1::ScreenTime& time = result_.time;
+    time.set_cubins_s(absl::ToDoubleSeconds(absl::Now() - start));
+    const absl::Time profiling = absl::Now();
+    double variants_wall_s = 0;
     // The screen only ranks: it runs whatever else is on the GPU, and says
     // what was.
     std::unique_ptr<ProfilePool::Reservation> gpu = job_.gpus->Reserve();
@@ -117,10 +144,14 @@ class ProblemScreen {
     ProfileResult result = gpu->Profile(
         to_measure,
         [&](const wv1::VariantOutcome& outcome) {
+          const absl::Time storing = absl::Now();
           v1::Measurement m = FromOutcome(outcome, to_measure.cache_state());
           Record(m);
           const kernels::Variant* variant = variant_by_id_[outcome.variant_id()];
           if (outcome.status() == v1::OK && variant != nullptr) ok.push_back({m, variant});
+          AddStages(outcome, &time);
+          variants_wall_s += outcome.wall_seconds();
+          time.set_store_s(time.store_s() + absl::ToDoubleSeconds(absl::Now() - storing));
         },
         [&](const std::string& holder) {
           if (job_.progress) {
@@ -129,6 +160,8 @@ class ProblemScreen {
           }
         });
     result_.device = result.device;
+    time.set_worker_s(absl::ToDoubleSeconds(absl::Now() - profiling));
+    time.set_setup_s(std::max(0.0, result.done.wall_seconds() - variants_wall_s));
     if (result.done.status() != v1::OK) {
       // The variants that never ran share the problem's fate.
       std::set<std::string> reported;
@@ -152,7 +185,6 @@ class ProblemScreen {
     return Finish();
   }
 
- private:
   ScreenResult Finish() {
     if (result_.ok.empty()) {
       result_.nothing_valid = true;
@@ -357,8 +389,24 @@ ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job,
   return ProblemScreen(problem, job, only).Run();
 }
 
+void AddScreenTime(const v1::ScreenTime& more, v1::ScreenTime* time) {
+  time->set_variants(time->variants() + more.variants());
+  time->set_wall_s(time->wall_s() + more.wall_s());
+  time->set_cubins_s(time->cubins_s() + more.cubins_s());
+  time->set_worker_s(time->worker_s() + more.worker_s());
+  time->set_setup_s(time->setup_s() + more.setup_s());
+  time->set_load_s(time->load_s() + more.load_s());
+  time->set_validate_s(time->validate_s() + more.validate_s());
+  time->set_graph_s(time->graph_s() + more.graph_s());
+  time->set_warmup_s(time->warmup_s() + more.warmup_s());
+  time->set_samples_s(time->samples_s() + more.samples_s());
+  time->set_gpu_s(time->gpu_s() + more.gpu_s());
+  time->set_store_s(time->store_s() + more.store_s());
+}
+
 void AddScreens(ScreenResult batch, ScreenResult* all) {
   const bool first = all->task.variants().empty() && all->status_counts.empty();
+  AddScreenTime(batch.time, &all->time);
   for (const auto& [status, n] : batch.status_counts) all->status_counts[status] += n;
   all->reused = first ? batch.reused : all->reused && batch.reused;
   all->carried += batch.carried;

@@ -94,6 +94,8 @@ struct ScreenResult {
   // How the variants were searched (DescribeSearch), for the entry; set by
   // the job runner.
   std::string search;
+  // Where the screen's wall time went (ProblemReport.screen_time).
+  v1::ScreenTime time;
 };
 
 // Screens the variants of `problem` whose indices (into space.variants) are
@@ -104,10 +106,12 @@ ScreenResult ScreenProblem(const PlannedProblem& problem, const ScreenJob& job,
 
 // Adds the screen of one more batch of a problem's variants (a search's
 // round) to `all`, the screens of the batches before it: OK variants,
-// images, counts. An error that is not nothing_valid ends the problem: it
+// images, counts, time. An error that is not nothing_valid ends the problem: it
 // becomes all's error. Once the last batch is added, all.ok empty and no
 // error means nothing validated: FinishScreens says so.
 void AddScreens(ScreenResult batch, ScreenResult* all);
+// Adds `more` to `time`, field by field.
+void AddScreenTime(const v1::ScreenTime& more, v1::ScreenTime* time);
 void FinishScreens(const std::string& context, ScreenResult* all);
 
 }  // namespace autotune::service

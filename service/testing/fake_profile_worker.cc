@@ -255,6 +255,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     const int sleep_ms = EnvInt("FAKE_WORKER_SLEEP_MS", 0);
+    double screen_wall_s = 0;  // the variants' wall_seconds
     for (const wv1::KernelImage& variant : task.variants()) {
       const int outcome_number = serial ? ++serial_outcomes : ++screen_outcomes;
       for (const Hold& hold : holds) {
@@ -310,6 +311,15 @@ int main(int argc, char** argv) {
           outcome->set_pool_sets(4);
           outcome->set_pool_bytes(int64_t{130} << 20);
           outcome->set_launches_per_sample(40);
+          // A screen's stages, as a real worker reports them (seconds).
+          outcome->set_wall_seconds(0.02);
+          outcome->set_gpu_seconds(0.006);
+          outcome->mutable_timeline()->set_load_s(0.001);
+          outcome->mutable_timeline()->set_validate_s(0.002);
+          outcome->mutable_timeline()->set_graph_s(0.004);
+          outcome->mutable_timeline()->set_warmup_s(0.003);
+          outcome->mutable_timeline()->set_samples_s(0.008);
+          screen_wall_s += 0.02;
           break;
         }
         case 2:
@@ -372,6 +382,8 @@ int main(int argc, char** argv) {
       *done.mutable_profile_done()->mutable_serial() = report;
     }
     done.mutable_profile_done()->set_status(v1::OK);
+    // The task's set-up took 0.05 s besides its variants.
+    done.mutable_profile_done()->set_wall_seconds(screen_wall_s + 0.05);
     if (const char* spans = std::getenv("FAKE_WORKER_SPANS")) {
       FILE* file = std::fopen(spans, "a");
       std::fprintf(

@@ -37,6 +37,7 @@ wv1::VariantOutcome TaskRun::NewOutcome(const wv1::KernelImage& image) const {
 wv1::VariantOutcome TaskRun::RunVariant(const wv1::KernelImage& image) {
   const Clock::time_point start = Clock::now();
   variant_gpu_s_ = 0;
+  timeline_.Clear();
   wv1::VariantOutcome outcome = NewOutcome(image);
   const std::string label = image.label().empty() ? image.id() : image.label();
   std::string summary;
@@ -45,11 +46,17 @@ wv1::VariantOutcome TaskRun::RunVariant(const wv1::KernelImage& image) {
     // The module is unloaded at the end of this scope, after all its work
     // finished (or, when the context is lost, never: see Fail()).
     LoadedKernel kernel;
+    Clock::time_point stage = Clock::now();
     failure = LoadKernel(image, "load", "check", &kernel);
+    timeline_.set_load_s(SecondsSince(stage));
     outcome.set_registers(kernel.registers);
     outcome.set_static_shared_bytes(kernel.static_shared);
     double estimate_us = 0;
-    if (!failure) failure = Validate(kernel, &outcome, &estimate_us);
+    if (!failure) {
+      stage = Clock::now();
+      failure = Validate(kernel, &outcome, &estimate_us);
+      timeline_.set_validate_s(SecondsSince(stage));
+    }
     if (!failure) {
       summary = absl::StrCat("valid over ", seeds_, " seeds (max |v - r| ",
                              Num(outcome.max_error()), ")");
@@ -72,6 +79,7 @@ wv1::VariantOutcome TaskRun::RunVariant(const wv1::KernelImage& image) {
   }
   outcome.set_gpu_seconds(variant_gpu_s_);
   outcome.set_wall_seconds(SecondsSince(start));
+  *outcome.mutable_timeline() = timeline_;
   return outcome;
 }
 

@@ -273,6 +273,8 @@ class TaskRun {
 
   double task_gpu_s_ = 0;
   double variant_gpu_s_ = 0;
+  // The stages of the variant running now (RunVariant resets it).
+  wv1::VariantTimeline timeline_;
   double warmup_us_ = kWarmupUs;
   wv1::SerialReport serial_report_;
 };

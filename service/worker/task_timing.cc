@@ -82,6 +82,7 @@ absl::StatusOr<Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets, int
 std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double estimate_us,
                                         const std::string& phase, int min_samples, double budget_s,
                                         std::vector<double>* per_launch_us) {
+  const Clock::time_point start = Clock::now();
   per_launch_us->clear();
   const double replay_us = std::max(estimate_us, 1.0) * launches;
   const int per_batch =
@@ -111,6 +112,7 @@ std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double e
     }
   }
   AddGpuTime(timed_s);
+  timeline_.set_samples_s(timeline_.samples_s() + SecondsSince(start));
   return std::nullopt;
 }
 
@@ -148,10 +150,13 @@ std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
   // INOUT buffers are updated in place by every launch of the pool, so
   // later launches see data earlier ones wrote: accepted, since the timing
   // only needs realistic memory traffic, not valid results.
+  Clock::time_point stage = Clock::now();
   absl::StatusOr<Graph> graph = Capture(kernel, sets, launches);
   if (!graph.ok()) return Fail(graph.status(), Origin::kLaunch, phase);
   absl::StatusOr<GraphExec> exec = GraphExec::Instantiate(*gpu_.driver, *graph);
   if (!exec.ok()) return Fail(exec.status(), Origin::kLaunch, phase);
+  timeline_.set_graph_s(timeline_.graph_s() + SecondsSince(stage));
+  stage = Clock::now();
 
   // Warm-up replays upload the graph and settle clocks and caches.
   absl::Status status = gpu_.Record(kWarmBegin);
@@ -171,6 +176,7 @@ std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
   absl::StatusOr<double> warm = gpu_.ElapsedSeconds(kWarmBegin, kWarmEnd);
   if (!warm.ok()) return Fail(warm.status(), Origin::kWait, phase);
   AddGpuTime(*warm);
+  timeline_.set_warmup_s(timeline_.warmup_s() + SecondsSince(stage));
   timed->exec = *std::move(exec);
   return std::nullopt;
 }
