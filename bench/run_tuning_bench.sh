@@ -109,6 +109,8 @@ warmup() {
     "$@" >"$out/$label.json" 2>"$out/$label.log" || rc=$?
   echo "== $label: $manifest ${*:-} -> exit $rc, $((SECONDS - start)) s wall"
   grep -E '^job ' "$out/$label.log" | tail -1 || true
+  # The report's summary lines: statuses, search, where the screen's time went, phases.
+  sed -n 's/^- \(variants\|search\|screen\|time\): /\1: /p' "$out/$label.md" 2>/dev/null || true
   return $rc
 }
 
