@@ -204,13 +204,13 @@ std::string ScreenTimeLine(const v1::Job& job) {
     for (int i = 0; i < descriptor->field_count(); ++i) {
       const google::protobuf::FieldDescriptor* field = descriptor->field(i);
       if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE) {
-        reflection->SetDouble(&sum, field,
-                              reflection->GetDouble(sum, field) +
-                                  reflection->GetDouble(report.screen_time(), field));
+        reflection->SetDouble(
+            &sum, field,
+            reflection->GetDouble(sum, field) + reflection->GetDouble(report.screen_time(), field));
       } else if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT32) {
-        reflection->SetInt32(&sum, field,
-                             reflection->GetInt32(sum, field) +
-                                 reflection->GetInt32(report.screen_time(), field));
+        reflection->SetInt32(
+            &sum, field,
+            reflection->GetInt32(sum, field) + reflection->GetInt32(report.screen_time(), field));
       }
     }
   }
@@ -219,13 +219,13 @@ std::string ScreenTimeLine(const v1::Job& job) {
   auto ms = [n](double seconds) { return absl::StrFormat("%.1f", seconds * 1000 / n); };
   const double other = sum.wall_s() - sum.cubins_s() - sum.setup_s() - sum.load_s() -
                        sum.validate_s() - sum.graph_s() - sum.warmup_s() - sum.samples_s();
-  return absl::StrCat(
-      "screen: ", ms(sum.wall_s()), " ms a variant over ", FormatCount(sum.variants()),
-      " (their GPU time ", ms(sum.gpu_s()), " ms): load ", ms(sum.load_s()), kDot, "validate ",
-      ms(sum.validate_s()), kDot, "graph ", ms(sum.graph_s()), kDot, "warm-up ",
-      ms(sum.warmup_s()), kDot, "samples ", ms(sum.samples_s()), kDot, "task set-up ",
-      ms(sum.setup_s()), kDot, "cubins ", ms(sum.cubins_s()), kDot, "other ",
-      ms(std::max(0.0, other)), " (storing ", ms(sum.store_s()), " alongside)");
+  return absl::StrCat("screen: ", ms(sum.wall_s()), " ms a variant over ",
+                      FormatCount(sum.variants()), " (their GPU time ", ms(sum.gpu_s()),
+                      " ms): load ", ms(sum.load_s()), kDot, "validate ", ms(sum.validate_s()),
+                      kDot, "graph ", ms(sum.graph_s()), kDot, "warm-up ", ms(sum.warmup_s()), kDot,
+                      "samples ", ms(sum.samples_s()), kDot, "task set-up ", ms(sum.setup_s()),
+                      kDot, "cubins ", ms(sum.cubins_s()), kDot, "other ", ms(std::max(0.0, other)),
+                      " (storing ", ms(sum.store_s()), " alongside)");
 }
 
 std::vector<std::string> SummaryLines(const v1::Job& job) {
