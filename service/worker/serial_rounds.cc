@@ -58,8 +58,8 @@ wv1::ProfileDone TaskRun::RunSerial(
     double estimate_us = 0;
     if (!failure) failure = Validate(candidate->kernel, &outcome, &estimate_us);
     if (!failure) {
-      failure =
-          PrepareGraph(candidate->kernel, image, estimate_us, "serial warm-up", &candidate->graph);
+      failure = PrepareGraph(candidate->kernel, image, estimate_us, warmup_us_, "serial warm-up",
+                             &candidate->graph);
     }
     if (failure) {
       outcome.set_status(failure->status);

@@ -41,6 +41,9 @@ inline constexpr int kMaxSamples = 2000;
 // much estimated kernel time...
 inline constexpr int kMinLaunchesPerSample = 20;
 inline constexpr double kMinSampleUs = 50;
+// ...except that launches this long in total need no more of them: a
+// replay's few microseconds are under 1% of this.
+inline constexpr double kLongSampleUs = 1000;
 // ...and no graph gets more kernel nodes than this (instantiation time and
 // memory grow with them). It also caps the pool: a launch that touches a
 // few kilobytes would otherwise need tens of thousands of sets to fill 2x L2.
@@ -49,7 +52,8 @@ inline constexpr int kMinWarmupReplays = 1;
 // ...and at least this much GPU time of warm-up replays (unless the task
 // asks for another), so the clocks have left any idle state before the
 // first sample: a GPU that idled between tasks starts slow, and a serving
-// GPU does not.
+// GPU does not. In a screen only its first variant gets it; the others
+// follow with the GPU busy and get kMinWarmupReplays.
 inline constexpr double kWarmupUs = 20000;
 inline constexpr int kMaxWarmupReplays = 1000;
 // Replays enqueued before the host waits: about this much GPU time, so the
@@ -215,10 +219,11 @@ class TaskRun {
   std::optional<Failure> Measure(CUgraphExec exec, int launches, double estimate_us,
                                  const std::string& phase, int min_samples, double budget_s,
                                  std::vector<double>* per_launch_us);
-  // Plans the pool, captures the kernel's graph over it and warms it up.
+  // Plans the pool, captures the kernel's graph over it and warms it up
+  // with replays of warmup_us GPU time (at least kMinWarmupReplays).
   std::optional<Failure> PrepareGraph(const LoadedKernel& kernel, const wv1::KernelImage& image,
-                                      double estimate_us, const std::string& phase,
-                                      TimedGraph* timed);
+                                      double estimate_us, double warmup_us,
+                                      const std::string& phase, TimedGraph* timed);
 
   // In serial_rounds.cc.
   //
@@ -275,6 +280,8 @@ class TaskRun {
   double variant_gpu_s_ = 0;
   // The stages of the variant running now (RunVariant resets it).
   wv1::VariantTimeline timeline_;
+  // A variant of this screen task has had its full warm-up (Time).
+  bool screen_warmed_up_ = false;
   double warmup_us_ = kWarmupUs;
   wv1::SerialReport serial_report_;
 };

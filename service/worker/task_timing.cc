@@ -90,7 +90,15 @@ std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double e
   double timed_s = 0;
   while (static_cast<int>(per_launch_us->size()) < kMaxSamples &&
          (static_cast<int>(per_launch_us->size()) < min_samples || timed_s < budget_s)) {
-    const int batch = std::min(per_batch, kMaxSamples - static_cast<int>(per_launch_us->size()));
+    const int have = static_cast<int>(per_launch_us->size());
+    // No more replays than are still wanted: those short of min_samples,
+    // or those that fill the rest of the budget, whichever is more (a
+    // batch sized for the GPU alone overshot a 3 ms budget up to 20 ms).
+    const int for_budget = timed_s < budget_s
+                               ? static_cast<int>(std::ceil((budget_s - timed_s) * 1e6 / replay_us))
+                               : 0;
+    const int wanted = std::max({1, min_samples - have, for_budget});
+    const int batch = std::min({per_batch, kMaxSamples - have, wanted});
     for (int j = 0; j < batch; ++j) {
       absl::Status status = gpu_.Record(kTimingBase + 2 * j);
       if (!status.ok()) return Fail(status, Origin::kWait, phase);
@@ -118,7 +126,8 @@ std::optional<Failure> TaskRun::Measure(CUgraphExec exec, int launches, double e
 
 std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
                                              const wv1::KernelImage& image, double estimate_us,
-                                             const std::string& phase, TimedGraph* timed) {
+                                             double warmup_us, const std::string& phase,
+                                             TimedGraph* timed) {
   const int64_t set_bytes = static_cast<int64_t>(set_bytes_);
   const InputPoolPlan plan =
       PlanInputPool(image.bytes_per_call(), set_bytes, gpu_.info.l2_bytes(), cache_state_,
@@ -139,8 +148,12 @@ std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
   // visited equally; enough launches and kernel time that the replay's own
   // overhead is small beside them.
   const double launch_us = std::max(estimate_us, 0.5);
+  // Long launches need fewer of them: kLongSampleUs of kernel time dwarfs
+  // a replay's overhead whatever the count.
+  const int64_t min_launches = std::min<int64_t>(
+      kMinLaunchesPerSample, static_cast<int64_t>(std::ceil(kLongSampleUs / launch_us)));
   int64_t cycles =
-      std::max<int64_t>({1, (kMinLaunchesPerSample + sets - 1) / sets,
+      std::max<int64_t>({1, (min_launches + sets - 1) / sets,
                          static_cast<int64_t>(std::ceil(kMinSampleUs / (launch_us * sets)))});
   cycles = std::min<int64_t>(cycles, std::max(1, kMaxLaunchesPerSample / sets));
   timed->launches = static_cast<int>(cycles * sets);
@@ -162,7 +175,7 @@ std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
   absl::Status status = gpu_.Record(kWarmBegin);
   if (!status.ok()) return Fail(status, Origin::kSetup, phase);
   const int warmup_replays =
-      std::clamp(static_cast<int>(std::ceil(warmup_us_ / (std::max(estimate_us, 0.5) * launches))),
+      std::clamp(static_cast<int>(std::ceil(warmup_us / (std::max(estimate_us, 0.5) * launches))),
                  kMinWarmupReplays, kMaxWarmupReplays);
   for (int w = 0; w < warmup_replays; ++w) {
     status = gpu_.driver->Check(gpu_.cu().graph_launch(exec->get(), gpu_.stream.get()),
@@ -186,9 +199,15 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
                                      std::string* summary) {
   std::string phase = "time";
   TimedGraph timed;
-  if (std::optional<Failure> failure = PrepareGraph(kernel, image, estimate_us, phase, &timed)) {
+  // The first variant of a screen warms the GPU up for all: the ones after
+  // it follow it with no idle between, so one replay (the graph's upload)
+  // is their warm-up.
+  const double warmup_us = screen_warmed_up_ ? 0 : warmup_us_;
+  if (std::optional<Failure> failure =
+          PrepareGraph(kernel, image, estimate_us, warmup_us, phase, &timed)) {
     return failure;
   }
+  screen_warmed_up_ = true;
   const int sets = timed.sets;
   const int launches = timed.launches;
   const int64_t pool_bytes = timed.pool_bytes;

@@ -687,6 +687,67 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
           absl::StrCat(ProblemContext(family.name(), problem), ": ", report));
 }
 
+// A screen as jobs run it (3 ms of timing, 5 samples at least, 2 ms of
+// warm-up): each variant's timed replays stay within what the budget or
+// the minimum of samples needs, plus one replay; only the first variant
+// gets the full warm-up; and each outcome says where its time went.
+TEST_F(GpuTest, AScreenTimesEachVariantWithinItsBudgetAndSaysWhereItsTimeWent) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = 4096;
+  (*problem.mutable_dims())["hidden"] = 4096;
+  problem.set_dtype(v1::BFLOAT16);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  std::vector<Pick> variants;
+  for (size_t i = 0; i < prepared->space.variants.size() && variants.size() < 4; i += 7) {
+    variants.push_back({static_cast<int>(i), absl::StrCat(i)});
+  }
+  ASSERT_EQ(variants.size(), 4u);
+  kernels::ProfileSettings settings;
+  settings.timing_budget_s = 0.003;
+  settings.min_samples = 5;
+  settings.warmup_s = 0.002;
+  ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task, MakeTask(*prepared, variants, settings, "screen"));
+  service::ProfileResult result = pool_->Profile(task);
+  EXPECT_EQ(result.done.status(), v1::OK) << result.done.ShortDebugString();
+  ASSERT_EQ(result.outcomes.size(), variants.size());
+  std::string report;
+  for (size_t i = 0; i < result.outcomes.size(); ++i) {
+    const wv1::VariantOutcome& outcome = result.outcomes[i];
+    const std::string what = outcome.ShortDebugString();
+    ASSERT_EQ(outcome.status(), v1::OK) << what;
+    const v1::TimingStats& timing = outcome.timing();
+    const double replay_s = timing.median_us() * 1e-6 * outcome.launches_per_sample();
+    const double timed_s = replay_s * timing.samples();
+    EXPECT_GE(timing.samples(), 5) << what;
+    // The budget or five samples, whichever is more, and one replay over.
+    EXPECT_LE(timed_s, 1.3 * std::max(0.003, 5 * replay_s) + replay_s) << what;
+    const wv1::VariantTimeline& stages = outcome.timeline();
+    EXPECT_GT(stages.load_s(), 0) << what;
+    EXPECT_GT(stages.validate_s(), 0) << what;
+    EXPECT_GT(stages.graph_s(), 0) << what;
+    EXPECT_GT(stages.warmup_s(), 0) << what;
+    EXPECT_GE(stages.samples_s(), 0.8 * timed_s) << what;
+    EXPECT_LE(stages.load_s() + stages.validate_s() + stages.graph_s() + stages.warmup_s() +
+                  stages.samples_s(),
+              outcome.wall_seconds())
+        << what;
+    if (i > 0) {
+      // One warm-up replay, not 2 ms of them (a generous bound: the host
+      // waits for it).
+      EXPECT_LE(stages.warmup_s(), replay_s + 0.001) << what;
+    }
+    absl::StrAppend(&report, i == 0 ? "" : "; ",
+                    absl::StrFormat("%.2f ms wall (GPU %.2f): %d samples of %d launches, "
+                                    "warm-up %.2f ms, samples %.2f ms",
+                                    outcome.wall_seconds() * 1e3, outcome.gpu_seconds() * 1e3,
+                                    timing.samples(), outcome.launches_per_sample(),
+                                    stages.warmup_s() * 1e3, stages.samples_s() * 1e3));
+  }
+  Summary("screen", absl::StrCat(ProblemContext(family.name(), problem), ": ", report));
+}
+
 // A serial task: four rmsnorm candidates validated, then timed together in
 // interleaved rounds until steady; the worker measured the copy bandwidth
 // at start, and NVML sees no process but its own (or says why it cannot).
