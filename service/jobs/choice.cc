@@ -82,7 +82,13 @@ Choice ChooseConfig(const std::vector<Candidate>& candidates, const v1::Config* 
     }
     const v1::TimingStats& other = candidates[i].timing;
     const bool beyond_band = other.median_us() > best.median_us() * (1 + tie_band);
-    const bool apart = Low(other) > High(best);
+    const double best_noise = candidates[fastest].noise;
+    const double other_noise = candidates[i].noise;
+    const bool apart =
+        best_noise > 0 && other_noise > 0
+            ? other.median_us() - best.median_us() >
+                  2 * std::hypot(best.median_us() * best_noise, other.median_us() * other_noise)
+            : Low(other) > High(best);
     if (!(beyond_band && apart)) choice.tied.push_back(i);
   }
   choice.winner = fastest;

@@ -5,12 +5,18 @@
 //   const Candidate& winner = candidates[choice.winner];
 //   entry.set_tie(choice.tie);
 //
-// The rule (after nvbench's compare tool): a candidate's interval is
-// [q1, q3] of its per-launch times ([min, q3] for summaries without q1: on
-// the H200 a single fast sample of a 2 % slower config made [min, q3]
-// overlap and declared a tie that chose the slower one). The fastest median wins outright only
-// when it beats the runner-up's median by more than the tie band AND the
-// two intervals do not overlap. Otherwise the fastest is tied with every
+// The rule: the fastest median wins outright over another candidate only
+// when it beats that one's median by more than the tie band AND the two
+// medians are apart beyond their uncertainty. Where both candidates know
+// the noise of their median (the serial phase's standard error over the
+// median), apart means a gap of more than twice the two errors combined
+// (root of the sum of squares). Without it (after nvbench's compare tool)
+// apart means that their intervals do not overlap: [q1, q3] of the
+// per-launch times ([min, q3] for summaries without q1). The interval of
+// per-launch times measures their spread, not the median's uncertainty:
+// on the H200 cold GEMMs whose medians were 1.7 to 3.5% apart with noise
+// under 0.5% overlapped and were declared ties, which took the lower
+// variant index, a slower config. Otherwise the fastest is tied with every
 // candidate that it does not beat that way, and the tie-break picks among
 // them: the current entry's config when it is one of them (a rerun does not
 // churn the cache), else the family's default config when it is one of
@@ -39,6 +45,9 @@ struct Candidate {
   v1::Config config;
   int64_t index = 0;  // the variant's position in the family's parameter order
   v1::TimingStats timing;
+  // The standard error of the median over the median (a serial timing's
+  // noise); 0 = unknown, and the intervals decide.
+  double noise = 0;
 };
 
 struct Choice {

@@ -137,6 +137,43 @@ TEST(ChooseConfigTest, OneFastSampleOfTheSlowerConfigIsNoTie) {
   EXPECT_TRUE(ChooseConfig({slow, fast}, nullptr).tie);
 }
 
+// Serial candidates know the noise of their medians: a gap beyond twice
+// the combined noise is a clear win however wide the per-launch intervals.
+// Seen on the H200: cold GEMMs 1.7% apart (noise 0.2%) overlapped in
+// [q1, q3], and the tie chose the slower one.
+TEST(ChooseConfigTest, WithTheMediansNoiseTheGapDecidesNotTheSpread) {
+  Candidate fast = Timed(1, 57.59, 56.0, 59.5);
+  fast.timing.set_q1_us(56.8);
+  Candidate slow = Timed(0, 58.56, 57.0, 60.2);
+  slow.timing.set_q1_us(57.6);
+  // Without noise the intervals overlap: a tie, to the lower index.
+  Choice choice = ChooseConfig({slow, fast}, nullptr);
+  EXPECT_TRUE(choice.tie);
+  EXPECT_EQ(choice.winner, 0u);
+  // With it: 0.97 us apart, twice the combined noise is 0.33 us.
+  fast.noise = 0.002;
+  slow.noise = 0.002;
+  choice = ChooseConfig({slow, fast}, nullptr);
+  EXPECT_FALSE(choice.tie);
+  EXPECT_EQ(choice.winner, 1u);
+  EXPECT_THAT(choice.tied, ElementsAre(1u));
+  // Noisier medians (1% each: twice the combined is 1.64 us) are a tie.
+  fast.noise = 0.01;
+  slow.noise = 0.01;
+  choice = ChooseConfig({slow, fast}, nullptr);
+  EXPECT_TRUE(choice.tie);
+  EXPECT_EQ(choice.winner, 0u);
+  // One without noise: the intervals decide.
+  fast.noise = 0.002;
+  slow.noise = 0;
+  EXPECT_TRUE(ChooseConfig({slow, fast}, nullptr).tie);
+  // Inside the tie band, whatever the noise.
+  Candidate close = Timed(0, 57.70, 57.69, 57.71);
+  close.noise = 0.0001;
+  fast.noise = 0.0001;
+  EXPECT_TRUE(ChooseConfig({close, fast}, nullptr).tie);
+}
+
 // Older summaries have no q3: the interval reaches the median.
 TEST(ChooseConfigTest, WithoutQ3TheIntervalReachesTheMedian) {
   Candidate a = Timed(0, 10.3, 10.2, 0);

@@ -232,7 +232,8 @@ class ProblemSerial {
     for (const Timed& t : timed) {
       candidates.push_back({.config = t.measurement.config(),
                             .index = t.variant->variant->index,
-                            .timing = t.measurement.timing()});
+                            .timing = t.measurement.timing(),
+                            .noise = t.timing->noise()});
       if (family_.has_default_config() &&
           SameConfig(t.measurement.config(), family_.default_config())) {
         result_.default_median_us = t.measurement.timing().median_us();
