@@ -144,10 +144,11 @@ absl::Duration ProfilePool::VariantDeadline(const wv1::ProfileTask& task, absl::
 }
 
 // One task dispatched to one GPU's worker (the worker side runs it as
-// TaskRun, service/worker/task_run.h). First the reference alone (a task with no variants):
-// once it is known to run, a worker that hangs or dies later is the
-// variant's doing. Then the variants, from the first not yet answered; a
-// worker lost to a variant is replaced and the rest go to the new one.
+// TaskRun, service/worker/task_run.h), in one request: the worker sets the
+// problem up once and says when its reference has run (ReferenceDone);
+// a worker that hangs or dies after that is the variant's doing. A worker
+// lost to a variant is replaced and the variants not yet answered go to the
+// new one.
 class ProfilePool::TaskDispatch {
  public:
   TaskDispatch(ProfilePool& pool, Gpu& gpu, const wv1::ProfileTask& task,
@@ -207,16 +208,15 @@ class ProfilePool::TaskDispatch {
   // Whether the worker can take the next request.
   enum class WorkerAfter { kUsable, kLost };
 
+  // The task with the variants not yet answered. Its worker says when the
+  // reference has run (ReferenceDone), so a worker lost before that lost
+  // the reference, and one lost after it lost variant next_.
   wv1::WorkerRequest Request() const {
     wv1::WorkerRequest request;
     wv1::ProfileTask* sub = request.mutable_profile();
     *sub = task_;
     sub->clear_variants();
-    if (stage_ == Stage::kVariants) {
-      for (int i = next_; i < task_.variants_size(); ++i) *sub->add_variants() = task_.variants(i);
-    } else {
-      sub->clear_serial();  // the reference alone: nothing to time
-    }
+    for (int i = next_; i < task_.variants_size(); ++i) *sub->add_variants() = task_.variants(i);
     return request;
   }
 
@@ -250,6 +250,14 @@ class ProfilePool::TaskDispatch {
     while (true) {
       wv1::WorkerResponse response;
       absl::Status read = gpu_.process.Receive(deadline, &response);
+      if (read.ok() && response.has_reference_done() &&
+          response.reference_done().task_id() == task_.task_id()) {
+        // A replacement worker runs the reference again: the variants'
+        // deadlines start now either way.
+        stage_ = Stage::kVariants;
+        deadline = absl::Now() + variant_deadline_;
+        continue;
+      }
       if (read.ok() && response.has_variant() && stage_ == Stage::kVariants &&
           next_ < task_.variants_size() &&
           response.variant().variant_id() == task_.variants(next_).id()) {
@@ -302,10 +310,9 @@ class ProfilePool::TaskDispatch {
       End(std::move(done));
       return WorkerAfter::kUsable;
     }
-    if (stage_ == Stage::kReference) {
-      // The reference runs; now the variants, on the same worker.
-      stage_ = Stage::kVariants;
-      if (task_.variants_size() == 0) End(std::move(done));
+    if (stage_ == Stage::kReference && task_.variants_size() > 0) {
+      End(Failed(task_, v1::FAULT, "protocol",
+                 "the worker ended the task without saying that its reference ran"));
       return WorkerAfter::kUsable;
     }
     if (next_ < task_.variants_size()) {

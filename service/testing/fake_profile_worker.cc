@@ -254,6 +254,11 @@ int main(int argc, char** argv) {
       Send(done);
       return 3;
     }
+    {
+      wv1::WorkerResponse reference;
+      reference.mutable_reference_done()->set_task_id(task.task_id());
+      if (!Send(reference)) return 1;
+    }
     const int sleep_ms = EnvInt("FAKE_WORKER_SLEEP_MS", 0);
     double screen_wall_s = 0;  // the variants' wall_seconds
     for (const wv1::KernelImage& variant : task.variants()) {

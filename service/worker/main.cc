@@ -174,6 +174,16 @@ int ServeCompile(const CompileFlags& flags) {
 // or faulted): the daemon starts a new worker for the variants that remain.
 constexpr int kContextLostExit = 3;
 
+// Writes an answer of a task in flight to the daemon; exits when nobody
+// listens any more (the GPU work in flight dies with the process).
+void Answer(const wv1::WorkerResponse& response) {
+  if (absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
+      !written.ok()) {
+    std::fprintf(stderr, "autotune-worker: %s\n", std::string(written.message()).c_str());
+    _exit(1);
+  }
+}
+
 int ServeProfile(int ordinal) {
   wv1::WorkerResponse hello;
   hello.mutable_hello()->set_pid(getpid());
@@ -200,17 +210,17 @@ int ServeProfile(int ordinal) {
       if (!autotune::service::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
       continue;
     }
-    const wv1::ProfileDone done =
-        (*profiler)->Run(request.profile(), [](const wv1::VariantOutcome& outcome) {
+    const wv1::ProfileDone done = (*profiler)->Run(
+        request.profile(),
+        [&request] {
+          wv1::WorkerResponse response;
+          response.mutable_reference_done()->set_task_id(request.profile().task_id());
+          Answer(response);
+        },
+        [](const wv1::VariantOutcome& outcome) {
           wv1::WorkerResponse response;
           *response.mutable_variant() = outcome;
-          if (absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
-              !written.ok()) {
-            // Nobody is listening any more; the GPU work in flight dies with
-            // the process.
-            std::fprintf(stderr, "autotune-worker: %s\n", std::string(written.message()).c_str());
-            _exit(1);
-          }
+          Answer(response);
         });
     wv1::WorkerResponse response;
     *response.mutable_profile_done() = done;

@@ -50,8 +50,9 @@ class ProfilerImpl final : public Profiler {
 
   const wv1::DeviceInfo& device() const override { return gpu_.info; }
 
-  wv1::ProfileDone Run(const wv1::ProfileTask& task, const Emit& emit) override {
-    TaskRun run(gpu_, &usable_, task, emit);
+  wv1::ProfileDone Run(const wv1::ProfileTask& task, const std::function<void()>& reference_done,
+                       const Emit& emit) override {
+    TaskRun run(gpu_, &usable_, task, reference_done, emit);
     return run.Execute();
   }
 

@@ -4,9 +4,9 @@
 // killed.
 //
 //   ASSIGN_OR_RETURN(auto profiler, Profiler::Open(/*ordinal=*/0));
-//   worker::v1::ProfileDone done = profiler->Run(task, [](const auto& outcome) {
-//     WriteDelimited(STDOUT_FILENO, outcome);
-//   });
+//   worker::v1::ProfileDone done = profiler->Run(
+//       task, [] { ...say the reference ran... },
+//       [](const auto& outcome) { WriteDelimited(STDOUT_FILENO, outcome); });
 //   if (!profiler->usable()) _exit(3);  // a variant faulted or hung: start afresh
 //
 // What one task does (worker.proto, ProfileTask, has the fields):
@@ -145,10 +145,12 @@ class Profiler {
   virtual ~Profiler() = default;
 
   virtual const worker::v1::DeviceInfo& device() const = 0;
-  // Runs `task`, calling `emit` once per variant as each finishes, in task
-  // order, and returns how the task ended.
+  // Runs `task`: calls `reference_done` once its reference has run on
+  // every seed (not when the reference failed), then `emit` once per
+  // variant as each finishes, in task order, and returns how the task
+  // ended.
   virtual worker::v1::ProfileDone Run(
-      const worker::v1::ProfileTask& task,
+      const worker::v1::ProfileTask& task, const std::function<void()>& reference_done,
       const std::function<void(const worker::v1::VariantOutcome&)>& emit) = 0;
   // False once a variant faulted or timed out: the process must exit.
   virtual bool usable() const = 0;

@@ -116,6 +116,7 @@ wv1::ProfileDone TaskRun::Execute() {
   }
   if (std::optional<Failure> failure = AllocateProblem()) return finish(failure, "");
   if (std::optional<Failure> failure = RunReference()) return finish(failure, "");
+  if (reference_done_) reference_done_();
   if (!task_.validate_only()) {
     if (std::optional<Failure> failure = AllocatePool()) return finish(failure, "");
   }

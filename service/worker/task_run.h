@@ -156,8 +156,9 @@ struct TimedGraph {
 // One ProfileTask from start to end; owns every buffer of the task.
 class TaskRun {
  public:
-  TaskRun(Gpu& gpu, bool* usable, const wv1::ProfileTask& task, const Emit& emit)
-      : gpu_(gpu), usable_(usable), task_(task), emit_(emit) {}
+  TaskRun(Gpu& gpu, bool* usable, const wv1::ProfileTask& task,
+          const std::function<void()>& reference_done, const Emit& emit)
+      : gpu_(gpu), usable_(usable), task_(task), reference_done_(reference_done), emit_(emit) {}
 
   wv1::ProfileDone Execute();
 
@@ -247,6 +248,7 @@ class TaskRun {
   Gpu& gpu_;
   bool* usable_;
   const wv1::ProfileTask& task_;
+  const std::function<void()>& reference_done_;
   const Emit& emit_;
 
   // Settings with the task's defaults applied.
