@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -114,7 +115,15 @@ absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budg
   }
   if (!budget.empty()) {
     absl::string_view number = budget;
-    if (absl::ConsumeSuffix(&number, "%")) {
+    absl::Duration duration;
+    if (!budget.empty() && absl::ascii_isalpha(budget.back()) && budget.back() != '%') {
+      // A time: "90s", "5m", "1h30m".
+      if (!absl::ParseDuration(budget, &duration) || duration <= absl::ZeroDuration() ||
+          duration == absl::InfiniteDuration()) {
+        return FlagError("--budget", budget, "a time must be positive, like 90s, 5m or 1h30m");
+      }
+      search.set_max_seconds(absl::ToDoubleSeconds(duration));
+    } else if (absl::ConsumeSuffix(&number, "%")) {
       double percent = 0;
       if (!absl::SimpleAtod(number, &percent) || !(percent > 0 && percent <= 100)) {
         return FlagError("--budget", budget, "a share of the space must be in (0%, 100%]");
@@ -124,7 +133,8 @@ absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budg
       int64_t count = 0;
       if (!absl::SimpleAtoi(number, &count) || count < 1) {
         return FlagError("--budget", budget,
-                         "expected a count of variants (at least 1) or a share like 5%");
+                         "expected a count of variants (at least 1), a share like 5% or a time "
+                         "like 90s");
       }
       search.set_max_variants(count);
     }

@@ -42,9 +42,9 @@ bool FilterIsEmpty(const v1::EntryFilter& filter);
 // "I/N" with 0 <= I < N: sets shard_index and shard_count of `options`.
 absl::Status ParseShardFlag(absl::string_view text, v1::JobOptions& options);
 
-// --search (exhaustive, random, model; any case), --budget (a count "500"
-// or a share "5%") and --seed into `search`, which is cleared first and
-// left empty when none is given (seed 0).
+// --search (exhaustive, random, model; any case), --budget (a count "500",
+// a share "5%" or a time "90s", "5m") and --seed into `search`, which is
+// cleared first and left empty when none is given (seed 0).
 absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budget, uint64_t seed,
                               v1::SearchOptions& search);
 

@@ -86,6 +86,11 @@ TEST(ParseSearchFlagsTest, TakesAStrategyACountOrAShareAndASeed) {
   EXPECT_EQ(search.strategy(), v1::RANDOM);
   EXPECT_EQ(search.max_variants(), 500);
   EXPECT_DOUBLE_EQ(search.max_fraction(), 0);
+  ASSERT_OK(ParseSearchFlags("model", "90s", 0, search));
+  EXPECT_DOUBLE_EQ(search.max_seconds(), 90);
+  EXPECT_EQ(search.max_variants(), 0);
+  ASSERT_OK(ParseSearchFlags("", "1h30m", 0, search));
+  EXPECT_DOUBLE_EQ(search.max_seconds(), 5400);
   ASSERT_OK(ParseSearchFlags("", "", 0, search));
   EXPECT_EQ(search.ByteSizeLong(), 0u) << "nothing given, nothing set";
   const struct {
@@ -99,6 +104,9 @@ TEST(ParseSearchFlagsTest, TakesAStrategyACountOrAShareAndASeed) {
       {"", "1.5", "invalid --budget '1.5'"},
       {"", "0%", "invalid --budget '0%': a share of the space must be in (0%, 100%]"},
       {"", "101%", "invalid --budget '101%'"},
+      {"", "0s", "invalid --budget '0s': a time must be positive, like 90s, 5m or 1h30m"},
+      {"", "5 minutes", "invalid --budget '5 minutes': a time must be positive"},
+      {"", "-5m", "invalid --budget '-5m'"},
   };
   for (const auto& c : cases) {
     EXPECT_THAT(ParseSearchFlags(c.strategy, c.budget, 0, search),

@@ -294,9 +294,10 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                    service::kExhaustiveSearchUpTo,
                    " variants, model above); a manifest item's `search` overrides it"));
   command.app->add_option("--budget", s->budget,
-                          "Variants to measure per problem at most: a count (500) or a share of "
-                          "the space (5%); default: all for exhaustive and random, until it "
-                          "stops improving for model");
+                          "What a problem's search may spend: a count of variants (500), a "
+                          "share of the space (5%) or a time for the search's rounds (90s, 5m); "
+                          "default: all for exhaustive and random, until it stops improving "
+                          "for model");
   command.app->add_option("--seed", s->seed, "The search's seed (deterministic for a seed)");
   AddReportFileOptions(command.app, s->files);
   command.app->add_flag("--json", s->json,

@@ -10,7 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/timestamp.h"
 #include "kernels/profile_task.h"
 #include "proto/problem.h"
@@ -249,13 +252,22 @@ void JobRunner::Measure(Running* running) {
     absl::MutexLock lock(&running->mu);
     running->job.mutable_counts()->set_compiles(0);
   }
+  const absl::Time rounds_started = absl::Now();
   for (int round = 1; !running->cancel; ++round) {
     std::vector<size_t> proposing;
     std::set<std::string> keys;
     int64_t batch_variants = 0;
+    const double searched_s = absl::ToDoubleSeconds(absl::Now() - rounds_started);
     for (size_t i = 0; i < n; ++i) {
       ProblemSearch& s = searches[i];
       if (s.done) continue;
+      // A time budget ends a search between rounds, never before its first.
+      const double max_seconds = work.plan.problems[i].search.max_seconds;
+      if (round > 1 && max_seconds > 0 && searched_s >= max_seconds) {
+        s.report.set_out_of_time(true);
+        s.done = true;
+        continue;
+      }
       s.batch = s.search->Next(s.search->budget());
       if (s.batch.empty()) {
         s.done = true;
@@ -349,6 +361,10 @@ void JobRunner::Measure(Running* running) {
     FinishScreens(ProblemContext(problem.record->family.name(), problem.problem), &s.screens);
     s.screens.search =
         DescribeSearch(problem.search, s.report.hints(), s.report.measured(), s.report.space());
+    if (s.report.out_of_time()) {
+      absl::StrAppend(&s.screens.search, "; stopped at its time budget of ",
+                      absl::StrFormat("%g", problem.search.max_seconds), " s");
+    }
     screens[i] = std::move(s.screens);
   }
 

@@ -32,12 +32,16 @@ absl::Status CheckSearch(const v1::SearchOptions& search, const std::string& fie
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".max_fraction is ", search.max_fraction(), ", not in 0..1"));
   }
+  if (!(search.max_seconds() >= 0 && std::isfinite(search.max_seconds()))) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".max_seconds is ", search.max_seconds(),
+                                                   ", not a finite number >= 0"));
+  }
   return absl::OkStatus();
 }
 
 bool SearchGiven(const v1::SearchOptions& search) {
   return search.strategy() != v1::SEARCH_STRATEGY_UNSPECIFIED || search.max_variants() != 0 ||
-         search.max_fraction() != 0 || search.seed() != 0;
+         search.max_fraction() != 0 || search.seed() != 0 || search.max_seconds() != 0;
 }
 
 }  // namespace
@@ -47,6 +51,7 @@ SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
   search.max_variants = given.max_variants();
   search.fraction = given.max_fraction();
   search.seed = given.seed();
+  search.max_seconds = given.max_seconds();
   switch (given.strategy()) {
     case v1::EXHAUSTIVE:
       search.kind = SearchKind::kExhaustive;

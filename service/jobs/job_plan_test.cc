@@ -116,6 +116,16 @@ TEST_F(JobPlanTest, SearchOptionsAreCheckedAndAnItemsSearchReplacesTheJobs) {
   EXPECT_THAT(CheckJobSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "manifest.items[0].search.max_fraction is 2, not in 0..1"));
+  spec.mutable_manifest()->mutable_items(0)->mutable_search()->set_max_fraction(0);
+  spec.mutable_options()->mutable_search()->set_max_seconds(-3);
+  EXPECT_THAT(CheckJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.search.max_seconds is -3, not a finite number >= 0"));
+  spec.mutable_options()->mutable_search()->set_max_seconds(
+      std::numeric_limits<double>::infinity());
+  EXPECT_THAT(CheckJobSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("options.search.max_seconds is inf")));
+  spec.mutable_options()->mutable_search()->set_max_seconds(0);
   v1::JobSpec compile_only = Spec({1024});
   compile_only.mutable_options()->set_compile_only(true);
   compile_only.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);

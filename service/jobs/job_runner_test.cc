@@ -177,6 +177,51 @@ TEST_F(ScreenJobTest, ASearchMeasuresOnlyItsBudgetAndTheReportSaysHowItWent) {
   }
 }
 
+// A time budget ends a search between rounds, after its first: a model
+// search over 40 variants (16 in its first round, 8 a round after) stops
+// after one round when its time is up, and says so.
+TEST_F(ScreenJobTest, ATimeBudgetEndsTheSearchAfterTheRoundThatReachedIt) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  family.set_name("modes_wide");
+  family.mutable_params(0)->clear_values();
+  family.mutable_params(0)->add_values(0);
+  family.mutable_params(0)->add_values(1);
+  v1::TunableParameter* pad = family.add_params();
+  pad->set_name("PAD");  // unused by the kernel: 20 copies of each MODE
+  for (int i = 0; i < 20; ++i) pad->add_values(i);
+  ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+  v1::JobSpec spec;
+  v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+  item->set_family("modes_wide");
+  item->add_dims()->set_name("n");
+  item->mutable_dims(0)->add_values(256);
+  item->add_dtypes(v1::FLOAT32);
+  v1::SearchOptions* search = spec.mutable_options()->mutable_search();
+  search->set_strategy(v1::MODEL);
+  search->set_seed(3);
+
+  const v1::Job unlimited = Run(spec);
+  ASSERT_EQ(unlimited.state(), v1::SUCCEEDED) << unlimited.error();
+  ASSERT_THAT(unlimited.reports(), SizeIs(1));
+  EXPECT_GT(unlimited.reports(0).search().rounds(), 1);
+  EXPECT_GT(unlimited.reports(0).search().measured(), 16);
+  EXPECT_FALSE(unlimited.reports(0).search().out_of_time());
+
+  search->set_max_seconds(0.001);
+  spec.mutable_options()->set_retune(true);
+  const v1::Job timed = Run(spec);
+  ASSERT_EQ(timed.state(), v1::SUCCEEDED) << timed.error();
+  ASSERT_THAT(timed.reports(), SizeIs(1));
+  const v1::SearchReport& report = timed.reports(0).search();
+  EXPECT_TRUE(report.out_of_time());
+  EXPECT_EQ(report.rounds(), 1);
+  EXPECT_EQ(report.measured(), 16);
+  EXPECT_THAT(
+      timed.reports(0).entry().search(),
+      HasSubstr("16 of 40 variants measured (40.0%); stopped at its time budget of 0.001 s"));
+}
+
 TEST_F(ScreenJobTest, AnItemsModelSearchReplacesTheJobsAndEndsInItsStatusesAndReport) {
   v1::JobSpec spec = Spec();
   spec.mutable_options()->mutable_search()->set_strategy(v1::RANDOM);

@@ -49,6 +49,10 @@ struct SearchOptions {
   int64_t max_variants = 0;
   double fraction = 0;
   uint64_t seed = 0;
+  // The job's rounds stop proposing for this problem once they have run
+  // this long (0 = no time limit); the job runner applies it, between
+  // rounds.
+  double max_seconds = 0;
 };
 
 // What a search needs to know of a problem's space.
