@@ -99,6 +99,25 @@ class ScreenJobTest : public ::testing::Test {
     return last;
   }
 
+  // Leaves `job` as a daemon killed in the serial phase of its last problem
+  // does: that problem's entry (the newest) gone, the job VALIDATING with no
+  // results or reports.
+  void StopInTheLastSerialPhase(v1::Job& job) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
+                           "DESC LIMIT 1)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    job.set_state(v1::VALIDATING);
+    job.clear_results();
+    job.clear_reports();
+    ASSERT_OK(store_->UpdateJob(job));
+  }
+
   // Resumes the one unfinished job `id` and waits for its end.
   v1::Job ResumeAndWait(const std::string& id) {
     absl::StatusOr<int> resumed = runner_->ResumeUnfinished();
@@ -1006,27 +1025,7 @@ TEST_F(ScreenJobTest, AForcedContendedResultNeverReplacesACleanEntry) {
 TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   v1::Job job = Run(Spec());
   ASSERT_EQ(job.state(), v1::SUCCEEDED);
-  // As a daemon killed in the serial phase of the second problem leaves it.
-  v1::EntryFilter second;
-  second.set_family("modes");
-  *second.mutable_problem() = job.results(1).problem();
-  ASSERT_OK_AND_ASSIGN(std::optional<v1::Entry> entry,
-                       store_->FindEntry({.family = "modes",
-                                          .family_hash = "",
-                                          .problem = second.problem(),
-                                          .device = "Fake GPU"}));
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
-                         "DESC LIMIT 1)",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
-  job.set_state(v1::VALIDATING);
-  job.clear_results();
-  ASSERT_OK(store_->UpdateJob(job));
+  ASSERT_NO_FATAL_FAILURE(StopInTheLastSerialPhase(job));
 
   const std::string log = dir_.path() + "/worker.log";
   ScopedEnv logged("FAKE_WORKER_LOG", log);
@@ -1057,20 +1056,7 @@ TEST_F(ScreenJobTest, ASearchedJobResumesWithoutScreeningAgain) {
   ASSERT_THAT(job.reports(), SizeIs(2));
   const v1::ProblemReport second = job.reports(1);
   ASSERT_EQ(second.search().measured(), 3);
-  // As a daemon killed in the serial phase of the second problem leaves it.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
-                         "DESC LIMIT 1)",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
-  job.set_state(v1::VALIDATING);
-  job.clear_results();
-  job.clear_reports();
-  ASSERT_OK(store_->UpdateJob(job));
+  ASSERT_NO_FATAL_FAILURE(StopInTheLastSerialPhase(job));
 
   RestartRunner();
   const v1::Job last = ResumeAndWait(job.id());
@@ -1100,19 +1086,7 @@ TEST_F(ScreenJobTest, AResumedModelSearchIsNotSeededWithItsOwnWinners) {
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
   ASSERT_THAT(job.reports(), SizeIs(2));
   const v1::Problem second = job.reports(1).problem();
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "DELETE FROM entries WHERE id IN (SELECT id FROM entries ORDER BY id "
-                         "DESC LIMIT 1)",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
-  job.set_state(v1::VALIDATING);
-  job.clear_results();
-  job.clear_reports();
-  ASSERT_OK(store_->UpdateJob(job));
+  ASSERT_NO_FATAL_FAILURE(StopInTheLastSerialPhase(job));
 
   RestartRunner();
   const v1::Job last = ResumeAndWait(job.id());

@@ -687,18 +687,26 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
           absl::StrCat(ProblemContext(family.name(), problem), ": ", report));
 }
 
+// rmsnorm rows=4096,hidden=4096 bf16, prepared: the problem of which the
+// screen and the serial tests time four variants.
+absl::StatusOr<std::unique_ptr<PreparedProblem>> PrepareRmsnormSquare() {
+  ASSIGN_OR_RETURN(v1::KernelFamily family,
+                   kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = 4096;
+  (*problem.mutable_dims())["hidden"] = 4096;
+  problem.set_dtype(v1::BFLOAT16);
+  return Prepare(family, problem);
+}
+
 // A screen as jobs run it (3 ms of timing, 5 samples at least, 2 ms of
 // warm-up): each variant's timed replays stay within what the budget or
 // the minimum of samples needs, plus one replay; only the first variant
 // gets the full warm-up; and each outcome says where its time went.
 TEST_F(GpuTest, AScreenTimesEachVariantWithinItsBudgetAndSaysWhereItsTimeWent) {
-  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
-                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
-  v1::Problem problem;
-  (*problem.mutable_dims())["rows"] = 4096;
-  (*problem.mutable_dims())["hidden"] = 4096;
-  problem.set_dtype(v1::BFLOAT16);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, PrepareRmsnormSquare());
+  const v1::KernelFamily& family = prepared->family;
+  const v1::Problem& problem = prepared->problem;
   std::vector<Pick> variants;
   for (size_t i = 0; i < prepared->space.variants.size() && variants.size() < 4; i += 7) {
     variants.push_back({static_cast<int>(i), absl::StrCat(i)});
@@ -752,13 +760,7 @@ TEST_F(GpuTest, AScreenTimesEachVariantWithinItsBudgetAndSaysWhereItsTimeWent) {
 // interleaved rounds until steady; the worker measured the copy bandwidth
 // at start, and NVML sees no process but its own (or says why it cannot).
 TEST_F(GpuTest, SerialRoundsTimeTheCandidatesTogetherUntilSteady) {
-  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
-                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
-  v1::Problem problem;
-  (*problem.mutable_dims())["rows"] = 4096;
-  (*problem.mutable_dims())["hidden"] = 4096;
-  problem.set_dtype(v1::BFLOAT16);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, PrepareRmsnormSquare());
   std::vector<Pick> chosen;
   for (int i = 0; i < static_cast<int>(prepared->space.variants.size()) && chosen.size() < 4;
        i += 7) {
