@@ -24,13 +24,15 @@ namespace wv1 = ::autotune::worker::v1;
 // Adds the stages of a variant measured now to `time`.
 void AddStages(const wv1::VariantOutcome& outcome, v1::ScreenTime* time) {
   const wv1::VariantTimeline& stages = outcome.timeline();
-  time->set_variants(time->variants() + 1);
-  time->set_load_s(time->load_s() + stages.load_s());
-  time->set_validate_s(time->validate_s() + stages.validate_s());
-  time->set_graph_s(time->graph_s() + stages.graph_s());
-  time->set_warmup_s(time->warmup_s() + stages.warmup_s());
-  time->set_samples_s(time->samples_s() + stages.samples_s());
-  time->set_gpu_s(time->gpu_s() + outcome.gpu_seconds());
+  v1::ScreenTime one;
+  one.set_variants(1);
+  one.set_load_s(stages.load_s());
+  one.set_validate_s(stages.validate_s());
+  one.set_graph_s(stages.graph_s());
+  one.set_warmup_s(stages.warmup_s());
+  one.set_samples_s(stages.samples_s());
+  one.set_gpu_s(outcome.gpu_seconds());
+  AddScreenTime(one, time);
 }
 
 class ProblemScreen {
