@@ -10,7 +10,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -359,12 +358,7 @@ void JobRunner::Measure(Running* running) {
     const PlannedProblem& problem = work.plan.problems[i];
     ProblemSearch& s = searches[i];
     FinishScreens(ProblemContext(problem.record->family.name(), problem.problem), &s.screens);
-    s.screens.search =
-        DescribeSearch(problem.search, s.report.hints(), s.report.measured(), s.report.space());
-    if (s.report.out_of_time()) {
-      absl::StrAppend(&s.screens.search, "; stopped at its time budget of ",
-                      absl::StrFormat("%g", problem.search.max_seconds), " s");
-    }
+    s.screens.search = DescribeSearch(problem.search, s.report);
     screens[i] = std::move(s.screens);
   }
 

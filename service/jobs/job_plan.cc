@@ -69,8 +69,10 @@ SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
   return search;
 }
 
-std::string DescribeSearch(const SearchOptions& search, int64_t hints, int64_t measured,
-                           int64_t variants) {
+std::string DescribeSearch(const SearchOptions& search, const v1::SearchReport& report) {
+  const int64_t hints = report.hints();
+  const int64_t measured = report.measured();
+  const int64_t variants = report.space();
   std::string text = SearchKindName(search.kind);
   if (search.kind != SearchKind::kExhaustive) absl::StrAppend(&text, ", seed ", search.seed);
   if (hints > 0) {
@@ -81,6 +83,10 @@ std::string DescribeSearch(const SearchOptions& search, int64_t hints, int64_t m
   if (measured < variants && variants > 0) {
     absl::StrAppend(&text, absl::StrFormat(" (%.1f%%)", 100.0 * static_cast<double>(measured) /
                                                             static_cast<double>(variants)));
+  }
+  if (report.out_of_time()) {
+    absl::StrAppend(&text,
+                    absl::StrFormat("; stopped at its time budget of %g s", search.max_seconds));
   }
   return text;
 }

@@ -97,12 +97,13 @@ struct PlanTarget {
 // model above).
 SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants);
 
+// What `report` says of a search that ran with `search`, for the entry:
 // "random, seed 7: 690 of 6904 variants measured (10.0%)"; a search that
-// started from `hints` > 0 configs that won tuned problems says so:
-// "model, seed 7, seeded with 3 winning configs of tuned problems: 448 of
-// 6904 ...".
-std::string DescribeSearch(const SearchOptions& search, int64_t hints, int64_t measured,
-                           int64_t variants);
+// started from configs that won tuned problems (report.hints) or stopped
+// at its time budget (report.out_of_time) says so: "model, seed 7, seeded
+// with 3 winning configs of tuned problems: 448 of 6904 variants measured
+// (6.5%); stopped at its time budget of 90 s".
+std::string DescribeSearch(const SearchOptions& search, const v1::SearchReport& report);
 
 // The checks that need nothing but the spec: INVALID_ARGUMENT naming the
 // field ("manifest.items is empty", "manifest.items[2].family is empty",

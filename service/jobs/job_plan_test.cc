@@ -158,26 +158,41 @@ TEST_F(JobPlanTest, SearchOptionsAreCheckedAndAnItemsSearchReplacesTheJobs) {
   EXPECT_EQ(plan.to_measure, 15);
 }
 
+// A search's report: `hints` configs it started from, `measured` of `space`.
+v1::SearchReport Ran(int32_t hints, int64_t measured, int64_t space) {
+  v1::SearchReport report;
+  report.set_hints(hints);
+  report.set_measured(measured);
+  report.set_space(space);
+  return report;
+}
+
 TEST(ResolveSearchTest, UnspecifiedIsExhaustiveForSmallSpacesAndTheModelAbove) {
   EXPECT_EQ(ResolveSearch({}, kExhaustiveSearchUpTo).kind, SearchKind::kExhaustive);
   EXPECT_EQ(ResolveSearch({}, kExhaustiveSearchUpTo + 1).kind, SearchKind::kModel);
   v1::SearchOptions random;
   random.set_strategy(v1::RANDOM);
   EXPECT_EQ(ResolveSearch(random, 10).kind, SearchKind::kRandom);
-  EXPECT_EQ(DescribeSearch(ResolveSearch(random, 10), 0, 3, 10),
+  EXPECT_EQ(DescribeSearch(ResolveSearch(random, 10), Ran(0, 3, 10)),
             "random, seed 0: 3 of 10 variants measured (30.0%)");
-  EXPECT_EQ(DescribeSearch({}, 0, 10, 10), "exhaustive: 10 of 10 variants measured");
+  EXPECT_EQ(DescribeSearch({}, Ran(0, 10, 10)), "exhaustive: 10 of 10 variants measured");
   v1::SearchOptions model;
   model.set_strategy(v1::MODEL);
   model.set_seed(7);
-  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), 1, 448, 6904),
+  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), Ran(1, 448, 6904)),
             "model, seed 7, seeded with 1 winning config of tuned problems: 448 of 6904 variants "
             "measured "
             "(6.5%)");
-  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), 3, 448, 6904),
+  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), Ran(3, 448, 6904)),
             "model, seed 7, seeded with 3 winning configs of tuned problems: 448 of 6904 variants "
             "measured "
             "(6.5%)");
+  model.set_max_seconds(90);
+  v1::SearchReport timed = Ran(0, 448, 6904);
+  timed.set_out_of_time(true);
+  EXPECT_EQ(DescribeSearch(ResolveSearch(model, 6904), timed),
+            "model, seed 7: 448 of 6904 variants measured (6.5%); stopped at its time budget of "
+            "90 s");
 }
 
 TEST_F(JobPlanTest, ArchComesFromTheManifestTheGpuOrTheDefault) {
