@@ -7,7 +7,7 @@
 #                                 built-in families (see below). The same
 #                                 tree holds the fuzz targets
 #                                 (.ci/fuzz.sh). The 100-kill crash test
-#                                 kills 20 times here (CRASH_TEST_KILLS).
+#                                 kills 40 times here (CRASH_TEST_KILLS).
 #   .ci/sanitize.sh thread     ThreadSanitizer in build-tsan/: the tests
 #                                 labelled tsan (ctest -L tsan), built by the
 #                                 target tsan_tests: the binaries of the
@@ -87,5 +87,5 @@ export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_retur
 export LSAN_OPTIONS="suppressions=$suppressions/lsan.txt:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions/tsan.txt"
-export CRASH_TEST_KILLS=${CRASH_TEST_KILLS:-20}
+export CRASH_TEST_KILLS=${CRASH_TEST_KILLS:-40}
 ctest --test-dir "$dir" --output-on-failure -j"${CTEST_JOBS:-4}" --timeout 600 -LE gpu "${select[@]}"

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -199,9 +200,14 @@ TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
   auto daemon =
       std::make_unique<Daemon>(dir.path(), std::vector<std::string>{"--compile-workers", "2"});
   ASSERT_OK(daemon->Start());
-  // gla_decode has about 300 distinct compiles: long enough to kill the
-  // daemon in the middle.
-  const std::string manifest = std::string(AUTOTUNE_KERNELS_DIR) + "/gla_decode.manifest";
+  // One dtype and head size of gla_decode: about 50 distinct compiles, long
+  // enough to kill the daemon in the middle.
+  const std::string manifest = dir.path() + "/gla_decode_f32.manifest";
+  ASSERT_OK(WriteFileAtomically(manifest,
+                                "arch: \"sm_90\"\n"
+                                "items { family: \"gla_decode\" dims { name: \"batch\" values: "
+                                "[1, 8, 64] } dims { name: \"heads\" values: [32] } dims { name: "
+                                "\"dim\" values: [64] } dtypes: [FLOAT32] }\n"));
   std::thread warmup([&] {
     RunCommand(
         {AutotuneCliPath(), "--server", daemon->address(), "warmup", manifest, "--compile-only"},

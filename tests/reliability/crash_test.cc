@@ -1,6 +1,7 @@
-// Crash safety of the real daemon: autotuned killed with SIGKILL 100 times,
-// in every phase of its jobs (compile, screen, serial validation) and in the
-// middle of imports, and started again on the same database each time.
+// Crash safety of the real daemon: autotuned killed with SIGKILL 100 times
+// (25 times each on four databases, side by side), in every phase of its
+// jobs (compile, screen, serial validation) and in the middle of imports,
+// and started again on the same database each time.
 //
 // What must hold: every entry the daemon had committed before a kill (read
 // back just before it) is there after the restart; the measurement count
@@ -54,10 +55,15 @@
 namespace autotune::testing {
 namespace {
 
-// $CRASH_TEST_KILLS overrides it for a quick run by hand.
-int Kills() {
+// The kills are spread over kShards daemons, each on its own database, so
+// that ctest runs them side by side: a kill and its restart mostly wait on
+// the daemon, not on a core. $CRASH_TEST_KILLS (the total) overrides 100 for
+// a quick run by hand; every shard gets at least 4, one in each phase.
+constexpr int kShards = 4;
+int KillsPerShard() {
   const char* text = std::getenv("CRASH_TEST_KILLS");
-  return text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : 100;
+  const int total = text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : 100;
+  return std::max(4, (total + kShards - 1) / kShards);
 }
 constexpr int kEntriesPerImport = 100;
 
@@ -240,15 +246,17 @@ class CrashTest : public DaemonTest {
   std::unique_ptr<v1::Autotune::Stub> stub_;
 };
 
-TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEveryJob) {
-  std::mt19937 random(20261201);
+class CrashShardTest : public CrashTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(CrashShardTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEveryJob) {
+  std::mt19937 random(20261201 + GetParam());
   std::map<std::string, int> killed_in;  // phase -> kills
   int imports_acknowledged = 0, imports_interrupted = 0, entries_lost = 0, partial_imports = 0;
   std::set<std::string> interrupted_jobs;
   absl::Mutex warmups_mu;
   std::map<std::string, int> warmups;  // how each warmup CLI ended
   int64_t measurements_seen = 0;
-  const int kills = Kills();
+  const int kills = KillsPerShard();
   for (int i = 0; i < kills; ++i) {
     const absl::Time started = absl::Now();
     const int kind = i % 4;  // 0 compile, 1 screen, 2 serial, 3 import
@@ -374,10 +382,10 @@ TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEver
   std::vector<std::string> states;
   for (const auto& [state, count] : ended) states.push_back(absl::StrCat(state, " ", count));
   std::printf(
-      "crash safety: %d SIGKILLs (%s); acknowledged entries lost: %d; imports acknowledged %d, "
+      "crash safety, shard %d of %d: %d SIGKILLs (%s); acknowledged entries lost: %d; imports acknowledged %d, "
       "interrupted %d, half there %d; jobs interrupted %zu, all jobs at the end: %s; "
       "measurements %lld; integrity_check: %s\n",
-      kills, absl::StrJoin(phases, ", ").c_str(), entries_lost, imports_acknowledged,
+      GetParam() + 1, kShards, kills, absl::StrJoin(phases, ", ").c_str(), entries_lost, imports_acknowledged,
       imports_interrupted, partial_imports, interrupted_jobs.size(),
       absl::StrJoin(states, ", ").c_str(), static_cast<long long>(measurements_seen),
       integrity.c_str());
@@ -387,6 +395,10 @@ TEST_F(CrashTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishesEver
     EXPECT_GT(killed_in[phase], 0) << "no kill landed in " << phase;
   }
 }
+INSTANTIATE_TEST_SUITE_P(FourDaemons, CrashShardTest, ::testing::Range(0, kShards),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("shard", info.param + 1);
+                         });
 
 TEST_F(CrashTest, WorkersKilledMidCompileAndMidMeasurementAreReplacedAndJobsStillEnd) {
   int compile_kills = 0, profile_kills = 0;
