@@ -382,11 +382,12 @@ TEST_P(CrashShardTest, KilledAHundredTimesItLosesNothingItAcknowledgedAndFinishe
   std::vector<std::string> states;
   for (const auto& [state, count] : ended) states.push_back(absl::StrCat(state, " ", count));
   std::printf(
-      "crash safety, shard %d of %d: %d SIGKILLs (%s); acknowledged entries lost: %d; imports acknowledged %d, "
+      "crash safety, shard %d of %d: %d SIGKILLs (%s); acknowledged entries lost: %d; imports "
+      "acknowledged %d, "
       "interrupted %d, half there %d; jobs interrupted %zu, all jobs at the end: %s; "
       "measurements %lld; integrity_check: %s\n",
-      GetParam() + 1, kShards, kills, absl::StrJoin(phases, ", ").c_str(), entries_lost, imports_acknowledged,
-      imports_interrupted, partial_imports, interrupted_jobs.size(),
+      GetParam() + 1, kShards, kills, absl::StrJoin(phases, ", ").c_str(), entries_lost,
+      imports_acknowledged, imports_interrupted, partial_imports, interrupted_jobs.size(),
       absl::StrJoin(states, ", ").c_str(), static_cast<long long>(measurements_seen),
       integrity.c_str());
   for (const auto& [said, count] : warmups)
