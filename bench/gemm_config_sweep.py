@@ -23,7 +23,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_vs_cublas import external_stream, time_graph, workspace_floats  # noqa: E402
+from cuda_launch import Driver  # noqa: E402
+from gemm_vs_cublas import gemm_args, time_graph, workspace_floats  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "kernels", "builtin", "gemm_bf16.cu")
@@ -61,7 +62,8 @@ def launch_of(config, m, n):
     """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
     c = config
     grid = (-(-m // c["BM"]) * (n // c["BN"]), c["SPLIT_K"], 1)
-    threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1)}
+    threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1),
+               3: 128 * (c["WM"] + 1)}
     block = (threads[c["WGMMA"]], 1, 1)
     shared = c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + (1024 if c["WGMMA"] else 0)
     return grid, block, shared
@@ -75,12 +77,12 @@ def main():
     parser.add_argument("--json")
     args = parser.parse_args()
 
-    import cupy as cp
-    import numpy as np
     import torch
 
     device = torch.cuda.get_device_properties(0)
     l2_bytes = getattr(device, "L2_cache_size", 50 << 20)
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    driver = Driver()
     with open(SOURCE) as f:
         source = f.read()
     configs = []
@@ -97,11 +99,8 @@ def main():
         except RuntimeError as error:
             print(error, file=sys.stderr)
             continue
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                            "gemm_" + "_".join(str(config[p]) for p in PARAMS) + ".cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        configs.append((config, cp.RawModule(path=path).get_function("gemm_bf16")))
+        shared = launch_of(config, 1, config["BN"])[2]
+        configs.append((config, driver.load(cubin, "gemm_bf16", shared)))
 
     rows = []
     for shape in args.shapes.split(","):
@@ -114,7 +113,7 @@ def main():
         b = [torch.rand(n, k, device="cuda", generator=gen).mul_(2).sub_(1).to(torch.bfloat16)
              for _ in range(sets)]
         c = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
-        alpha = np.float32(1.0 / math.sqrt(k))
+        alpha = 1.0 / math.sqrt(k)
 
         def cublas(i):
             torch.matmul(a[i], b[i].t(), out=c[i])
@@ -127,18 +126,14 @@ def main():
             if n % config["BN"] or k % (config["BK"] * config["SPLIT_K"]):
                 continue
             grid, block, shared = launch_of(config, m, n)
-            if shared > 48 * 1024:
-                kernel.max_dynamic_shared_size_bytes = shared
             work = [torch.zeros(workspace_floats(m, n, config), device="cuda",
                                 dtype=torch.float32) for _ in range(sets)]
+            set_args = [gemm_args(driver, config, a[i], b[i], c[i], work[i], alpha)
+                        for i in range(sets)]
 
-            def tuned(i, kernel=kernel, grid=grid, block=block, shared=shared, work=work):
-                with external_stream(cp, torch.cuda.current_stream()):
-                    kernel(grid, block,
-                           (np.uint64(a[i].data_ptr()), np.uint64(b[i].data_ptr()),
-                            np.uint64(c[i].data_ptr()), np.uint64(work[i].data_ptr()), alpha,
-                            np.int32(m), np.int32(n), np.int32(k)),
-                           shared_mem=shared)
+            def tuned(i, kernel=kernel, grid=grid, block=block, shared=shared, args=set_args):
+                driver.launch(kernel, grid, block, shared, torch.cuda.current_stream().cuda_stream,
+                              args[i])
 
             c[0].zero_()
             tuned(0)
@@ -150,7 +145,7 @@ def main():
                          "cublas_us": cublas_us, "tflops": flops / us / 1e6,
                          "cublas_tflops": flops / cublas_us / 1e6, "of_cublas": cublas_us / us,
                          "max_rel_error": error})
-            del work
+            del work, set_args
         del a, b, c
         torch.cuda.empty_cache()
 

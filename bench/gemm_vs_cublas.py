@@ -34,12 +34,16 @@ def workspace_floats(m, n, config):
     return counters + (split * -(-m // bm) * bm * n if split > 1 else 0)
 
 
-def external_stream(cp, torch_stream):
-    """CuPy's view of a torch stream, so CuPy launches join torch's capture."""
-    try:
-        return cp.cuda.Stream.from_external(torch_stream)
-    except (AttributeError, TypeError, ValueError):
-        return cp.cuda.ExternalStream(torch_stream.cuda_stream)
+def gemm_args(driver, config, a, b, c, work, alpha):
+    """The kernel's arguments over these tensors: buffers, tensor maps, scalars."""
+    import ctypes
+    m, k = a.shape
+    n = b.shape[0]
+    return [ctypes.c_uint64(a.data_ptr()), ctypes.c_uint64(b.data_ptr()),
+            ctypes.c_uint64(c.data_ptr()), ctypes.c_uint64(work.data_ptr()),
+            driver.tensor_map_2d(a.data_ptr(), m, k, config["BM"], config["BK"]),
+            driver.tensor_map_2d(b.data_ptr(), n, k, config["BN"], config["BK"]),
+            ctypes.c_float(alpha), ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k)]
 
 
 def time_graph(torch, launch, sets, l2_bytes, per_set_bytes):
@@ -78,12 +82,15 @@ def main():
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
 
-    import cupy as cp
-    import numpy as np
     import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from cuda_launch import Driver
 
     device = torch.cuda.get_device_properties(0)
     l2_bytes = getattr(device, "L2_cache_size", 50 << 20)
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    driver = Driver()
     speedups = {}
     if args.job:
         with open(args.job) as f:
@@ -106,10 +113,8 @@ def main():
         grid = tuple(int(x) for x in launch_dims["grid"]) + (1,) * (3 - len(launch_dims["grid"]))
         block = tuple(int(x) for x in launch_dims["block"]) + (1,) * (3 - len(launch_dims["block"]))
         shared = int(launch_dims.get("dynamic_shared_bytes", 0))
-        module = cp.RawModule(path=os.path.join(args.lookups, name + ".cubin"))
-        kernel = module.get_function(entry["function_name"])
-        if shared > 48 * 1024:
-            kernel.max_dynamic_shared_size_bytes = shared
+        with open(os.path.join(args.lookups, name + ".cubin"), "rb") as f:
+            kernel = driver.load(f.read(), entry["function_name"], shared)
 
         per_set = (m * k + n * k + m * n) * 2
         sets = max(1, min(64, math.ceil(2 * l2_bytes / per_set)))
@@ -122,16 +127,13 @@ def main():
         c_ref = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
         work = [torch.zeros(workspace_floats(m, n, config), device="cuda", dtype=torch.float32)
                 for _ in range(sets)]
-        alpha = np.float32(1.0 / math.sqrt(k))
+        alpha = 1.0 / math.sqrt(k)
+        set_args = [gemm_args(driver, config, a[i], b[i], c[i], work[i], alpha)
+                    for i in range(sets)]
 
         def tuned(i):
-            stream = external_stream(cp, torch.cuda.current_stream())
-            with stream:
-                kernel(grid, block,
-                       (np.uint64(a[i].data_ptr()), np.uint64(b[i].data_ptr()),
-                        np.uint64(c[i].data_ptr()), np.uint64(work[i].data_ptr()), alpha,
-                        np.int32(m), np.int32(n), np.int32(k)),
-                       shared_mem=shared)
+            driver.launch(kernel, grid, block, shared, torch.cuda.current_stream().cuda_stream,
+                          set_args[i])
 
         def cublas(i):
             torch.matmul(a[i], b[i].t(), out=c_ref[i])
@@ -152,7 +154,7 @@ def main():
             "max_rel_error": error, "input_sets": sets,
             "daemon_speedup_over_default": speedup, "daemon_default_us": default_us,
         })
-        del a, b, c, c_ref, work, kernel, module
+        del a, b, c, c_ref, work, set_args, kernel
         torch.cuda.empty_cache()
 
     print(f"{'M':>6} {'N':>6} {'K':>6} {'tuned µs':>9} {'cuBLAS µs':>9} {'TFLOP/s':>8} "

@@ -10,7 +10,7 @@
 #   bash bench/run_gemm_bench.sh [MANIFEST]   # default bench/gemm.manifest
 #
 # Needs bundle/gpu from `bash tests/gpu/run.sh bundle` (AUTOTUNE_BUNDLE
-# overrides it), python3 with torch and cupy. Writes gemm_daemon.log,
+# overrides it) and python3 with torch. Writes gemm_daemon.log,
 # gemm_warmup.log (progress), gemm_job.json (the finished job), lookups/,
 # screens/ (`autotune show --json` of each problem, gzipped) and
 # gemm_bench.json under $OUT (default bundle/gpu/out). Exits non-zero when the warmup or the timing fails.

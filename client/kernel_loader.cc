@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
@@ -238,12 +239,54 @@ absl::Status KernelLoader::Launch(const LoadedKernel& kernel, void** args, void*
   for (int i = 0; i < launch.grid_size(); ++i) grid[i] = static_cast<unsigned>(launch.grid(i));
   for (int i = 0; i < launch.block_size(); ++i) block[i] = static_cast<unsigned>(launch.block(i));
   RETURN_IF_ERROR(state_->context.MakeCurrent());
-  return state_->driver->Check(
-      state_->driver->api().launch_kernel(static_cast<CUfunction>(kernel.function()), grid[0],
-                                          grid[1], grid[2], block[0], block[1], block[2],
-                                          static_cast<unsigned>(launch.dynamic_shared_bytes()),
-                                          static_cast<CUstream>(stream), args, nullptr),
-      absl::StrCat("cuLaunchKernel(", kernel.function_name(), ")"));
+  const auto function = static_cast<CUfunction>(kernel.function());
+  std::vector<CUtensorMap> maps;
+  std::vector<void*> params;
+  if (launch.tensor_maps_size() > 0) {
+    // The caller passed buffers and scalars: the maps go in between.
+    const auto get_info = state_->driver->api().func_get_param_info;
+    if (get_info == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(kernel.function_name(),
+                       ": takes tensor maps, and this driver cannot list a kernel's parameters"));
+    }
+    size_t count = 0;
+    for (size_t offset = 0, size = 0; get_info(function, count, &offset, &size) == CUDA_SUCCESS;) {
+      ++count;
+    }
+    maps.resize(static_cast<size_t>(launch.tensor_maps_size()));
+    params.assign(count, nullptr);
+    for (int t = 0; t < launch.tensor_maps_size(); ++t) {
+      const v1::TensorMapLayout& layout = launch.tensor_maps(t);
+      const auto position = static_cast<size_t>(layout.argument());
+      if (layout.buffer() < 0 || layout.buffer() >= layout.argument() || position >= count ||
+          params[position] != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kernel.function_name(), ": tensor map ", t, " is parameter ", layout.argument(),
+            " over buffer ", layout.buffer(), "; the kernel has ", count, " parameters"));
+      }
+      const CUdeviceptr address = *static_cast<const CUdeviceptr*>(args[layout.buffer()]);
+      absl::StatusOr<CUtensorMap> map = kernels::EncodeTensorMap(*state_->driver, layout, address);
+      if (!map.ok()) {
+        return absl::Status(
+            map.status().code(),
+            absl::StrCat(kernel.function_name(), ": tensor map ", t, " over buffer ",
+                         layout.buffer(), ": ", map.status().message()));
+      }
+      maps[static_cast<size_t>(t)] = *map;
+      params[position] = &maps[static_cast<size_t>(t)];
+    }
+    size_t next = 0;
+    for (void*& param : params) {
+      if (param == nullptr) param = args[next++];
+    }
+    args = params.data();
+  }
+  return state_->driver->Check(state_->driver->api().launch_kernel(
+                                   function, grid[0], grid[1], grid[2], block[0], block[1],
+                                   block[2], static_cast<unsigned>(launch.dynamic_shared_bytes()),
+                                   static_cast<CUstream>(stream), args, nullptr),
+                               absl::StrCat("cuLaunchKernel(", kernel.function_name(), ")"));
 }
 
 }  // namespace autotune::client

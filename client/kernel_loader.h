@@ -124,7 +124,12 @@ class KernelLoader {
 
   // cuLaunchKernel with the kernel's tuned grid, block and dynamic shared
   // memory on `stream` (a CUstream; null = the default stream). `args` as
-  // cuLaunchKernel takes them: one pointer per kernel parameter.
+  // cuLaunchKernel takes them: one pointer per kernel parameter, except
+  // that a kernel with tensor maps (launch().tensor_maps(), the family's
+  // `tensor_maps`) gets the family's buffers and scalars only: each tensor
+  // map is built over the device pointer passed for its buffer and goes in
+  // its place after the buffers. INVALID_ARGUMENT when a tensor map cannot
+  // be built over that pointer (not 16-byte aligned).
   absl::Status Launch(const LoadedKernel& kernel, void** args, void* stream = nullptr) const;
 
  private:

@@ -25,6 +25,7 @@
 #include "kernels/compile_request.h"
 #include "kernels/expression.h"
 #include "kernels/search_space.h"
+#include "kernels/tensor_map.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -241,6 +242,7 @@ class FamilyChecker {
     BuildVariableNames();
     RETURN_IF_ERROR(CheckBuffers());
     RETURN_IF_ERROR(CheckScalars());
+    RETURN_IF_ERROR(CheckTensorMaps());
     RETURN_IF_ERROR(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
     std::vector<std::string> constraint_names = config_names_;
     for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
@@ -479,6 +481,44 @@ class FamilyChecker {
     }
     if (!has_output) {
       return Error("buffers", "no OUT or INOUT buffer (results are compared with the reference)");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckTensorMaps() {
+    if (family_.tensor_maps_size() > kMaxTensorMaps) {
+      return Error("tensor_maps",
+                   absl::StrCat(family_.tensor_maps_size(), " tensor maps, more than the limit of ",
+                                kMaxTensorMaps));
+    }
+    for (int i = 0; i < family_.tensor_maps_size(); ++i) {
+      const v1::TensorMap& map = family_.tensor_maps(i);
+      const std::string field = absl::StrCat("tensor_maps[", i, "]");
+      const auto buffer =
+          std::find_if(family_.buffers().begin(), family_.buffers().end(),
+                       [&](const v1::Buffer& b) { return b.name() == map.buffer(); });
+      if (buffer == family_.buffers().end()) {
+        return Error(absl::StrCat(field, ".buffer"),
+                     absl::StrCat("'", map.buffer(), "' is not one of the family's buffers"));
+      }
+      if (buffer->shape_size() > kMaxTensorMapRank) {
+        return Error(absl::StrCat(field, ".buffer"),
+                     absl::StrCat("'", map.buffer(), "' has ", buffer->shape_size(),
+                                  " dims; a tensor map has at most ", kMaxTensorMapRank));
+      }
+      if (map.box_size() != buffer->shape_size()) {
+        return Error(absl::StrCat(field, ".box"),
+                     absl::StrCat(map.box_size(), " expressions for the ", buffer->shape_size(),
+                                  " dims of '", map.buffer(), "' (one each, outermost first)"));
+      }
+      for (int j = 0; j < map.box_size(); ++j) {
+        RETURN_IF_ERROR(
+            CheckExpression(absl::StrCat(field, ".box[", j, "]"), map.box(j), config_names_));
+      }
+      if (!v1::TensorMapSwizzle_IsValid(map.swizzle())) {
+        return Error(absl::StrCat(field, ".swizzle"),
+                     absl::StrCat("unknown value ", map.swizzle()));
+      }
     }
     return absl::OkStatus();
   }

@@ -255,6 +255,47 @@ INSTANTIATE_TEST_SUITE_P(
         MutationCase{"UnknownDType",
                      [](v1::KernelFamily& f) { f.set_dtypes(1, static_cast<v1::DType>(42)); },
                      "dtypes[1]: unknown dtype 42"},
+        MutationCase{"TensorMapOfNoBuffer",
+                     [](v1::KernelFamily& f) {
+                       v1::TensorMap* map = f.add_tensor_maps();
+                       map->set_buffer("z");
+                       map->add_box("BLOCK");
+                     },
+                     "tensor_maps[0].buffer: 'z' is not one of the family's buffers"},
+        MutationCase{"TensorMapBoxRank",
+                     [](v1::KernelFamily& f) {
+                       v1::TensorMap* map = f.add_tensor_maps();
+                       map->set_buffer("x");
+                       map->add_box("BLOCK");
+                       map->add_box("ELEMS");
+                     },
+                     "tensor_maps[0].box: 2 expressions for the 1 dims of 'x' (one each, "
+                     "outermost first)"},
+        MutationCase{"TensorMapBoxUnknownName",
+                     [](v1::KernelFamily& f) {
+                       v1::TensorMap* map = f.add_tensor_maps();
+                       map->set_buffer("x");
+                       map->add_box("TILE");
+                     },
+                     "tensor_maps[0].box[0]: unknown name 'TILE' (known: BLOCK, ELEMS, "
+                     "dtype_bytes, n)"},
+        MutationCase{"TensorMapSwizzle",
+                     [](v1::KernelFamily& f) {
+                       v1::TensorMap* map = f.add_tensor_maps();
+                       map->set_buffer("x");
+                       map->add_box("BLOCK");
+                       map->set_swizzle(static_cast<v1::TensorMapSwizzle>(9));
+                     },
+                     "tensor_maps[0].swizzle: unknown value 9"},
+        MutationCase{"TooManyTensorMaps",
+                     [](v1::KernelFamily& f) {
+                       for (int i = 0; i < 9; ++i) {
+                         v1::TensorMap* map = f.add_tensor_maps();
+                         map->set_buffer("x");
+                         map->add_box("BLOCK");
+                       }
+                     },
+                     "tensor_maps: 9 tensor maps, more than the limit of 8"},
         MutationCase{"NoRole", [](v1::KernelFamily& f) { f.mutable_buffers(0)->clear_role(); },
                      "buffers[0].role: must be IN, OUT, INOUT or SCRATCH"},
         MutationCase{"FilledScratch",

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "kernels/expression.h"
+#include "kernels/tensor_map.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -177,6 +178,12 @@ class ConfigResolver {
         return std::nullopt;
       }
     }
+    for (int t = 0; t < family_.tensor_maps_size(); ++t) {
+      if (auto f = EvalTensorMap(t, variant.buffers, variant.launch.add_tensor_maps())) {
+        *failure = *std::move(f);
+        return std::nullopt;
+      }
+    }
     for (size_t s = 0; s < scalars_.size(); ++s) {
       if (auto f = EvalScalar(s, &variant.scalars.emplace_back())) {
         *failure = *std::move(f);
@@ -238,6 +245,14 @@ class ConfigResolver {
         ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("buffers[", b, "].shape[", j, "]"),
                                                  family_.buffers(b).shape(j), names));
         shape.push_back(std::move(field));
+      }
+    }
+    for (int t = 0; t < family_.tensor_maps_size(); ++t) {
+      std::vector<Field>& box = boxes_.emplace_back();
+      for (int j = 0; j < family_.tensor_maps(t).box_size(); ++j) {
+        ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("tensor_maps[", t, "].box[", j, "]"),
+                                                 family_.tensor_maps(t).box(j), names));
+        box.push_back(std::move(field));
       }
     }
     for (int s = 0; s < family_.scalars_size(); ++s) {
@@ -388,6 +403,39 @@ class ConfigResolver {
     return std::nullopt;
   }
 
+  // Tensor map t over its buffer (as evaluated for this config), passed
+  // after the buffers and the tensor maps before it.
+  std::optional<Failure> EvalTensorMap(int t, const std::vector<BufferExtent>& buffers,
+                                       v1::TensorMapLayout* layout) {
+    const v1::TensorMap& map = family_.tensor_maps(t);
+    const std::string path = absl::StrCat("tensor_maps[", t, "]");
+    int b = 0;
+    while (b < family_.buffers_size() && family_.buffers(b).name() != map.buffer()) ++b;
+    if (b == family_.buffers_size()) {  // ValidateFamily refuses it
+      return Failure{absl::StrCat(path, ".buffer: unknown"),
+                     absl::StrCat(path, ".buffer: '", map.buffer(), "' is not a buffer")};
+    }
+    layout->set_buffer(b);
+    layout->set_argument(family_.buffers_size() + t);
+    layout->set_dtype(buffers[b].dtype);
+    layout->set_swizzle(map.swizzle());
+    for (int64_t extent : buffers[b].shape) layout->add_shape(extent);
+    for (Field& field : boxes_[t]) {
+      int64_t value = 0;
+      if (auto failure =
+              EvalInteger(field, 1, kMaxTensorMapBox,
+                          absl::StrCat("above the TMA limit (", kMaxTensorMapBox, ")"), &value)) {
+        return failure;
+      }
+      layout->add_box(static_cast<int32_t>(value));
+    }
+    if (absl::Status status = CheckTensorMapLayout(*layout); !status.ok()) {
+      return Failure{absl::StrCat(path, ": breaks a TMA rule"),
+                     absl::StrCat(path, " over '", map.buffer(), "': ", status.message())};
+    }
+    return std::nullopt;
+  }
+
   std::optional<Failure> EvalScalar(size_t s, ScalarValue* out) {
     const v1::ScalarArgument& scalar = family_.scalars(static_cast<int>(s));
     Field& field = scalars_[s];
@@ -443,6 +491,7 @@ class ConfigResolver {
   std::vector<Field> reference_grid_, reference_block_;
   std::optional<Field> reference_shared_;
   std::vector<std::vector<Field>> shapes_;  // per buffer
+  std::vector<std::vector<Field>> boxes_;   // per tensor map
   std::vector<Field> scalars_;
   std::optional<Field> bytes_;
   std::optional<Field> flops_;

@@ -237,6 +237,46 @@ TEST(SearchSpaceTest, ConstraintsSeeTheTargetArch) {
                        "target arch 'gfx90a' is not a GPU architecture like sm_90"));
 }
 
+TEST(SearchSpaceTest, TensorMapsAreLaidOutPerConfigAndABrokenBoxDropsTheConfig) {
+  // y as a tensor map whose box is ELEMS * 64 elements.
+  v1::KernelFamily family = Load("good/axpy.textproto");
+  v1::TensorMap* map = family.add_tensor_maps();
+  map->set_buffer("y");
+  map->add_box("ELEMS * 64");
+  map->set_swizzle(v1::SWIZZLE_NONE);
+  ASSERT_OK(ValidateFamily(family, "test"));
+  ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                       ExpandSearchSpace(family, Problem({{"n", 10000}}, v1::FLOAT32)));
+  // ELEMS = 8 gives a box of 512: above the TMA's 256, for every BLOCK that
+  // passed the constraint and the thread limit (64 to 512).
+  EXPECT_THAT(space.dropped,
+              UnorderedElementsAre(Pair("launch.block[0]: above the CUDA limit (1024)", 2),
+                                   Pair("tensor_maps[0].box[0]: above the TMA limit (256)", 4)));
+  ASSERT_FALSE(space.variants.empty());
+  const Variant& first = space.variants.front();  // BLOCK 64, ELEMS 1
+  ASSERT_EQ(first.launch.tensor_maps_size(), 1);
+  const v1::TensorMapLayout& layout = first.launch.tensor_maps(0);
+  EXPECT_EQ(layout.buffer(), 1);    // y
+  EXPECT_EQ(layout.argument(), 2);  // after x and y, before the scalars
+  EXPECT_EQ(layout.dtype(), v1::FLOAT32);
+  EXPECT_THAT(layout.shape(), ElementsAre(10000));
+  EXPECT_THAT(layout.box(), ElementsAre(64));
+  EXPECT_EQ(layout.swizzle(), v1::SWIZZLE_NONE);
+
+  // In a 32-byte swizzle only boxes of 8 fp32 elements or fewer fit: none.
+  map->set_swizzle(v1::SWIZZLE_32B);
+  ASSERT_OK_AND_ASSIGN(space, ExpandSearchSpace(family, Problem({{"n", 10000}}, v1::FLOAT32)));
+  EXPECT_TRUE(space.variants.empty());
+  EXPECT_EQ(space.dropped["tensor_maps[0]: breaks a TMA rule"], 15);
+  v1::Config config;
+  (*config.mutable_params())["BLOCK"] = 64;
+  (*config.mutable_params())["ELEMS"] = 1;
+  EXPECT_THAT(ResolveConfig(family, Problem({{"n", 10000}}, v1::FLOAT32), config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("tensor_maps[0] over 'y': the innermost box extent is "
+                                            "256 bytes, more than the 32-byte swizzle's span")));
+}
+
 TEST(SearchSpaceTest, ConstraintsAreAppliedInOrderAndNonFiniteFails) {
   v1::KernelFamily family = Load("good/axpy.textproto");
   family.add_constraints("is_pow2(ELEMS) && ELEMS <= 4");

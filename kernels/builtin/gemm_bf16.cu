@@ -2,9 +2,11 @@
 // (activations) and B (weights) row-major with K contiguous, C row-major.
 // Inputs and output bf16, products accumulated in fp32, C rounded once.
 //
-// Arguments (the reference takes the same): a, b, c, workspace, then the
-// scalars alpha, m, n, k. The sizes are run-time values, so one binary serves
-// every M of a bucket; only the tunables are compile-time.
+// Arguments: a, b, c, workspace, the tensor maps of a and b (tuned kernel
+// only: the descriptor's tensor_maps, [BM, 64] and [BN, 64] boxes in the
+// 128-byte swizzle, built by whoever launches), then the scalars alpha, m,
+// n, k. The sizes are run-time values, so one binary serves every M of a
+// bucket; only the tunables are compile-time.
 //
 // Macros: bf16 only (AUTOTUNE_DTYPE_BF16); AUTOTUNE_REFERENCE selects the
 // reference kernel, else the tuned kernel needs its parameters:
@@ -12,7 +14,9 @@
 //               wgmma.mma_async (sm_90a only), every warp copying and
 //               computing; 2 = wgmma with one more warpgroup that only
 //               copies (warp-specialized: copies and products meet at
-//               mbarriers, no block-wide barrier per K step)
+//               mbarriers, no block-wide barrier per K step); 3 = the same
+//               with one thread of that warpgroup copying whole tiles with
+//               the TMA (cp.async.bulk.tensor over the tensor maps)
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
 //   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
 //               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
@@ -86,16 +90,22 @@ extern "C" __global__ void __launch_bounds__(256)
 #error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K and WGMMA"
 #endif
 #if WGMMA && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "the wgmma paths (WGMMA=1, 2) run on sm_90a only: compile with -arch=sm_90a"
+#error "the wgmma paths (WGMMA=1, 2, 3) run on sm_90a only: compile with -arch=sm_90a"
 #endif
+
+// A tensor map (CUtensorMap) as a kernel parameter: 128 opaque bytes the
+// driver encoded, read by the TMA from the parameter space.
+struct __align__(64) TensorMap {
+  unsigned char bytes[128];
+};
 
 // mma.sync: WM x WN warps, each owning a kWarpM x kWarpN tile of C in m16n8
 // fragments. wgmma: WM warpgroups (WN = 1), each owning kWarpM rows of the
 // tile in m64 slabs of BN columns; warp w of a warpgroup holds rows 16 w to
-// 16 w + 15 of each slab, in the same m16n8 fragment layout. WGMMA = 2 puts
-// a copying warpgroup (threads 0-127) before the WM computing ones.
+// 16 w + 15 of each slab, in the same m16n8 fragment layout. WGMMA = 2 and 3
+// put a copying warpgroup (threads 0-127) before the WM computing ones.
 constexpr int kComputeThreads = WGMMA ? 128 * WM : 32 * WM * WN;
-constexpr int kFirstComputeThread = WGMMA == 2 ? 128 : 0;
+constexpr int kFirstComputeThread = WGMMA >= 2 ? 128 : 0;
 constexpr int kThreads = kFirstComputeThread + kComputeThreads;
 constexpr int kLoaderThreads = WGMMA == 2 ? 128 : kThreads;  // threads that issue the copies
 constexpr int kWarpM = BM / WM;
@@ -111,10 +121,10 @@ constexpr int kStageBytesB = BN * BK * 2;
 
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64 (tile rows of 64 or 128 bytes)");
 #if WGMMA
-static_assert(WGMMA == 1 || WGMMA == 2, "WGMMA is 0, 1 or 2");
+static_assert(WGMMA >= 1 && WGMMA <= 3, "WGMMA is 0, 1, 2 or 3");
 static_assert(WN == 1 && BK == 64 && BM % (64 * WM) == 0,
               "wgmma: WN = 1, BK = 64 (the 128-byte swizzle), a warpgroup's rows a multiple of 64");
-static_assert(WGMMA == 2 || STAGES >= 3,
+static_assert(WGMMA >= 2 || STAGES >= 3,
               "WGMMA = 1 needs a stage beyond the one the last wgmma group may still read");
 static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma: BN is one of 64, 128 and 256");
 #else
@@ -302,7 +312,7 @@ __device__ __forceinline__ void WgmmaStage(unsigned stage_a, unsigned stage_b,
 }
 #endif  // WGMMA
 
-#if WGMMA == 2
+#if WGMMA >= 2
 // mbarriers in shared memory (PTX ISA, "Parallel synchronization and
 // communication instructions: mbarrier"): a barrier completes a phase when
 // `count` arrivals have been made, then starts the next; phases alternate
@@ -330,7 +340,24 @@ __device__ __forceinline__ void MbarrierWait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void CpAsyncArrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-#endif  // WGMMA == 2
+// One arrival on `bar` that also expects `bytes` more of asynchronous
+// copies (the TMA's complete_tx) before its phase can complete.
+__device__ __forceinline__ void MbarrierArriveExpectTx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// The TMA copies the box of `map` whose first element is at (column `x`,
+// row `y`) into shared memory at `dst` (in the map's swizzle), and counts
+// its bytes on `bar`. Elements past the tensor's edges arrive as zero.
+__device__ __forceinline__ void TmaLoad2d(unsigned dst, const TensorMap& map, int x, int y,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+#endif  // WGMMA >= 2
 
 // One thread's share of the copies of a kRows x BK operand tile per K
 // step: chunks first_row + i * kRowStep (i < kPerThread) of one column of
@@ -481,7 +508,8 @@ __device__ __forceinline__ void CopyRing(const LoaderA& load_a, const LoaderB& l
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
-              float* __restrict__ workspace, float alpha, int m, int n, int k) {
+              float* __restrict__ workspace, const __grid_constant__ TensorMap map_a,
+              const __grid_constant__ TensorMap map_b, float alpha, int m, int n, int k) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -523,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-#if WGMMA == 2
+#if WGMMA >= 2
   // Warp-specialized: the copying warpgroup fills stage kt % STAGES for
   // step kt once the computing warpgroups have released it (empty), and
   // the barrier `full` of the stage completes when those copies have
@@ -534,11 +562,37 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const unsigned empty = full + STAGES * 8;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      MbarrierInit(full + s * 8, kLoaderThreads);
+      // WGMMA = 3: one arrival (with the bytes the TMA will bring).
+      MbarrierInit(full + s * 8, WGMMA == 3 ? 1 : kLoaderThreads);
       MbarrierInit(empty + s * 8, kComputeThreads);
     }
+    // The TMA (the async proxy) must see the initialized barriers.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
   }
   __syncthreads();
+#if WGMMA == 3
+  if (tid == 0) {
+    // One thread issues whole tiles; the maps' boxes are [BM, BK] and
+    // [BN, BK].
+    int stage = 0;
+    unsigned parity = 1;  // of the phase of `empty` that frees the stage
+    const int k0 = split * split_k;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      if (kt >= STAGES) MbarrierWait(empty + stage * 8, parity);
+      MbarrierArriveExpectTx(full + stage * 8, kStageBytesA + kStageBytesB);
+      TmaLoad2d(smem_a + stage * kStageBytesA, map_a, k0 + kt * BK, m0, full + stage * 8);
+      TmaLoad2d(smem_b + stage * kStageBytesB, map_b, k0 + kt * BK, n0, full + stage * 8);
+      if (++stage == STAGES) {
+        stage = 0;
+        parity ^= 1;
+      }
+    }
+  } else if (tid < kFirstComputeThread) {
+    // The rest of the copying warpgroup only takes part in the barriers
+    // after the products.
+  } else {
+#else
   if (tid < kFirstComputeThread) {
     int stage = 0;
     unsigned parity = 1;  // of the phase of `empty` that frees the stage
@@ -554,13 +608,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     CpAsyncWait<0>();
   } else {
+#endif  // WGMMA == 3
     const unsigned warpgroup_a = static_cast<unsigned>((warp / 4 - 1) * kWarpM * BK * 2);
     int stage = 0;
     unsigned parity = 0;  // of the phase of `full` that fills the stage
     int previous = STAGES - 1;
     for (int kt = 0; kt < k_tiles; ++kt) {
       MbarrierWait(full + stage * 8, parity);
-      FenceProxyAsync();
+      if (WGMMA == 2) FenceProxyAsync();  // cp.async wrote through the generic proxy
       WgmmaStage(smem_a + stage * kStageBytesA + warpgroup_a, smem_b + stage * kStageBytesB, acc);
       if (kt > 0) MbarrierArrive(empty + previous * 8);
       previous = stage;

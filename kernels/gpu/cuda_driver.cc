@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "kernels/tensor_map.h"
 
 namespace autotune::kernels {
 namespace {
@@ -189,6 +191,7 @@ absl::StatusOr<const CudaDriver*> CudaDriver::Load() {
         AUTOTUNE_CU_RESOLVE_(resolver, cuGraphInstantiateWithFlags, api.graph_instantiate);
         AUTOTUNE_CU_RESOLVE_(resolver, cuGraphExecDestroy, api.graph_exec_destroy);
         AUTOTUNE_CU_RESOLVE_(resolver, cuGraphLaunch, api.graph_launch);
+        AUTOTUNE_CU_RESOLVE_(resolver, cuTensorMapEncodeTiled, api.tensor_map_encode_tiled);
         if (!resolver.missing().empty()) {
           return absl::FailedPreconditionError(absl::StrCat(
               kLibrary, " (CUDA ", version / 1000, ".", (version % 1000) / 10,
@@ -197,6 +200,22 @@ absl::StatusOr<const CudaDriver*> CudaDriver::Load() {
         return driver.release();
       }());
   return *loaded;
+}
+
+absl::StatusOr<CUtensorMap> EncodeTensorMap(const CudaDriver& driver,
+                                            const v1::TensorMapLayout& layout,
+                                            CUdeviceptr address) {
+  ASSIGN_OR_RETURN(const TensorMapArguments args, TensorMapArgumentsOf(layout, address));
+  CUtensorMap map;
+  RETURN_IF_ERROR(
+      driver.Check(driver.api().tensor_map_encode_tiled(
+                       &map, static_cast<CUtensorMapDataType>(args.data_type), args.rank,
+                       reinterpret_cast<void*>(args.address), args.dims, args.strides, args.box,
+                       args.element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                       static_cast<CUtensorMapSwizzle>(args.swizzle),
+                       CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                   "cuTensorMapEncodeTiled"));
+  return map;
 }
 
 std::string CudaDriver::ErrorName(CUresult result) const {

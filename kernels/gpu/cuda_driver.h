@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/autotune.pb.h"
 
 namespace autotune::kernels {
 
@@ -83,6 +84,7 @@ class CudaDriver {
     decltype(&::cuGraphInstantiateWithFlags) graph_instantiate = nullptr;
     decltype(&::cuGraphExecDestroy) graph_exec_destroy = nullptr;
     decltype(&::cuGraphLaunch) graph_launch = nullptr;
+    decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
   };
 
   // The process-wide driver, loaded on the first call; the outcome (success
@@ -133,6 +135,14 @@ class CudaDriver {
 // driver cannot take and similar FAILED_PRECONDITION; anything else
 // INTERNAL. CUDA_SUCCESS gives OK.
 absl::Status CudaStatus(const CudaDriver& driver, CUresult result, const std::string& context);
+
+// The tensor map (TMA descriptor) of `layout` over the buffer at `address`,
+// as a kernel parameter (`const __grid_constant__ CUtensorMap`) takes it:
+// element strides 1, no interleave, no L2 promotion, out-of-bound elements
+// read as zero. INVALID_ARGUMENT when the layout or the address breaks a
+// rule (kernels/tensor_map.h), else the driver's error.
+absl::StatusOr<CUtensorMap> EncodeTensorMap(const CudaDriver& driver,
+                                            const v1::TensorMapLayout& layout, CUdeviceptr address);
 
 // The CUresult attached by CudaStatus(), if any.
 std::optional<CUresult> CudaResultOf(const absl::Status& status);

@@ -71,10 +71,21 @@ std::vector<CUdeviceptr> TaskRun::OutputsOfReference(size_t seed_index) const {
   return pointers;
 }
 
-KernelArgs TaskRun::ArgsForSet(size_t set) const {
+absl::StatusOr<KernelArgs> TaskRun::ArgsForSet(size_t set, const LoadedKernel& kernel) const {
   std::vector<CUdeviceptr> pointers;
   for (const BufferSlot& buffer : buffers_) pointers.push_back(SetPointer(set, buffer));
-  return KernelArgs(std::move(pointers), scalars_);
+  std::vector<CUtensorMap> maps;
+  for (const v1::TensorMapLayout& layout : kernel.tensor_maps) {
+    absl::StatusOr<CUtensorMap> map =
+        EncodeTensorMap(*gpu_.driver, layout, pointers[static_cast<size_t>(layout.buffer())]);
+    if (!map.ok()) {
+      return absl::Status(map.status().code(),
+                          absl::StrCat("tensor map over '", buffers_[layout.buffer()].name,
+                                       "': ", map.status().message()));
+    }
+    maps.push_back(*map);
+  }
+  return KernelArgs(std::move(pointers), std::move(maps), scalars_);
 }
 
 KernelArgs TaskRun::ArgsForReference(size_t seed_index) const {
@@ -83,7 +94,7 @@ KernelArgs TaskRun::ArgsForReference(size_t seed_index) const {
     pointers.push_back(buffer.is_output() ? ReferencePointer(seed_index, buffer)
                                           : SetPointer(0, buffer));
   }
-  return KernelArgs(std::move(pointers), scalars_);
+  return KernelArgs(std::move(pointers), {}, scalars_);
 }
 
 std::optional<Failure> TaskRun::Prepare() {

@@ -81,24 +81,30 @@ inline constexpr int kEventCount = kTimingBase + 2 * kMaxReplaysPerBatch;
 
 inline size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-// The kernel arguments of one launch: device pointers then scalars, each in
-// its own slot, and the array of their addresses cuLaunchKernel reads.
+// The kernel arguments of one launch: device pointers, tensor maps (built
+// over those pointers), then scalars, each in its own slot, and the array of
+// their addresses cuLaunchKernel reads.
 class KernelArgs {
  public:
-  KernelArgs(std::vector<CUdeviceptr> pointers, std::vector<uint64_t> scalars)
-      : pointers_(std::move(pointers)), scalars_(std::move(scalars)) {}
+  KernelArgs(std::vector<CUdeviceptr> pointers, std::vector<CUtensorMap> tensor_maps,
+             std::vector<uint64_t> scalars)
+      : pointers_(std::move(pointers)),
+        tensor_maps_(std::move(tensor_maps)),
+        scalars_(std::move(scalars)) {}
 
   // Valid until the next call or until the object moves; the driver copies
   // the values when the launch (or its capture) is made.
   void** params() {
     params_.clear();
     for (CUdeviceptr& pointer : pointers_) params_.push_back(&pointer);
+    for (CUtensorMap& map : tensor_maps_) params_.push_back(&map);
     for (uint64_t& scalar : scalars_) params_.push_back(&scalar);
     return params_.data();
   }
 
  private:
   std::vector<CUdeviceptr> pointers_;
+  std::vector<CUtensorMap> tensor_maps_;
   std::vector<uint64_t> scalars_;
   std::vector<void*> params_;
 };
@@ -122,6 +128,9 @@ struct LoadedKernel {
   int static_shared = 0;
   int local_bytes = 0;
   int max_threads = 0;
+  // Its tensor maps (LaunchDims.tensor_maps), checked against the task's
+  // buffers; the reference has none.
+  std::vector<v1::TensorMapLayout> tensor_maps;
 };
 
 // The per-seed verdict of one output buffer.
@@ -193,14 +202,21 @@ class TaskRun {
   }
   std::vector<CUdeviceptr> OutputsOfSet(size_t set) const;
   std::vector<CUdeviceptr> OutputsOfReference(size_t seed_index) const;
-  KernelArgs ArgsForSet(size_t set) const;
+  // The arguments of `kernel` over input set `set`: its tensor maps are
+  // encoded over that set's buffers (the driver's error when one fails).
+  absl::StatusOr<KernelArgs> ArgsForSet(size_t set, const LoadedKernel& kernel) const;
   KernelArgs ArgsForReference(size_t seed_index) const;
 
   // In task_validation.cc: loading a kernel, the reference's outputs and a
   // variant's against them.
   std::optional<Failure> LoadKernel(const wv1::KernelImage& image, const std::string& load_phase,
                                     const std::string& check_phase, LoadedKernel* kernel);
-  std::optional<std::string> CheckParameters(CUfunction function) const;
+  // What is wrong with the kernel's parameters (count and sizes, when the
+  // driver can tell) against what the task passes it.
+  std::optional<std::string> CheckParameters(CUfunction function, size_t tensor_maps) const;
+  // What is wrong with the launch's tensor maps against the task's buffers.
+  std::optional<std::string> CheckTensorMaps(
+      const google::protobuf::RepeatedPtrField<v1::TensorMapLayout>& maps) const;
   std::optional<Failure> RunReference();
   std::optional<Failure> Validate(const LoadedKernel& kernel, wv1::VariantOutcome* outcome,
                                   double* estimate_us);

@@ -57,7 +57,10 @@ std::optional<Failure> TaskRun::AllocatePool() {
 absl::StatusOr<Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets, int launches) {
   std::vector<KernelArgs> args;
   args.reserve(static_cast<size_t>(sets));
-  for (int s = 0; s < sets; ++s) args.push_back(ArgsForSet(static_cast<size_t>(s)));
+  for (int s = 0; s < sets; ++s) {
+    ASSIGN_OR_RETURN(KernelArgs set_args, ArgsForSet(static_cast<size_t>(s), kernel));
+    args.push_back(std::move(set_args));
+  }
   // Thread-local mode: only this thread's unsafe calls could break the
   // capture, and this thread makes none while capturing.
   RETURN_IF_ERROR(gpu_.driver->Check(

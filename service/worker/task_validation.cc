@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/gpu/cuda_driver.h"
+#include "kernels/tensor_map.h"
 #include "proto/problem.h"
 #include "service/worker/task_run.h"
 
@@ -47,7 +48,41 @@ absl::StatusOr<std::vector<BufferVerdict>> TaskRun::CompareOutputs(
   return verdicts;
 }
 
-std::optional<std::string> TaskRun::CheckParameters(CUfunction function) const {
+std::optional<std::string> TaskRun::CheckTensorMaps(
+    const google::protobuf::RepeatedPtrField<v1::TensorMapLayout>& maps) const {
+  for (int t = 0; t < maps.size(); ++t) {
+    const v1::TensorMapLayout& layout = maps[t];
+    const std::string which = absl::StrCat("tensor map ", t);
+    if (layout.buffer() < 0 || static_cast<size_t>(layout.buffer()) >= buffers_.size()) {
+      return absl::StrCat(which, " names buffer ", layout.buffer(), "; the task has ",
+                          buffers_.size());
+    }
+    if (layout.argument() != static_cast<int>(buffers_.size()) + t) {
+      return absl::StrCat(which, " is parameter ", layout.argument(),
+                          "; tensor maps follow the buffers, so it must be ",
+                          buffers_.size() + static_cast<size_t>(t));
+    }
+    const BufferSlot& buffer = buffers_[static_cast<size_t>(layout.buffer())];
+    if (layout.dtype() != buffer.dtype) {
+      return absl::StrCat(which, " is ", DTypeName(layout.dtype()), "; buffer '", buffer.name,
+                          "' is ", DTypeName(buffer.dtype));
+    }
+    if (absl::Status status = CheckTensorMapLayout(layout); !status.ok()) {
+      return absl::StrCat(which, " over '", buffer.name, "': ", status.message());
+    }
+    int64_t elements = 1;
+    for (int64_t extent : layout.shape()) {
+      if (__builtin_mul_overflow(elements, extent, &elements)) elements = INT64_MAX;
+    }
+    if (elements > buffer.elements) {
+      return absl::StrCat(which, " covers ", elements, " elements; buffer '", buffer.name, "' has ",
+                          buffer.elements);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> TaskRun::CheckParameters(CUfunction function, size_t tensor_maps) const {
   const auto get_info = gpu_.cu().func_get_param_info;
   if (get_info == nullptr) return std::nullopt;  // the driver cannot tell
   std::vector<size_t> expected;
@@ -56,6 +91,10 @@ std::optional<std::string> TaskRun::CheckParameters(CUfunction function) const {
     expected.push_back(sizeof(CUdeviceptr));
     what.push_back(absl::StrCat("buffer '", buffer.name, "' (a pointer)"));
   }
+  for (size_t t = 0; t < tensor_maps; ++t) {
+    expected.push_back(sizeof(CUtensorMap));
+    what.push_back(absl::StrCat("tensor map ", t));
+  }
   for (int i = 0; i < task_.scalars_size(); ++i) {
     expected.push_back(scalar_sizes_[i]);
     what.push_back(absl::StrCat("scalar '", task_.scalars(i).name(), "' (",
@@ -63,6 +102,7 @@ std::optional<std::string> TaskRun::CheckParameters(CUfunction function) const {
   }
   const std::string passes =
       absl::StrCat("the task passes ", expected.size(), " (", buffers_.size(), " buffers, ",
+                   tensor_maps > 0 ? absl::StrCat(tensor_maps, " tensor maps, ") : "",
                    scalars_.size(), " scalars)");
   for (size_t i = 0; i <= expected.size(); ++i) {
     size_t offset = 0;
@@ -160,7 +200,12 @@ std::optional<Failure> TaskRun::LoadKernel(const wv1::KernelImage& image,
                                     gpu_.limits.max_shared_optin, " bytes per block"));
   }
   shape.dynamic_shared = static_cast<unsigned>(dynamic_shared);
-  if (std::optional<std::string> problem = CheckParameters(kernel->function)) {
+  if (std::optional<std::string> problem = CheckTensorMaps(dims.tensor_maps())) {
+    return unsupported(*std::move(problem));
+  }
+  kernel->tensor_maps.assign(dims.tensor_maps().begin(), dims.tensor_maps().end());
+  if (std::optional<std::string> problem =
+          CheckParameters(kernel->function, kernel->tensor_maps.size())) {
     return unsupported(*std::move(problem));
   }
   if (dynamic_shared > 0) {
@@ -238,7 +283,11 @@ std::optional<Failure> TaskRun::RunReference() {
 
 std::optional<Failure> TaskRun::Validate(const LoadedKernel& kernel, wv1::VariantOutcome* outcome,
                                          double* estimate_us) {
-  KernelArgs args = ArgsForSet(0);
+  absl::StatusOr<KernelArgs> set_args = ArgsForSet(0, kernel);
+  if (!set_args.ok()) {
+    return Failure{v1::UNSUPPORTED, "validate", std::string(set_args.status().message())};
+  }
+  KernelArgs& args = *set_args;
   double max_error = 0;
   uint64_t worst_seed = task_.base_seed();
   double fastest_s = std::numeric_limits<double>::infinity();

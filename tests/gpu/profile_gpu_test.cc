@@ -974,7 +974,8 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
 // an even spread of each problem's space validates, over problems with an
 // M that tiles no block exactly, a single row (split-K's case), and N and K
 // that several tile sizes and splits divide: 96 mma.sync configs for sm_90
-// and, on a GPU that runs sm_90a, 48 of each wgmma path's. Every config of a
+// and, on a GPU that runs sm_90a, 48 of each wgmma path's (the third with
+// tensor maps the worker builds over each input set). Every config of a
 // tuned problem is validated again by the job that tunes it.
 TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
@@ -992,6 +993,7 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   if (gpu->Arch() == "sm_90") {
     passes.push_back({"sm_90a", 48, 1});
     passes.push_back({"sm_90a", 48, 2});
+    passes.push_back({"sm_90a", 48, 3});  // the TMA, through the tensor maps
   }
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}}) {
