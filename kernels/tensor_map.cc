@@ -84,8 +84,8 @@ absl::Status CheckTensorMapLayout(const v1::TensorMapLayout& layout) {
         absl::StrCat("a tensor map has 1 to ", kMaxTensorMapRank, " dims, not ", rank));
   }
   if (layout.box_size() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat("the box has ", layout.box_size(),
-                                                   " extents for a shape of ", rank, " dims"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the box has ", layout.box_size(), " extents for a shape of ", rank, " dims"));
   }
   if (TensorMapDataType(layout.dtype()) < 0) {
     return absl::InvalidArgumentError(
@@ -97,19 +97,18 @@ absl::Status CheckTensorMapLayout(const v1::TensorMapLayout& layout) {
   const int64_t element = DTypeBytes(layout.dtype());
   for (int i = 0; i < rank; ++i) {
     if (layout.shape(i) < 1 || layout.shape(i) > kMaxExtent) {
-      return absl::InvalidArgumentError(absl::StrCat("shape[", i, "] = ", layout.shape(i),
-                                                     " is outside [1, 2^32]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape[", i, "] = ", layout.shape(i), " is outside [1, 2^32]"));
     }
     if (layout.box(i) < 1 || layout.box(i) > kMaxTensorMapBox) {
-      return absl::InvalidArgumentError(absl::StrCat("box[", i, "] = ", layout.box(i),
-                                                     " is outside the TMA's [1, ",
-                                                     kMaxTensorMapBox, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "box[", i, "] = ", layout.box(i), " is outside the TMA's [1, ", kMaxTensorMapBox, "]"));
     }
   }
   const int64_t inner_bytes = layout.box(rank - 1) * element;
   if (inner_bytes % 16 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the innermost box extent is ", inner_bytes,
-                                                   " bytes, not a multiple of 16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the innermost box extent is ", inner_bytes, " bytes, not a multiple of 16"));
   }
   const int span = SwizzleBytes(layout.swizzle());
   if (span > 0 && inner_bytes > span) {
