@@ -43,6 +43,7 @@ def gemm_args(driver, config, a, b, c, work, alpha):
             ctypes.c_uint64(c.data_ptr()), ctypes.c_uint64(work.data_ptr()),
             driver.tensor_map_2d(a.data_ptr(), m, k, config["BM"], config["BK"]),
             driver.tensor_map_2d(b.data_ptr(), n, k, config["BN"], config["BK"]),
+            driver.tensor_map_2d(c.data_ptr(), m, n, config["BM"], 64),
             ctypes.c_float(alpha), ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k)]
 
 

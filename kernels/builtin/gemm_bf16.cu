@@ -2,10 +2,10 @@
 // (activations) and B (weights) row-major with K contiguous, C row-major.
 // Inputs and output bf16, products accumulated in fp32, C rounded once.
 //
-// Arguments: a, b, c, workspace, the tensor maps of a and b (tuned kernel
-// only: the descriptor's tensor_maps, [BM, 64] and [BN, 64] boxes in the
-// 128-byte swizzle, built by whoever launches), then the scalars alpha, m,
-// n, k. The sizes are run-time values, so one binary serves every M of a
+// Arguments: a, b, c, workspace, the tensor maps of a, b and c (tuned
+// kernel only: the descriptor's tensor_maps, [BM, 64], [BN, 64] and [BM, 64]
+// boxes in the 128-byte swizzle, built by whoever launches), then the
+// scalars alpha, m, n, k. The sizes are run-time values, so one binary serves every M of a
 // bucket; only the tunables are compile-time.
 //
 // Macros: bf16 only (AUTOTUNE_DTYPE_BF16); AUTOTUNE_REFERENCE selects the
@@ -16,7 +16,8 @@
 //               copies (warp-specialized: copies and products meet at
 //               mbarriers, no block-wide barrier per K step); 3 = the same
 //               with one thread of that warpgroup copying whole tiles with
-//               the TMA (cp.async.bulk.tensor over the tensor maps)
+//               the TMA (cp.async.bulk.tensor over the tensor maps), and C
+//               staged in shared memory and stored by the TMA (SPLIT_K = 1)
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
 //   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
 //               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
@@ -357,6 +358,24 @@ __device__ __forceinline__ void TmaLoad2d(unsigned dst, const TensorMap& map, in
       "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
+#if WGMMA == 3
+// The box of `map` at (column `x`, row `y`) from shared memory at `src` (in
+// the map's swizzle) to global memory, in this thread's bulk group.
+__device__ __forceinline__ void TmaStore2d(const TensorMap& map, unsigned src, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<unsigned long long>(&map)),
+      "r"(x), "r"(y), "r"(src)
+      : "memory");
+}
+__device__ __forceinline__ void StoreShared32(unsigned address, unsigned value) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+// A barrier of the computing warpgroups only (named barrier 1).
+__device__ __forceinline__ void ComputeBarrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kComputeThreads) : "memory");
+}
+#endif
 #endif  // WGMMA >= 2
 
 // One thread's share of the copies of a kRows x BK operand tile per K
@@ -509,7 +528,8 @@ __device__ __forceinline__ void CopyRing(const LoaderA& load_a, const LoaderB& l
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
               float* __restrict__ workspace, const __grid_constant__ TensorMap map_a,
-              const __grid_constant__ TensorMap map_b, float alpha, int m, int n, int k) {
+              const __grid_constant__ TensorMap map_b, const __grid_constant__ TensorMap map_c,
+              float alpha, int m, int n, int k) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -685,6 +705,44 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int ctid = tid - kFirstComputeThread;
   if constexpr (SPLIT_K == 1) {
     if (!computes) return;
+#if WGMMA == 3
+    // C leaves through the TMA too: the computing threads write the tile,
+    // alpha applied and rounded to bf16, into shared memory as BN / 64
+    // column slabs of [BM, 64] in the 128-byte swizzle (the stages are free
+    // once every warpgroup is past its last wgmma, hence the first barrier),
+    // then one thread stores each slab with map_c. Rows past M are not
+    // written: the TMA clips the box at the tensor's edge.
+    ComputeBarrier();
+    const int tile_row = (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+        const float(&v)[4] = acc[mi][ni];
+        const int col = lane % 4 * 2 + ni * 8;
+        const int row = tile_row + mi * kFragRows;
+        const unsigned slab = smem_a + static_cast<unsigned>(col / 64 * BM * 128);
+        const unsigned chunk = static_cast<unsigned>(col % 64 / 8);
+        const unsigned within = static_cast<unsigned>(col % 8 * 2);
+        const __nv_bfloat162 top = __floats2bfloat162_rn(alpha * v[0], alpha * v[1]);
+        const __nv_bfloat162 bottom = __floats2bfloat162_rn(alpha * v[2], alpha * v[3]);
+        StoreShared32(slab + row * 128 + ((chunk ^ (row % 8)) << 4) + within,
+                      *reinterpret_cast<const unsigned*>(&top));
+        StoreShared32(slab + (row + 8) * 128 + ((chunk ^ ((row + 8) % 8)) << 4) + within,
+                      *reinterpret_cast<const unsigned*>(&bottom));
+      }
+    }
+    FenceProxyAsync();  // the TMA reads what the generic proxy wrote
+    ComputeBarrier();
+    if (ctid == 0) {
+#pragma unroll
+      for (int s = 0; s < BN / 64; ++s) {
+        TmaStore2d(map_c, smem_a + static_cast<unsigned>(s * BM * 128), n0 + s * 64, m0);
+      }
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    }
+#else
 #pragma unroll
     for (int mi = 0; mi < kFragM; ++mi) {
 #pragma unroll
@@ -693,6 +751,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         StoreFragment(c, row0 + mi * kFragRows, col0 + ni * 8, m, n, alpha, v[0], v[1], v[2], v[3]);
       }
     }
+#endif
   } else {
     // The tile's SPLIT_K partials, each in fragment order: float4 number
     // (mi * kFragN + ni) * kComputeThreads + ctid is this thread's fragment (mi, ni),
