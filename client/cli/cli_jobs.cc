@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
@@ -240,6 +241,8 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     ReportFiles files;
     bool json = false;
     v1::SubmitJobRequest request;
+    // The flags that say how to measure: --compile-only refuses them.
+    std::vector<CLI::Option*> measuring;
   };
   auto s = std::make_shared<State>();
   Command command;
@@ -249,44 +252,53 @@ Command WarmupCommand(CLI::App& root, Streams io) {
   command.app->add_option("--shard", s->shard, "Tune only shard I of N (0-based), e.g. 0/4");
   command.app->add_flag("--compile-only", s->compile_only, "Compile the variants; measure nothing");
   command.app->add_flag("--retune", s->retune, "Tune again problems that have cached entries");
-  command.app
-      ->add_option("--variant-timeout", s->variant_timeout_s,
-                   "Seconds one variant may run (0 = server default)")
-      ->check(CLI::NonNegativeNumber);
+  s->measuring.push_back(command.app
+                             ->add_option("--variant-timeout", s->variant_timeout_s,
+                                          "Seconds one variant may run (0 = server default)")
+                             ->check(CLI::NonNegativeNumber));
   command.app
       ->add_option(
           "--compile-timeout", s->compile_timeout_s,
           absl::StrCat("Seconds one compile may take (0 = ", service::kDefaultCompileTimeoutS,
                        ", at most ", service::kMaxCompileTimeoutS, ")"))
       ->check(CLI::Range(0.0, service::kMaxCompileTimeoutS));
-  command.app->add_flag("--force", s->force,
-                        "Measure on a GPU other processes use; the entries are marked CONTENDED");
-  command.app
-      ->add_option("--quiet-wait", s->quiet_wait_s,
-                   "Seconds to wait for a quiet GPU before a problem fails (0 = server default)")
-      ->check(CLI::NonNegativeNumber);
-  command.app
-      ->add_option("--candidates", s->candidates,
-                   absl::StrCat("At most N candidates per problem in the serial validation "
-                                "(1..",
-                                service::kMaxSerialCandidates, "; default ",
-                                service::kDefaultSerialCandidates, ")"))
-      ->check(CLI::Range(1, service::kMaxSerialCandidates));
-  command.app
-      ->add_option("--candidate-band", s->candidate_band,
-                   absl::StrCat("Candidates are the variants within (1 + B) of the best "
-                                "screened median, widened by the screen's noise (0 = ",
-                                service::kDefaultCandidateBand, ")"))
-      ->check(CLI::Range(0.0, 10.0));
-  command.app
-      ->add_option("--serial-noise", s->serial_noise,
-                   "Serial rounds go on until each candidate's median has at most this relative "
-                   "noise (0 = the daemon's default), or --serial-max")
-      ->check(CLI::Range(0.0, 0.5));
-  command.app
-      ->add_option("--serial-max", s->serial_max_s,
-                   "GPU seconds of serial rounds per problem at most (0 = the daemon's default)")
-      ->check(CLI::NonNegativeNumber);
+  s->measuring.push_back(command.app->add_flag(
+      "--force", s->force,
+      "Measure on a GPU other processes use; the entries are marked CONTENDED"));
+  s->measuring.push_back(
+      command.app
+          ->add_option(
+              "--quiet-wait", s->quiet_wait_s,
+              "Seconds to wait for a quiet GPU before a problem fails (0 = server default)")
+          ->check(CLI::NonNegativeNumber));
+  s->measuring.push_back(
+      command.app
+          ->add_option("--candidates", s->candidates,
+                       absl::StrCat("At most N candidates per problem in the serial validation "
+                                    "(1..",
+                                    service::kMaxSerialCandidates, "; default ",
+                                    service::kDefaultSerialCandidates, ")"))
+          ->check(CLI::Range(1, service::kMaxSerialCandidates)));
+  s->measuring.push_back(
+      command.app
+          ->add_option("--candidate-band", s->candidate_band,
+                       absl::StrCat("Candidates are the variants within (1 + B) of the best "
+                                    "screened median, widened by the screen's noise (0 = ",
+                                    service::kDefaultCandidateBand, ")"))
+          ->check(CLI::Range(0.0, 10.0)));
+  s->measuring.push_back(
+      command.app
+          ->add_option(
+              "--serial-noise", s->serial_noise,
+              "Serial rounds go on until each candidate's median has at most this relative "
+              "noise (0 = the daemon's default), or --serial-max")
+          ->check(CLI::Range(0.0, 0.5)));
+  s->measuring.push_back(
+      command.app
+          ->add_option(
+              "--serial-max", s->serial_max_s,
+              "GPU seconds of serial rounds per problem at most (0 = the daemon's default)")
+          ->check(CLI::NonNegativeNumber));
   command.app->add_option(
       "--search", s->search,
       absl::StrCat("How each problem's variants are searched: exhaustive, random or model "
@@ -314,6 +326,17 @@ Command WarmupCommand(CLI::App& root, Streams io) {
             "nothing");
       }
       *options.mutable_search() = search;
+    }
+    if (s->compile_only) {
+      std::vector<std::string> given;
+      for (const CLI::Option* option : s->measuring) {
+        if (option->count() > 0) given.push_back(option->get_name());
+      }
+      if (!given.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(absl::StrJoin(given, ", "), (given.size() == 1 ? " says" : " say"),
+                         " how to measure; --compile-only measures nothing"));
+      }
     }
     if (!s->shard.empty()) RETURN_IF_ERROR(ParseShardFlag(s->shard, options));
     options.set_compile_only(s->compile_only);

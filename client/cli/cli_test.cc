@@ -431,6 +431,19 @@ TEST_F(WarmupTest, SubmitsTheManifestAndPrintsProgressAndResults) {
   EXPECT_TRUE(sent.spec().options().compile_only());
 }
 
+TEST_F(WarmupTest, CompileOnlyRefusesTheFlagsThatSayHowToMeasure) {
+  CliResult result = Run({"warmup", manifest_, "--compile-only", "--force"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err,
+              HasSubstr("--force says how to measure; --compile-only measures nothing"));
+  result = Run({"warmup", manifest_, "--compile-only", "--serial-max", "2", "--candidates", "3",
+                "--quiet-wait", "5"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("--quiet-wait, --candidates, --serial-max say how to measure; "
+                                    "--compile-only measures nothing"));
+  EXPECT_FALSE(server_.calls().submit_job.has_spec()) << "nothing was submitted";
+}
+
 v1::ProblemReport SampleReport() {
   v1::ProblemReport report;
   report.set_family("flash_attn");

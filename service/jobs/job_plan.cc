@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/compile_request.h"
@@ -112,6 +115,22 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
   if (options.compile_only() && SearchGiven(options.search())) {
     return absl::InvalidArgumentError(
         "options.search: a compile_only job measures nothing to search; leave it out");
+  }
+  if (options.compile_only()) {
+    // The options that say how to measure would be ignored: refuse them.
+    std::vector<std::string> measuring;
+    if (options.variant_timeout_s() != 0) measuring.push_back("options.variant_timeout_s");
+    if (options.serial_candidates() != 0) measuring.push_back("options.serial_candidates");
+    if (options.force()) measuring.push_back("options.force");
+    if (options.quiet_wait_s() != 0) measuring.push_back("options.quiet_wait_s");
+    if (options.candidate_band() != 0) measuring.push_back("options.candidate_band");
+    if (options.serial_max_s() != 0) measuring.push_back("options.serial_max_s");
+    if (options.serial_noise() != 0) measuring.push_back("options.serial_noise");
+    if (!measuring.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::StrJoin(measuring, ", "), ": a compile_only job measures nothing; leave ",
+          measuring.size() == 1 ? "it" : "them", " out"));
+    }
   }
   if (options.shard_count() < 0 || options.shard_index() < 0 ||
       (options.shard_count() > 0 && options.shard_index() >= options.shard_count())) {

@@ -110,6 +110,8 @@ std::string DescribeSearch(const SearchOptions& search, const v1::SearchReport& 
 // "options.shard_index 3 is not in 0..shard_count-1 (shard_count 2)",
 // "manifest.items[1].search.max_fraction is 2, not in 0..1",
 // "options.search: a compile_only job measures nothing to search",
+// "options.force, options.serial_max_s: a compile_only job measures
+// nothing; leave them out",
 // "options.compile_timeout_s is negative", "options.serial_candidates: ...").
 absl::Status CheckJobSpec(const v1::JobSpec& spec);
 

@@ -132,6 +132,18 @@ TEST_F(JobPlanTest, SearchOptionsAreCheckedAndAnItemsSearchReplacesTheJobs) {
   EXPECT_THAT(CheckJobSpec(compile_only),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("options.search: a compile_only job measures nothing")));
+  compile_only.mutable_options()->clear_search();
+  EXPECT_OK(CheckJobSpec(compile_only));
+  compile_only.mutable_options()->set_force(true);
+  EXPECT_THAT(CheckJobSpec(compile_only),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.force: a compile_only job measures nothing; leave it out"));
+  compile_only.mutable_options()->set_serial_candidates(4);
+  compile_only.mutable_options()->set_serial_max_s(2);
+  EXPECT_THAT(CheckJobSpec(compile_only),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.serial_candidates, options.force, options.serial_max_s: a "
+                       "compile_only job measures nothing; leave them out"));
 
   // The job says random with 5 variants; the second item (n = 4096) says
   // exhaustive with 25% of the space: axpy has 19 valid configs.
