@@ -25,19 +25,8 @@ enum : int {
 constexpr int64_t kMaxExtent = int64_t{1} << 32;
 constexpr int64_t kMaxStride = int64_t{1} << 40;
 
-// The swizzle's span in bytes (0: none) and CUtensorMapSwizzle's number.
-int SwizzleBytes(v1::TensorMapSwizzle swizzle) {
-  switch (swizzle) {
-    case v1::SWIZZLE_32B:
-      return 32;
-    case v1::SWIZZLE_64B:
-      return 64;
-    case v1::SWIZZLE_128B:
-      return 128;
-    default:
-      return 0;
-  }
-}
+// CUtensorMapSwizzle's number for `swizzle` (0: none, 1: 32 bytes, 2: 64, 3:
+// 128), and the span it swizzles over (0: none).
 int SwizzleCode(v1::TensorMapSwizzle swizzle) {
   switch (swizzle) {
     case v1::SWIZZLE_32B:
@@ -49,6 +38,10 @@ int SwizzleCode(v1::TensorMapSwizzle swizzle) {
     default:
       return 0;
   }
+}
+int SwizzleBytes(v1::TensorMapSwizzle swizzle) {
+  const int code = SwizzleCode(swizzle);
+  return code == 0 ? 0 : 16 << code;
 }
 
 }  // namespace
