@@ -131,6 +131,15 @@ absl::StatusOr<LoadedKernel> KernelLoader::LoadCubin(const StartupAnswer& answer
   }
   kernel.function_ = *function;
   kernel.launch_ = launch;
+  if (launch.tensor_maps_size() > 0 && cu.func_get_param_info != nullptr) {
+    // Launch puts the maps among the caller's arguments: it needs the count.
+    kernel.parameters_ = 0;
+    for (size_t offset = 0, size = 0;
+         cu.func_get_param_info(*function, static_cast<size_t>(kernel.parameters_), &offset,
+                                &size) == CUDA_SUCCESS;) {
+      ++kernel.parameters_;
+    }
+  }
   kernel.module_ = std::make_unique<LoadedKernel::Module>();
   kernel.module_->module = std::move(module);
   return kernel;
@@ -244,16 +253,12 @@ absl::Status KernelLoader::Launch(const LoadedKernel& kernel, void** args, void*
   std::vector<void*> params;
   if (launch.tensor_maps_size() > 0) {
     // The caller passed buffers and scalars: the maps go in between.
-    const auto get_info = state_->driver->api().func_get_param_info;
-    if (get_info == nullptr) {
+    if (kernel.parameters_ < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(kernel.function_name(),
                        ": takes tensor maps, and this driver cannot list a kernel's parameters"));
     }
-    size_t count = 0;
-    for (size_t offset = 0, size = 0; get_info(function, count, &offset, &size) == CUDA_SUCCESS;) {
-      ++count;
-    }
+    const auto count = static_cast<size_t>(kernel.parameters_);
     maps.resize(static_cast<size_t>(launch.tensor_maps_size()));
     params.assign(count, nullptr);
     for (int t = 0; t < launch.tensor_maps_size(); ++t) {

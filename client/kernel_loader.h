@@ -101,6 +101,9 @@ class LoadedKernel {
   v1::Config config_;
   KernelOrigin origin_ = KernelOrigin::kServedBinary;
   std::string note_;
+  // The kernel's parameter count, read at load for a kernel with tensor
+  // maps; -1 when not read (no tensor maps, or the driver cannot tell).
+  int parameters_ = -1;
 };
 
 class KernelLoader {

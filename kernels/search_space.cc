@@ -240,20 +240,22 @@ class ConfigResolver {
     RETURN_IF_ERROR(ParseLaunch(family_.reference().launch(), "reference.launch", dim_names,
                                 &reference_grid_, &reference_block_, &reference_shared_));
     for (int b = 0; b < family_.buffers_size(); ++b) {
-      std::vector<Field>& shape = shapes_.emplace_back();
-      for (int j = 0; j < family_.buffers(b).shape_size(); ++j) {
-        ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("buffers[", b, "].shape[", j, "]"),
-                                                 family_.buffers(b).shape(j), names));
-        shape.push_back(std::move(field));
-      }
+      ASSIGN_OR_RETURN(shapes_.emplace_back(), ParseFields(absl::StrCat("buffers[", b, "].shape"),
+                                                           family_.buffers(b).shape(), names));
     }
     for (int t = 0; t < family_.tensor_maps_size(); ++t) {
-      std::vector<Field>& box = boxes_.emplace_back();
-      for (int j = 0; j < family_.tensor_maps(t).box_size(); ++j) {
-        ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("tensor_maps[", t, "].box[", j, "]"),
-                                                 family_.tensor_maps(t).box(j), names));
-        box.push_back(std::move(field));
+      const v1::TensorMap& map = family_.tensor_maps(t);
+      const std::string path = absl::StrCat("tensor_maps[", t, "]");
+      const auto buffer =
+          std::find_if(family_.buffers().begin(), family_.buffers().end(),
+                       [&](const v1::Buffer& b) { return b.name() == map.buffer(); });
+      if (buffer == family_.buffers().end()) {  // ValidateFamily refuses it
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".buffer: '", map.buffer(), "' is not a buffer"));
       }
+      map_buffers_.push_back(static_cast<int>(buffer - family_.buffers().begin()));
+      ASSIGN_OR_RETURN(boxes_.emplace_back(),
+                       ParseFields(absl::StrCat(path, ".box"), map.box(), names));
     }
     for (int s = 0; s < family_.scalars_size(); ++s) {
       ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat("scalars[", s, "].value"),
@@ -275,6 +277,18 @@ class ConfigResolver {
         std::any_of(family_.params().begin(), family_.params().end(),
                     [&](const v1::TunableParameter& p) { return expression->Uses(p.name()); });
     return Field{std::move(path), *std::move(expression), uses_params};
+  }
+
+  // One field per expression of `texts`, with paths "<path>[j]".
+  absl::StatusOr<std::vector<Field>> ParseFields(
+      const std::string& path, const google::protobuf::RepeatedPtrField<std::string>& texts,
+      const std::vector<std::string>& names) const {
+    std::vector<Field> fields;
+    for (int j = 0; j < texts.size(); ++j) {
+      ASSIGN_OR_RETURN(Field field, ParseField(absl::StrCat(path, "[", j, "]"), texts[j], names));
+      fields.push_back(std::move(field));
+    }
+    return fields;
   }
 
   absl::Status ParseLaunch(const v1::LaunchGeometry& launch, const std::string& path,
@@ -409,12 +423,7 @@ class ConfigResolver {
                                        v1::TensorMapLayout* layout) {
     const v1::TensorMap& map = family_.tensor_maps(t);
     const std::string path = absl::StrCat("tensor_maps[", t, "]");
-    int b = 0;
-    while (b < family_.buffers_size() && family_.buffers(b).name() != map.buffer()) ++b;
-    if (b == family_.buffers_size()) {  // ValidateFamily refuses it
-      return Failure{absl::StrCat(path, ".buffer: unknown"),
-                     absl::StrCat(path, ".buffer: '", map.buffer(), "' is not a buffer")};
-    }
+    const int b = map_buffers_[t];
     layout->set_buffer(b);
     layout->set_argument(family_.buffers_size() + t);
     layout->set_dtype(buffers[b].dtype);
@@ -492,6 +501,7 @@ class ConfigResolver {
   std::optional<Field> reference_shared_;
   std::vector<std::vector<Field>> shapes_;  // per buffer
   std::vector<std::vector<Field>> boxes_;   // per tensor map
+  std::vector<int> map_buffers_;            // per tensor map: its buffer's index
   std::vector<Field> scalars_;
   std::optional<Field> bytes_;
   std::optional<Field> flops_;

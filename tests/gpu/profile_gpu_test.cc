@@ -632,17 +632,26 @@ TEST_F(GpuTest, ProblemLargerThanTheDeviceIsUnsupportedAndTheWorkerStaysUsable) 
   EXPECT_EQ(pool_->replaced(), replaced_before);
 }
 
+// The built-in rmsnorm at rows x hidden in `dtype`, prepared.
+absl::StatusOr<std::unique_ptr<PreparedProblem>> PrepareRmsnorm(int64_t rows, int64_t hidden,
+                                                                v1::DType dtype) {
+  ASSIGN_OR_RETURN(v1::KernelFamily family,
+                   kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
+  v1::Problem problem;
+  (*problem.mutable_dims())["rows"] = rows;
+  (*problem.mutable_dims())["hidden"] = hidden;
+  problem.set_dtype(dtype);
+  return Prepare(family, problem);
+}
+
 // One rmsnorm variant timed COLD and HOT: enough samples, ordered
 // statistics, and an input pool of several sets larger than 2x L2 (COLD) or
 // one set (HOT).
 TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
-  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
-                       kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
-  v1::Problem problem;
-  (*problem.mutable_dims())["rows"] = 64;
-  (*problem.mutable_dims())["hidden"] = 4096;
-  problem.set_dtype(v1::FLOAT32);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared, Prepare(family, problem));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                       PrepareRmsnorm(64, 4096, v1::FLOAT32));
+  const v1::KernelFamily& family = prepared->family;
+  const v1::Problem& problem = prepared->problem;
   int variant =
       FindVariant(*prepared, {{"VEC", 4}, {"ITEMS", 4}, {"ROWS_PER_BLOCK", 1}, {"CACHE_ROW", 1}});
   ASSERT_GE(variant, 0);
@@ -690,13 +699,7 @@ TEST_F(GpuTest, TimingStatisticsAndInputPoolFollowTheCacheState) {
 // rmsnorm rows=4096,hidden=4096 bf16, prepared: the problem of which the
 // screen and the serial tests time four variants.
 absl::StatusOr<std::unique_ptr<PreparedProblem>> PrepareRmsnormSquare() {
-  ASSIGN_OR_RETURN(v1::KernelFamily family,
-                   kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/rmsnorm.textproto")));
-  v1::Problem problem;
-  (*problem.mutable_dims())["rows"] = 4096;
-  (*problem.mutable_dims())["hidden"] = 4096;
-  problem.set_dtype(v1::BFLOAT16);
-  return Prepare(family, problem);
+  return PrepareRmsnorm(4096, 4096, v1::BFLOAT16);
 }
 
 // A screen as jobs run it (3 ms of timing, 5 samples at least, 2 ms of
