@@ -7,16 +7,56 @@
 #include "absl/strings/escaping.h"
 
 namespace autotune {
+namespace {
+
+// The EVP calls below fail only when OpenSSL cannot allocate; there is no
+// sensible digest to return then.
+void Check(int ok) {
+  if (ok != 1) std::abort();
+}
+
+std::string Hex(const unsigned char* digest, unsigned int length) {
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
+}
+
+}  // namespace
 
 std::string Sha256Hex(absl::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  // EVP_Digest only fails on allocation failure inside OpenSSL; there is no
-  // sensible digest to return then.
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
-    std::abort();
-  }
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
+  Check(EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr));
+  return Hex(digest, length);
+}
+
+void Sha256::Free::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr) std::abort();
+  Check(EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr));
+}
+
+Sha256::Sha256(const Sha256& other) : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr) std::abort();
+  Check(EVP_MD_CTX_copy_ex(ctx_.get(), other.ctx_.get()));
+}
+
+Sha256& Sha256::operator=(const Sha256& other) {
+  if (this != &other) Check(EVP_MD_CTX_copy_ex(ctx_.get(), other.ctx_.get()));
+  return *this;
+}
+
+Sha256::~Sha256() = default;
+
+void Sha256::Update(absl::string_view data) {
+  Check(EVP_DigestUpdate(ctx_.get(), data.data(), data.size()));
+}
+
+std::string Sha256::HexDigest() const {
+  Sha256 copy = *this;  // EVP_DigestFinal_ex ends the context it is given
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  Check(EVP_DigestFinal_ex(copy.ctx_.get(), digest, &length));
+  return Hex(digest, length);
 }
 
 }  // namespace autotune

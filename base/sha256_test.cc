@@ -23,5 +23,33 @@ TEST(Sha256HexTest, BinaryBytesWithNul) {
                                                     4)));
 }
 
+TEST(Sha256Test, PiecesHashAsTheWhole) {
+  Sha256 empty;
+  EXPECT_EQ(empty.HexDigest(), Sha256Hex(""));
+  Sha256 hash;
+  hash.Update("a");
+  hash.Update("");
+  hash.Update("bc");
+  EXPECT_EQ(hash.HexDigest(), Sha256Hex("abc"));
+  EXPECT_EQ(hash.HexDigest(), Sha256Hex("abc"));  // reading it changes nothing
+  hash.Update("d");
+  EXPECT_EQ(hash.HexDigest(), Sha256Hex("abcd"));
+}
+
+TEST(Sha256Test, CopiesGoOnFromTheSharedPrefix) {
+  Sha256 prefix;
+  prefix.Update(std::string(100000, 'x'));
+  Sha256 one = prefix;
+  Sha256 two(prefix);
+  one.Update("1");
+  two.Update("2");
+  EXPECT_EQ(one.HexDigest(), Sha256Hex(std::string(100000, 'x') + "1"));
+  EXPECT_EQ(two.HexDigest(), Sha256Hex(std::string(100000, 'x') + "2"));
+  EXPECT_EQ(prefix.HexDigest(), Sha256Hex(std::string(100000, 'x')));
+  one = prefix;  // assigned: the prefix's state again
+  one.Update("2");
+  EXPECT_EQ(one.HexDigest(), two.HexDigest());
+}
+
 }  // namespace
 }  // namespace autotune

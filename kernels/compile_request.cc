@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "base/sha256.h"
 
 namespace autotune::kernels {
 namespace {
@@ -99,21 +98,37 @@ absl::Status CheckCompileOption(absl::string_view option) {
 }
 
 std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version) {
-  std::string bytes = "autotune.compile.v1";
-  AppendField(&bytes, request.source);
-  AppendField(&bytes, request.name_expression);
-  AppendField(&bytes, absl::StrCat(request.options.size()));
-  for (const std::string& option : request.options) AppendField(&bytes, option);
-  AppendField(&bytes, request.arch);
-  AppendField(&bytes, nvrtc_version);
-  if (!request.headers.empty()) {
-    AppendField(&bytes, absl::StrCat(request.headers.size()));
-    for (const SourceHeader& header : request.headers) {
-      AppendField(&bytes, header.name);
-      AppendField(&bytes, header.text);
+  return CompileKeyer(request.source, request.arch, nvrtc_version, request.headers)
+      .Key(request.name_expression, request.options);
+}
+
+CompileKeyer::CompileKeyer(const std::string& source, std::string arch, std::string nvrtc_version,
+                           std::vector<SourceHeader> headers)
+    : arch_(std::move(arch)), nvrtc_version_(std::move(nvrtc_version)) {
+  std::string prefix = "autotune.compile.v1";
+  AppendField(&prefix, source);
+  after_source_.Update(prefix);
+  if (!headers.empty()) {
+    AppendField(&headers_, absl::StrCat(headers.size()));
+    for (const SourceHeader& header : headers) {
+      AppendField(&headers_, header.name);
+      AppendField(&headers_, header.text);
     }
   }
-  return Sha256Hex(bytes);
+}
+
+std::string CompileKeyer::Key(const std::string& name_expression,
+                              const std::vector<std::string>& options) const {
+  std::string bytes;
+  AppendField(&bytes, name_expression);
+  AppendField(&bytes, absl::StrCat(options.size()));
+  for (const std::string& option : options) AppendField(&bytes, option);
+  AppendField(&bytes, arch_);
+  AppendField(&bytes, nvrtc_version_);
+  Sha256 hash = after_source_;
+  hash.Update(bytes);
+  hash.Update(headers_);
+  return hash.HexDigest();
 }
 
 }  // namespace autotune::kernels

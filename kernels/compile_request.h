@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/sha256.h"
 
 namespace autotune::kernels {
 
@@ -46,6 +47,26 @@ struct CompileRequest {
 // of headers and each one's name and text. Each field is delimited, so no
 // two different requests hash the same bytes.
 std::string CompileKey(const CompileRequest& request, const std::string& nvrtc_version);
+
+// CompileKey for many variants of one source: the source is hashed once
+// (the netstrings above are a stream, and the source comes first), so a
+// space of 100k variants of a 40 KB source costs 100k short hashes, not
+// 4 GB of hashing. Key(name, options) == CompileKey of the request made of
+// the constructor's fields with that name expression and those options.
+class CompileKeyer {
+ public:
+  CompileKeyer(const std::string& source, std::string arch, std::string nvrtc_version,
+               std::vector<SourceHeader> headers);
+
+  std::string Key(const std::string& name_expression,
+                  const std::vector<std::string>& options) const;
+
+ private:
+  Sha256 after_source_;
+  std::string arch_;
+  std::string nvrtc_version_;
+  std::string headers_;  // their netstrings, or empty when there are none
+};
 
 // Whether NVRTC may be given `option`. An option can make NVRTC read or
 // write files of the host (--create-pch, --use-pch, --pch-dir, --time,

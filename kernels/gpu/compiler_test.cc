@@ -486,6 +486,23 @@ TEST(CompileKeyTest, FieldBoundariesCannotCollide) {
   EXPECT_NE(key("s,1:k", "", {}, "sm_90", "13.0"), key("s", "k", {}, "sm_90", "13.0"));
 }
 
+TEST(CompileKeyTest, TheKeyerGivesEachVariantTheKeyOfItsWholeRequest) {
+  for (const std::vector<SourceHeader>& headers :
+       {std::vector<SourceHeader>{}, std::vector<SourceHeader>{{"a.h", "#define A 1\n"}}}) {
+    CompileRequest request = VectorScaleRequest();
+    request.headers = headers;
+    const CompileKeyer keyer(request.source, request.arch, "13.0", headers);
+    for (const std::vector<std::string>& options :
+         {std::vector<std::string>{}, std::vector<std::string>{"-DBLOCK=64"},
+          std::vector<std::string>{"-DBLOCK=128", "-DITEMS=2"}}) {
+      request.options = options;
+      EXPECT_EQ(keyer.Key(request.name_expression, options), CompileKey(request, "13.0"));
+    }
+    request.name_expression = "other";
+    EXPECT_EQ(keyer.Key("other", request.options), CompileKey(request, "13.0"));
+  }
+}
+
 TEST(CompileKeyTest, ProgramNameIsNotPartOfTheKey) {
   CompileRequest request = VectorScaleRequest();
   const std::string key = CompileKey(request, "13.0");

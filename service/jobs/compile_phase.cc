@@ -31,7 +31,7 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
     end.lowered_name = record.lowered_name;
     return end;
   }
-  wv1::CompileOutcome outcome = pool.Compile(unit.task, options.timeout);
+  wv1::CompileOutcome outcome = pool.Compile(CompileTaskOf(unit), options.timeout);
   if (outcome.status() == wv1::CompileOutcome::OK &&
       static_cast<int64_t>(outcome.cubin().size()) > kernels::kMaxCubinBytes) {
     outcome.set_status(wv1::CompileOutcome::COMPILE_ERROR);
@@ -51,7 +51,7 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
       record.lowered_name = outcome.lowered_name();
       record.log = outcome.log();
       record.nvrtc_version = pool.nvrtc_version();
-      record.arch = unit.task.arch();
+      record.arch = unit.arch;
       record.family = unit.family;
       record.family_hash = unit.family_hash;
       absl::StatusOr<std::string> sha256 = store.PutCompile(record, outcome.cubin());

@@ -31,11 +31,12 @@ std::unique_ptr<CompilePool> FakePool(int64_t cubin_bytes) {
 CompileUnit Unit(const std::string& key) {
   CompileUnit unit;
   unit.key = key;
-  unit.task.set_task_id(key);
-  unit.task.set_source("extern \"C\" __global__ void scale() {}");
-  unit.task.set_program_name("scale.cu");
-  unit.task.set_name_expression("scale");
-  unit.task.set_arch("sm_90");
+  auto record = std::make_shared<cache::FamilyRecord>();
+  record->family.set_name("scale");
+  record->family.set_source("extern \"C\" __global__ void scale() {}");
+  unit.record = std::move(record);
+  unit.name_expression = "scale";
+  unit.arch = "sm_90";
   unit.family = "scale";
   unit.family_hash = "0123";
   return unit;

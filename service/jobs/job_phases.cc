@@ -58,7 +58,7 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units)
           last.set_status(end.status);
           last.set_phase(v1::COMPILE);
           last.set_detail(absl::StrCat(unit.config.params().empty() ? "reference kernel " : "",
-                                       unit.task.name_expression(), ": ", LogExcerpt(end.log)));
+                                       unit.name_expression, ": ", LogExcerpt(end.log)));
           last.set_job_id(id);
           last.set_measured_at(Timestamp());
         }

@@ -47,6 +47,14 @@ bool SearchGiven(const v1::SearchOptions& search) {
          search.max_fraction() != 0 || search.seed() != 0 || search.max_seconds() != 0;
 }
 
+std::vector<kernels::SourceHeader> HeadersOf(const v1::KernelFamily& family) {
+  std::vector<kernels::SourceHeader> headers;
+  for (const v1::SourceHeader& header : family.headers()) {
+    headers.push_back({header.name(), header.text()});
+  }
+  return headers;
+}
+
 }  // namespace
 
 SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
@@ -204,6 +212,20 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu) {
   return limits;
 }
 
+worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit) {
+  worker::v1::CompileTask task;
+  task.set_task_id(unit.key);
+  task.set_source(unit.record->family.source());
+  task.set_program_name(unit.record->family.name() + ".cu");
+  task.set_name_expression(unit.name_expression);
+  for (const std::string& option : unit.options) task.add_options(option);
+  task.set_arch(unit.arch);
+  for (const v1::SourceHeader& header : unit.record->family.headers()) {
+    *task.add_headers() = header;
+  }
+  return task;
+}
+
 absl::StatusOr<JobPlan> PlanJob(
     const v1::JobSpec& spec,
     const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
@@ -237,37 +259,23 @@ absl::StatusOr<JobPlan> PlanJob(
   JobPlan plan;
   plan.arch = target.arch;
   absl::flat_hash_map<std::string, size_t> seen;
-  auto add = [&](const cache::FamilyRecord& record, const v1::Problem& problem,
+  // Each family's source is hashed once per problem, not once per variant.
+  auto add = [&](const std::shared_ptr<const cache::FamilyRecord>& record,
+                 const kernels::CompileKeyer& keyer, const v1::Problem& problem,
                  const std::string& name_expression,
                  const std::vector<std::string>& compile_options,
                  const v1::Config* config) -> std::string {
-    kernels::CompileRequest request;
-    request.source = record.family.source();
-    request.program_name = record.family.name() + ".cu";
-    request.name_expression = name_expression;
-    request.options = compile_options;
-    request.arch = target.arch;
-    for (const v1::SourceHeader& header : record.family.headers()) {
-      request.headers.push_back({header.name(), header.text()});
-    }
-    std::string key = kernels::CompileKey(request, target.nvrtc_version);
+    std::string key = keyer.Key(name_expression, compile_options);
     if (seen.contains(key)) return key;
     seen.emplace(key, plan.units.size());
     CompileUnit unit;
     unit.key = key;
-    unit.task.set_task_id(key);
-    unit.task.set_source(request.source);
-    unit.task.set_program_name(request.program_name);
-    unit.task.set_name_expression(request.name_expression);
-    for (const std::string& option : request.options) unit.task.add_options(option);
-    unit.task.set_arch(target.arch);
-    for (const kernels::SourceHeader& header : request.headers) {
-      v1::SourceHeader* sent = unit.task.add_headers();
-      sent->set_name(header.name);
-      sent->set_text(header.text);
-    }
-    unit.family = record.family.name();
-    unit.family_hash = record.content_hash;
+    unit.record = record;
+    unit.name_expression = name_expression;
+    unit.options = compile_options;
+    unit.arch = target.arch;
+    unit.family = record->family.name();
+    unit.family_hash = record->content_hash;
     unit.problem = problem;
     if (config != nullptr) unit.config = *config;
     plan.units.push_back(std::move(unit));
@@ -297,10 +305,13 @@ absl::StatusOr<JobPlan> PlanJob(
     PlannedProblem planned;
     planned.record = record;
     planned.problem = std::move(item.problem);
-    planned.reference_key = add(*record, planned.problem, space->reference_name,
+    const kernels::CompileKeyer keyer(record->family.source(), target.arch, target.nvrtc_version,
+                                      HeadersOf(record->family));
+    planned.reference_key = add(record, keyer, planned.problem, space->reference_name,
                                 space->reference_compile_options, nullptr);
+    planned.variant_keys.reserve(space->variants.size());
     for (const kernels::Variant& variant : space->variants) {
-      planned.variant_keys.push_back(add(*record, planned.problem, variant.name_expression,
+      planned.variant_keys.push_back(add(record, keyer, planned.problem, variant.name_expression,
                                          variant.compile_options, &variant.config));
     }
     const v1::ManifestItem& from = spec.manifest().items(item.item);

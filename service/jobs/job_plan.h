@@ -33,15 +33,25 @@
 
 namespace autotune::service {
 
-// One distinct compile.
+// One distinct compile. It holds what is particular to it; the source and
+// headers stay in the family's record, shared by every unit of the family
+// (a space of 100k variants of a 40 KB source would be 4 GB of copies),
+// until CompileTaskOf builds the worker's task for the compile.
 struct CompileUnit {
   std::string key;  // kernels::CompileKey
-  worker::v1::CompileTask task;
+  std::shared_ptr<const cache::FamilyRecord> record;
+  std::string name_expression;
+  std::vector<std::string> options;
+  std::string arch;
   std::string family;
   std::string family_hash;
   v1::Problem problem;  // the first problem that needs it, for reports
   v1::Config config;    // empty for a reference kernel
 };
+
+// The worker's task for `unit`: its record's source and headers, its name
+// expression, options and arch; task_id = key, program_name "<family>.cu".
+worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit);
 
 // One problem of the job, with its variants.
 struct PlannedProblem {

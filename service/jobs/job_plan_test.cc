@@ -240,7 +240,7 @@ TEST_F(JobPlanTest, VariantsCompiledTheSameWayInSeveralProblemsAreCompiledOnce) 
   EXPECT_EQ(plan.units.size(), 20u);
   EXPECT_EQ(plan.problems[0].variant_keys, plan.problems[1].variant_keys);
   EXPECT_EQ(plan.problems[0].reference_key, plan.problems[1].reference_key);
-  for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.task.arch(), "sm_90");
+  for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.arch, "sm_90");
 }
 
 TEST_F(JobPlanTest, TheGpusReportedLimitsShapeTheSearchSpace) {

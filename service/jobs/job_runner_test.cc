@@ -35,6 +35,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "kernels/profile_task.h"
 #include "service/testing/worker_hold.h"
 
 namespace autotune::service {
@@ -239,6 +240,57 @@ TEST_F(ScreenJobTest, ATimeBudgetEndsTheSearchAfterTheRoundThatReachedIt) {
   EXPECT_THAT(
       timed.reports(0).entry().search(),
       HasSubstr("16 of 40 variants measured (40.0%); stopped at its time budget of 0.001 s"));
+}
+
+// A problem of 100,000 configs: planned, searched within its budget, and
+// only what the search measured is compiled and stored.
+TEST_F(ScreenJobTest, AProblemOf100kConfigsCompilesAndStoresOnlyWhatItsSearchMeasured) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  family.set_name("modes_huge");
+  family.mutable_params(0)->clear_values();
+  family.mutable_params(0)->add_values(0);
+  family.mutable_params(0)->add_values(1);
+  for (const auto& [name, count] : {std::pair<const char*, int>{"PAD", 1000}, {"TILE", 50}}) {
+    v1::TunableParameter* pad = family.add_params();  // unused by the kernel
+    pad->set_name(name);
+    for (int i = 0; i < count; ++i) pad->add_values(i);
+  }
+  ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+  v1::JobSpec spec;
+  v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+  item->set_family("modes_huge");
+  item->add_dims()->set_name("n");
+  item->mutable_dims(0)->add_values(256);
+  item->add_dtypes(v1::FLOAT32);
+  v1::SearchOptions* search = spec.mutable_options()->mutable_search();
+  search->set_strategy(v1::MODEL);
+  search->set_max_variants(40);
+  search->set_seed(5);
+
+  const v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  EXPECT_EQ(job.counts().variants(), 100000);
+  ASSERT_THAT(job.reports(), SizeIs(1));
+  const v1::SearchReport& report = job.reports(0).search();
+  EXPECT_EQ(report.space(), 100000);
+  EXPECT_GT(report.measured(), 16);
+  EXPECT_LE(report.measured(), 40);
+  EXPECT_EQ(job.counts().measured(), report.measured());
+  EXPECT_EQ(job.counts().compiles(), report.measured() + 1);  // and the reference
+  EXPECT_THAT(job.reports(0).entry().search(),
+              HasSubstr(absl::StrCat(report.measured(), " of 100000 variants measured")));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Measurement> stored,
+                       store_->ListMeasurements({.family = "modes_huge",
+                                                 .family_hash = job.results(0).family_hash(),
+                                                 .problem = job.results(0).problem(),
+                                                 .device = "Fake GPU"}));
+  std::set<std::string> screened;  // the serial phase re-measures a few of them
+  for (const v1::Measurement& m : stored) {
+    if (m.phase() == v1::SCREEN) screened.insert(kernels::ConfigLabel(family, m.config()));
+  }
+  EXPECT_EQ(static_cast<int64_t>(screened.size()), report.measured());
+  EXPECT_EQ(static_cast<int64_t>(stored.size()), report.measured() + job.results(0).candidates());
 }
 
 TEST_F(ScreenJobTest, AnItemsModelSearchReplacesTheJobsAndEndsInItsStatusesAndReport) {
