@@ -21,6 +21,11 @@
 #       One cold warmup of each manifest, each on a fresh database; every
 #       problem's measurements (`autotune show --json`) are kept under
 #       screens/ of the archive, for bench/search_replay.cc.
+#   bash bench/run_tuning_bench.sh ahead MANIFEST...
+#       Compiling ahead (autotuned --compile-ahead) off and on, side by
+#       side: each manifest cold on a fresh database with --compile-ahead 0,
+#       then with the default, then off and on again. Prints each run's wall
+#       time, its phases and how many variants were compiled ahead and used.
 #   bash bench/run_tuning_bench.sh quality [MANIFEST]
 #       An oracle job (every valid variant of each problem, up to 256, timed
 #       in one serial phase of up to 20 s) and a normal warmup, each on a
@@ -72,14 +77,15 @@ cli() {
   "$bundle/autotune" --server "unix://$dir/$name.sock" "$@"
 }
 
-# start_daemon NAME: a daemon on a fresh database NAME.db, answering before
+# start_daemon NAME [FLAGS...]: a daemon on a fresh database NAME.db, answering before
 # this returns. Its HTTP port (loopback, readers without a token) serves the
 # admin API that http_get reads.
 start_daemon() {
   local name=$1
+  shift
   "$bundle/autotuned" --db "$dir/$name.db" --listen "unix://$dir/$name.sock" \
     --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" \
-    --http-listen 127.0.0.1:0 --anonymous-role reader >>"$out/$name-daemon.log" 2>&1 &
+    --http-listen 127.0.0.1:0 --anonymous-role reader "$@" >>"$out/$name-daemon.log" 2>&1 &
   pids[$name]=$!
   for _ in $(seq 150); do
     cli "$name" stats >/dev/null 2>&1 && return 0
@@ -272,11 +278,29 @@ manifests() {
   return $failed
 }
 
+ahead() {
+  local manifest failed=0 n=0 label flags pass
+  for manifest in "$@"; do
+    for pass in 1 2; do
+      for flags in "--compile-ahead=0" "--compile-ahead=2"; do
+        n=$((n + 1))
+        label="ahead-$n-$(basename "$manifest" .manifest)-${flags#--compile-ahead=}"
+        start_daemon "ahead$n" "$flags"
+        warmup "ahead$n" "$label" "$manifest" || failed=1
+        grep -h "compiled ahead" "$out/$label.log" "$out/ahead$n-daemon.log" | tail -1 || true
+        stop_daemon "ahead$n"
+      done
+    done
+  done
+  return $failed
+}
+
 mode=${1:-}
 case "$mode" in
   fixture) shift; fixture "$@" ;;
   manifests) shift; manifests "$@" ;;
+  ahead) shift; ahead "$@" ;;
   quality) shift; quality "$@" ;;
   grow) shift; grow "$@" ;;
-  *) echo "usage: bash bench/run_tuning_bench.sh fixture|manifests|quality|grow [MANIFEST...] [RUNS]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_tuning_bench.sh fixture|manifests|ahead|quality|grow [MANIFEST...] [RUNS]" >&2; exit 2 ;;
 esac

@@ -26,6 +26,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/autotune.pb.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 #include "service/jobs/search.h"
 
 namespace autotune {
@@ -194,6 +196,13 @@ struct Run {
   int64_t to_within_1pct = 0;
   int64_t to_best = 0;
   double final_gap = 0;  // best found / exhaustive best - 1; infinite when none valid
+  // Compiling ahead, as a job does (Search::Ahead, kDefaultCompileAhead times
+  // the batch in measurement): proposals after the first batch, those of them guessed
+  // ahead, and guesses never proposed.
+  int64_t later = 0;
+  int64_t later_guessed = 0;
+  int64_t guesses = 0;
+  int64_t guesses_unused = 0;
 };
 
 // The space as a search sees it: its size, each variant's param values and
@@ -221,8 +230,22 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
   double found = std::numeric_limits<double>::infinity();
   int64_t measured = 0;
   // As a job asks: as many as the search wants to propose at once.
+  std::set<int64_t> guessed;   // every guess made so far
+  std::set<int64_t> proposed;  // every proposal
+  bool first = true;
   for (std::vector<int64_t> batch = search->Next(run.budget); !batch.empty();
        batch = search->Next(run.budget)) {
+    for (int64_t i : batch) {
+      proposed.insert(i);
+      if (!first) {
+        ++run.later;
+        run.later_guessed += guessed.contains(i) ? 1 : 0;
+      }
+    }
+    first = false;
+    for (int64_t i :
+         search->Ahead(service::kDefaultCompileAhead * static_cast<int64_t>(batch.size())))
+      guessed.insert(i);
     for (int64_t i : batch) {
       const ScreenedVariant& variant = screens.variants[static_cast<size_t>(i)];
       ++measured;
@@ -235,6 +258,8 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
   }
   run.measured = measured;
   run.final_gap = found / best - 1;
+  run.guesses = static_cast<int64_t>(guessed.size());
+  for (int64_t i : guessed) run.guesses_unused += proposed.contains(i) ? 0 : 1;
   return run;
 }
 
@@ -251,8 +276,9 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
     std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
     return 2;
   }
-  std::printf("%-52s %8s %-10s %7s %8s %13s %13s %9s %9s\n", "problem", "variants", "search",
-              "budget", "measured", "within 1%", "best found", "gap med", "gap max");
+  std::printf("%-52s %8s %-10s %7s %8s %13s %13s %9s %9s %9s %9s\n", "problem", "variants",
+              "search", "budget", "measured", "within 1%", "best found", "gap med", "gap max",
+              "ahead hit", "unused");
   bool below_floor = false;
   for (const std::string& file : files) {
     absl::StatusOr<Screens> screens = FromTsv(file);
@@ -272,6 +298,7 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
     std::vector<double> within, found, gaps, measured;
     int64_t budget = 0;
     int reached = 0, exact = 0;
+    int64_t later = 0, later_guessed = 0, guesses = 0, unused = 0;
     for (int seed = 1; seed <= seeds; ++seed) {
       service::SearchOptions options{.kind = *kind,
                                      .max_variants = max_variants,
@@ -293,22 +320,34 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
         found.push_back(static_cast<double>(run->to_best));
       }
       gaps.push_back(run->final_gap);
+      later += run->later;
+      later_guessed += run->later_guessed;
+      guesses += run->guesses;
+      unused += run->guesses_unused;
     }
+    const auto share = [](int64_t part, int64_t whole) {
+      return whole == 0 ? std::string("-")
+                        : absl::StrFormat("%.0f%%", 100.0 * static_cast<double>(part) /
+                                                        static_cast<double>(whole));
+    };
     const auto cell = [&](int runs, const std::vector<double>& at) {
       return at.empty() ? absl::StrFormat("%d/%d", runs, seeds)
                         : absl::StrFormat("%d/%d @%.0f", runs, seeds, Median(at));
     };
-    std::printf("%-52s %8zu %-10s %7lld %8.0f %13s %13s %8.2f%% %8.2f%%\n",
+    std::printf("%-52s %8zu %-10s %7lld %8.0f %13s %13s %8.2f%% %8.2f%% %9s %9s\n",
                 screens->problem.substr(0, 52).c_str(), screens->variants.size(),
                 search_name.c_str(), static_cast<long long>(budget), Median(measured),
                 cell(reached, within).c_str(), cell(exact, found).c_str(), 100 * Median(gaps),
-                100 * *std::max_element(gaps.begin(), gaps.end()));
+                100 * *std::max_element(gaps.begin(), gaps.end()),
+                share(later_guessed, later).c_str(), share(unused, guesses).c_str());
     if (reached < floor * seeds) below_floor = true;
   }
   std::printf(
       "measured: the median of the runs (a search may stop before its budget); within 1%% / "
       "best found: runs that got there of all runs, @ the median number of measurements it "
-      "took; gap: best found / exhaustive best - 1 where the search stopped\n");
+      "took; gap: best found / exhaustive best - 1 where the search stopped; ahead hit: the "
+      "proposals after the first batch that were compiled ahead (Search::Ahead, twice the batch "
+      "being measured), unused: the guesses never proposed, over all runs\n");
   if (below_floor) {
     std::fprintf(stderr,
                  "autotune-search-replay: a problem's runs within 1%% fell below the floor "

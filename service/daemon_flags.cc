@@ -180,6 +180,7 @@ DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
   if (!options.profile_worker_path.empty()) config.set_profile_worker(options.profile_worker_path);
   config.set_compile_workers(options.compile_workers);
   config.set_compile_memory_mb(options.compile_memory_mb);
+  config.set_compile_ahead(options.compile_ahead);
   config.set_allow_unconfined_compiles(options.allow_unconfined_compiles);
   if (!options.gpus.empty()) config.set_gpus(options.gpus);
   config.set_variant_timeout(options.variant_timeout_s);
@@ -293,6 +294,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
                  "each compile worker's data memory in MiB; a compile that needs more fails "
                  "(0 = no cap)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--compile-ahead", options.compile_ahead,
+                 "while a searched job measures a round, compile up to this many times the "
+                 "round's size of the variants its search expects next (0 = compile each "
+                 "round only when it comes)")
+      ->check(CLI::Range(0, 16))
       ->capture_default_str();
   app.add_flag("--allow-unconfined-compiles", options.allow_unconfined_compiles,
                "compile family sources even where the kernel cannot confine the compile workers "

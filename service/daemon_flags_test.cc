@@ -219,6 +219,7 @@ TEST(DaemonConfigTest, PrintConfigListsEveryDefaultWithTheValueOfItsConstant) {
   EXPECT_TRUE(config.has_compile_workers());
   EXPECT_EQ(config.compile_workers(), 0);  // one per core
   EXPECT_EQ(config.compile_memory_mb(), kDefaultCompileMemoryMb);
+  EXPECT_EQ(config.compile_ahead(), kDefaultCompileAhead);
   EXPECT_TRUE(config.has_allow_unconfined_compiles());
   EXPECT_FALSE(config.allow_unconfined_compiles());
   EXPECT_EQ(config.variant_timeout(), kernels::kDefaultLaunchTimeoutS);
@@ -287,6 +288,7 @@ TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
   given.set_compile_workers(3);
   given.set_compile_memory_mb(1024);
   given.set_allow_unconfined_compiles(true);
+  given.set_compile_ahead(0);
   given.set_gpus("0,1");
   given.set_variant_timeout(2.5);
   given.set_lease_dir("/srv/autotune/leases");

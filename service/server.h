@@ -57,6 +57,9 @@ struct ServerOptions {
   // sanitizer, say; it must speak the worker protocol.)
   std::string profile_worker_path;
   int compile_workers = 0;  // 0 = one per core
+  // Searched jobs compile ahead up to this many times a round's size
+  // (service/jobs/search.h); 0 = off.
+  int compile_ahead = kDefaultCompileAhead;
   // Each compile worker's data memory in MiB; 0 = no cap.
   int64_t compile_memory_mb = kDefaultCompileMemoryMb;
   // Compile workers confine themselves with Landlock

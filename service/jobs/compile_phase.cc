@@ -12,6 +12,8 @@ namespace {
 
 namespace wv1 = ::autotune::worker::v1;
 
+}  // namespace
+
 CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool& pool,
                       const CompilePhaseOptions& options) {
   CompileEnd end;
@@ -78,8 +80,6 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
   }
   return end;
 }
-
-}  // namespace
 
 CompileResults RunCompilePhase(
     const std::vector<CompileUnit>& units, cache::Store& store, CompilePool& pool,

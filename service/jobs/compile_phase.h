@@ -53,6 +53,12 @@ struct CompilePhaseOptions {
   bool keep_cubins = false;  // for a job that screens next
 };
 
+// One unit: the compile cache's answer when it has one, else a compile in
+// `pool` whose outcome the cache keeps (OK and COMPILE_ERROR; not a
+// timeout or a crash). What RunCompilePhase and CompileQueue run per unit.
+CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool& pool,
+                      const CompilePhaseOptions& options);
+
 // Runs `units` (blocking). `on_end` is called once per unit that ran, from
 // one of the phase's threads, as it ends. Units not started when `cancel`
 // turns true are left out of the result.

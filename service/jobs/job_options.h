@@ -44,6 +44,9 @@ std::string NameSetting(absl::string_view setting, absl::string_view value,
 
 struct JobRunnerOptions {
   int compile_parallelism = 0;  // 0 = the pool's size
+  // While a searched job's round is measured, compile up to this many times
+  // its batches of what the searches expect next (Search::Ahead); 0 = off.
+  int compile_ahead = kDefaultCompileAhead;
   // When the job gives none.
   absl::Duration compile_timeout = absl::Seconds(kDefaultCompileTimeoutS);
   std::string default_arch = "sm_90";  // when there is no GPU

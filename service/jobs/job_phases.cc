@@ -18,6 +18,7 @@
 #include "proto/problem.h"
 #include "service/jobs/choice.h"
 #include "service/jobs/compile_phase.h"
+#include "service/jobs/compile_queue.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_report.h"
 #include "service/jobs/job_runner.h"
@@ -30,8 +31,7 @@
 
 namespace autotune::service {
 
-void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units) {
-  Work& work = *running->work;
+CompilePhaseOptions JobRunner::CompileOptions(const Work& work) {
   // Prepare() found one, and a pool, once there, stays.
   CompilePool* pool = *Pool();
   CompilePhaseOptions options;
@@ -39,52 +39,60 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units)
       options_.compile_parallelism > 0 ? options_.compile_parallelism : pool->size();
   options.timeout = work.options.compile_timeout;
   options.keep_cubins = work.profile;
+  return options;
+}
+
+void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
+                        CompileQueue* queue) {
+  Work& work = *running->work;
   std::string id;
   {
     absl::MutexLock lock(&running->mu);
     id = running->job.id();
   }
-  CompileResults compiled = RunCompilePhase(
-      units, *store_, *pool, options, running->cancel,
-      [&](const CompileUnit& unit, const CompileEnd& end) {
-        const bool failed = end.status != v1::OK;
-        const bool compile_failed = failed && end.store_error.ok();
-        v1::Measurement last;
-        if (compile_failed) {
-          last.set_family(unit.family);
-          last.set_family_hash(unit.family_hash);
-          *last.mutable_problem() = unit.problem;
-          *last.mutable_config() = unit.config;
-          last.set_status(end.status);
-          last.set_phase(v1::COMPILE);
-          last.set_detail(absl::StrCat(unit.config.params().empty() ? "reference kernel " : "",
-                                       unit.name_expression, ": ", LogExcerpt(end.log)));
-          last.set_job_id(id);
-          last.set_measured_at(Timestamp());
+  const auto report = [&](const CompileUnit& unit, const CompileEnd& end) {
+    const bool failed = end.status != v1::OK;
+    const bool compile_failed = failed && end.store_error.ok();
+    v1::Measurement last;
+    if (compile_failed) {
+      last.set_family(unit.family);
+      last.set_family_hash(unit.family_hash);
+      *last.mutable_problem() = unit.problem;
+      *last.mutable_config() = unit.config;
+      last.set_status(end.status);
+      last.set_phase(v1::COMPILE);
+      last.set_detail(absl::StrCat(unit.config.params().empty() ? "reference kernel " : "",
+                                   unit.name_expression, ": ", LogExcerpt(end.log)));
+      last.set_job_id(id);
+      last.set_measured_at(Timestamp());
+    }
+    {
+      absl::MutexLock lock(&running->mu);
+      v1::JobCounts* counts = running->job.mutable_counts();
+      if (!end.store_error.ok()) {
+        if (running->store_error.empty()) {
+          running->store_error = std::string(end.store_error.message());
         }
-        {
-          absl::MutexLock lock(&running->mu);
-          v1::JobCounts* counts = running->job.mutable_counts();
-          if (!end.store_error.ok()) {
-            if (running->store_error.empty()) {
-              running->store_error = std::string(end.store_error.message());
-            }
-          } else if (end.cache_hit) {
-            counts->set_compile_cache_hits(counts->compile_cache_hits() + 1);
-          } else if (!failed) {
-            counts->set_compiled(counts->compiled() + 1);
-          }
-          if (compile_failed) {
-            counts->set_compile_errors(counts->compile_errors() + 1);
-            if (running->first_compile_error.empty()) running->first_compile_error = last.detail();
-          }
-          if (end.status == v1::COMPILE_TIMEOUT) {
-            counts->set_compile_timeouts(counts->compile_timeouts() + 1);
-          }
-        }
-        Publish(running, compile_failed ? &last : nullptr,
-                end.store_error.ok() ? "" : end.store_error.message());
-      });
+      } else if (end.cache_hit) {
+        counts->set_compile_cache_hits(counts->compile_cache_hits() + 1);
+      } else if (!failed) {
+        counts->set_compiled(counts->compiled() + 1);
+      }
+      if (compile_failed) {
+        counts->set_compile_errors(counts->compile_errors() + 1);
+        if (running->first_compile_error.empty()) running->first_compile_error = last.detail();
+      }
+      if (end.status == v1::COMPILE_TIMEOUT) {
+        counts->set_compile_timeouts(counts->compile_timeouts() + 1);
+      }
+    }
+    Publish(running, compile_failed ? &last : nullptr,
+            end.store_error.ok() ? "" : end.store_error.message());
+  };
+  CompileResults compiled = queue != nullptr
+                                ? queue->Need(units, report)
+                                : RunCompilePhase(units, *store_, **Pool(), CompileOptions(work),
+                                                  running->cancel, report);
   for (auto& [key, end] : compiled) work.compiled[key] = std::move(end);
 }
 
@@ -251,6 +259,19 @@ void JobRunner::Measure(Running* running) {
     absl::MutexLock lock(&running->mu);
     running->job.mutable_counts()->set_compiles(0);
   }
+  // While a round is measured, the queue compiles what the searches expect
+  // to propose next (Search::Ahead): up to options_.compile_ahead times each
+  // batch, likeliest first, the problems taking turns.
+  const CompilePhaseOptions compile_options = CompileOptions(work);
+  CompilePool* pool = *Pool();
+  CompileQueue queue(
+      compile_options.parallelism,
+      [&](const CompileUnit& unit, bool guess) {
+        CompilePhaseOptions options = compile_options;
+        options.keep_cubins = options.keep_cubins && !guess;  // read back if needed
+        return CompileOne(unit, *store_, *pool, options);
+      },
+      &running->cancel);
   const absl::Time rounds_started = absl::Now();
   for (int round = 1; !running->cancel; ++round) {
     std::vector<size_t> proposing;
@@ -300,8 +321,26 @@ void JobRunner::Measure(Running* running) {
                                      " distinct variants for ", batch_variants, " proposed in ",
                                      proposing.size(), " problems")
                       : absl::StrCat("compiling ", units.size(), " distinct variants"));
-    Compile(running, units);
+    Compile(running, units, &queue);
     if (running->cancel) return;
+    std::vector<std::vector<int64_t>> ahead;
+    for (size_t i : proposing) {
+      const ProblemSearch& s = searches[i];
+      ahead.push_back(
+          s.search->Ahead(options_.compile_ahead * static_cast<int64_t>(s.batch.size())));
+    }
+    std::vector<CompileUnit> guesses;
+    for (size_t k = 0, more = 1; more != 0; ++k) {
+      more = 0;
+      for (size_t p = 0; p < proposing.size(); ++p) {
+        if (k >= ahead[p].size()) continue;
+        ++more;
+        const std::string& key =
+            work.plan.problems[proposing[p]].variant_keys[static_cast<size_t>(ahead[p][k])];
+        if (!work.compiled.contains(key)) guesses.push_back(work.plan.units[unit_of.at(key)]);
+      }
+    }
+    queue.Guess(std::move(guesses));
     {
       absl::MutexLock lock(&running->mu);
       running->job.set_state(v1::SCREENING);
@@ -352,7 +391,13 @@ void JobRunner::Measure(Running* running) {
       if (!s.screens.error.ok()) s.done = true;  // the problem cannot go on
     });
   }
+  queue.Guess({});  // nothing more to guess: the serial phase comes
   if (running->cancel) return;
+  if (const CompileQueue::Stats ahead = queue.stats(); ahead.guessed > 0) {
+    Publish(running, nullptr,
+            absl::StrCat("compiled ahead of their rounds: ", ahead.guessed, " variants, ",
+                         ahead.used, " of them proposed since"));
+  }
   std::vector<ScreenResult> screens(n);
   for (size_t i = 0; i < n; ++i) {
     const PlannedProblem& problem = work.plan.problems[i];

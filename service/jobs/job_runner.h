@@ -48,6 +48,8 @@
 #include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
+#include "service/jobs/compile_phase.h"
+#include "service/jobs/compile_queue.h"
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
@@ -139,8 +141,13 @@ class JobRunner {
   absl::StatusOr<ProfilePool*> Gpus();
 
   // The phases (job_phases.cc).
-  // Compiles `units` (those not compiled yet), adding to work->compiled.
-  void Compile(Running* running, const std::vector<CompileUnit>& units);
+  // How the job's compiles run: the pool's size (or the runner's
+  // compile_parallelism), the job's timeout, cubins kept when it measures.
+  CompilePhaseOptions CompileOptions(const Work& work);
+  // Compiles `units` (those not compiled yet), adding to work->compiled;
+  // through `queue` when given (a searched job's rounds), else at once.
+  void Compile(Running* running, const std::vector<CompileUnit>& units,
+               CompileQueue* queue = nullptr);
   // Searches every problem's space in rounds: each problem's search
   // (search.h) proposes a batch, the batches are compiled, then screened
   // (GPUs in parallel), and the searches learn the results. Then runs the

@@ -63,6 +63,7 @@ class ScreenJobTest : public ::testing::Test {
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
     options.profile.grace = absl::Seconds(1);
     options.variant_timeout_s = 0.1;
+    options.compile_ahead = compile_ahead_;
     runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
   }
 
@@ -142,6 +143,7 @@ class ScreenJobTest : public ::testing::Test {
     options.profile.grace = grace_;
     options.profile.lease_dir = lease_dir;
     options.variant_timeout_s = 0.1;
+    options.compile_ahead = compile_ahead_;
     runner_ = std::make_unique<JobRunner>(store_.get(), compile_pool_.get(), "", options);
   }
 
@@ -150,6 +152,7 @@ class ScreenJobTest : public ::testing::Test {
   // variants. A test whose worker holds (WorkerHold) for longer, and whose
   // family has no MODE 3, lengthens it.
   absl::Duration grace_ = absl::Seconds(1);
+  int compile_ahead_ = kDefaultCompileAhead;  // RestartRunner's
   TempDir dir_;
   std::unique_ptr<cache::Store> store_;
   std::unique_ptr<CompilePool> compile_pool_;
@@ -268,7 +271,8 @@ TEST_F(ScreenJobTest, AProblemOf100kConfigsCompilesAndStoresOnlyWhatItsSearchMea
   search->set_max_variants(40);
   search->set_seed(5);
 
-  const v1::Job job = Run(spec);
+  std::vector<std::string> messages;
+  const v1::Job job = Run(spec, &messages);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
   EXPECT_EQ(job.counts().variants(), 100000);
   ASSERT_THAT(job.reports(), SizeIs(1));
@@ -291,6 +295,48 @@ TEST_F(ScreenJobTest, AProblemOf100kConfigsCompilesAndStoresOnlyWhatItsSearchMea
   }
   EXPECT_EQ(static_cast<int64_t>(screened.size()), report.measured());
   EXPECT_EQ(static_cast<int64_t>(stored.size()), report.measured() + job.results(0).candidates());
+  // Its later rounds were compiled while the earlier ones were measured;
+  // what was compiled ahead and never proposed was neither counted nor
+  // stored (above: compiles and measurements are the measured variants').
+  EXPECT_GT(report.rounds(), 1);
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("compiled ahead of their rounds: ")));
+}
+
+// A model search over 40 variants runs several rounds: compiled ahead by
+// default, each round only what it proposed with compile_ahead 0.
+TEST_F(ScreenJobTest, CompilingAheadCanBeTurnedOff) {
+  ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
+                       kernels::LoadFamilyFile(SERVICE_TESTDATA_DIR "/modes.textproto"));
+  family.set_name("modes_wide");
+  family.mutable_params(0)->clear_values();
+  family.mutable_params(0)->add_values(0);
+  family.mutable_params(0)->add_values(1);
+  v1::TunableParameter* pad = family.add_params();
+  pad->set_name("PAD");  // unused by the kernel: 20 copies of each MODE
+  for (int i = 0; i < 20; ++i) pad->add_values(i);
+  ASSERT_OK(store_->PutFamily(family, /*builtin=*/false).status());
+  v1::JobSpec spec;
+  v1::ManifestItem* item = spec.mutable_manifest()->add_items();
+  item->set_family("modes_wide");
+  item->add_dims()->set_name("n");
+  item->mutable_dims(0)->add_values(256);
+  item->add_dtypes(v1::FLOAT32);
+  spec.mutable_options()->mutable_search()->set_strategy(v1::MODEL);
+  std::vector<std::string> messages;
+  const v1::Job ahead = Run(spec, &messages);
+  ASSERT_EQ(ahead.state(), v1::SUCCEEDED) << ahead.error();
+  ASSERT_THAT(ahead.reports(), SizeIs(1));
+  EXPECT_GT(ahead.reports(0).search().rounds(), 1);
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("compiled ahead of their rounds")));
+
+  compile_ahead_ = 0;
+  RestartRunner();
+  spec.mutable_options()->set_retune(true);
+  messages.clear();
+  const v1::Job off = Run(spec, &messages);
+  ASSERT_EQ(off.state(), v1::SUCCEEDED) << off.error();
+  EXPECT_GT(off.reports(0).search().rounds(), 1);
+  EXPECT_THAT(messages, ::testing::Not(::testing::Contains(HasSubstr("compiled ahead"))));
 }
 
 TEST_F(ScreenJobTest, AnItemsModelSearchReplacesTheJobsAndEndsInItsStatusesAndReport) {

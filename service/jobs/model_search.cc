@@ -155,6 +155,15 @@ class ModelSearch final : public Search {
     }
   }
 
+  // While a round is measured: the guided part of the next round as the
+  // model fitted to the rounds before it ranks the space (its random part
+  // cannot be guessed), then more of the model's ranking up to `max`.
+  std::vector<int64_t> Ahead(int64_t max) const override {
+    if (stopped_ || max <= 0 || proposed_ >= budget_) return {};
+    std::optional<std::vector<int64_t>> guided = Guided(RoundSize() / 4, max);
+    return guided ? *std::move(guided) : std::vector<int64_t>();
+  }
+
   int64_t budget() const override { return budget_; }
 
  private:
@@ -229,15 +238,27 @@ class ModelSearch final : public Search {
     return found;
   }
 
-  // A round: the model's fastest predictions, the untried neighbours of the
-  // best measured, and a few at random.
+  // A round: the untried neighbours of the best measured and the model's
+  // fastest predictions (Guided), and a few at random.
   void FromModel(int64_t size, std::vector<int64_t>* batch) {
-    std::vector<int64_t> unseen = Unseen();
-    std::optional<std::vector<float>> predicted = Predicted(unseen);
-    if (!predicted) {  // nothing valid to learn from yet, or XGBoost failed
+    const int64_t explore = std::max<int64_t>(1, size / 8);
+    std::optional<std::vector<int64_t>> guided = Guided(size / 4, size - explore);
+    if (!guided) {  // nothing valid to learn from yet, or XGBoost failed
       TakeRandom(size, batch);
       return;
     }
+    for (int64_t i : *guided) Take(i, size, batch);
+    TakeRandom(size - static_cast<int64_t>(batch->size()), batch);
+  }
+
+  // Up to `size` unseen variants, no one twice: first up to `polish`
+  // untried neighbours of the three best measured, the model's best first,
+  // then the model's fastest predictions. nullopt without a model (nothing
+  // valid to learn from yet, or XGBoost failed).
+  std::optional<std::vector<int64_t>> Guided(int64_t polish, int64_t size) const {
+    std::vector<int64_t> unseen = Unseen();
+    std::optional<std::vector<float>> predicted = Predicted(unseen);
+    if (!predicted) return std::nullopt;
     std::map<int64_t, float> prediction;
     for (size_t k = 0; k < unseen.size(); ++k) prediction[unseen[k]] = (*predicted)[k];
     const auto by_prediction = [&](int64_t a, int64_t b) {
@@ -259,17 +280,22 @@ class ModelSearch final : public Search {
     }
     std::sort(near.begin(), near.end(), by_prediction);
     near.erase(std::unique(near.begin(), near.end()), near.end());
-    const int64_t explore = std::max<int64_t>(1, size / 8);
-    const int64_t polish = size / 4;
-    for (size_t k = 0; k < near.size() && static_cast<int64_t>(batch->size()) < polish; ++k) {
-      Take(near[k], polish, batch);
+    std::vector<int64_t> chosen;
+    std::set<int64_t> taken;
+    const auto take = [&](int64_t i, int64_t room) {
+      if (static_cast<int64_t>(chosen.size()) < room && taken.insert(i).second) {
+        chosen.push_back(i);
+      }
+    };
+    polish = std::min(polish, size);
+    for (size_t k = 0; k < near.size() && static_cast<int64_t>(chosen.size()) < polish; ++k) {
+      take(near[k], polish);
     }
     std::sort(unseen.begin(), unseen.end(), by_prediction);
-    const int64_t modelled = size - explore;
-    for (size_t k = 0; k < unseen.size() && static_cast<int64_t>(batch->size()) < modelled; ++k) {
-      Take(unseen[k], modelled, batch);
+    for (size_t k = 0; k < unseen.size() && static_cast<int64_t>(chosen.size()) < size; ++k) {
+      take(unseen[k], size);
     }
-    TakeRandom(size - static_cast<int64_t>(batch->size()), batch);
+    return chosen;
   }
 
   // The model's log-median for each of `variants`; nullopt without a valid

@@ -26,6 +26,10 @@ class OrderedSearch final : public Search {
     return batch;
   }
   void Record(int64_t, const SearchResult&) override {}
+  std::vector<int64_t> Ahead(int64_t max) const override {
+    const int64_t end = std::min(budget_, next_ + std::max<int64_t>(max, 0));
+    return std::vector<int64_t>(order_.begin() + next_, order_.begin() + end);
+  }
   int64_t budget() const override { return budget_; }
 
  private:

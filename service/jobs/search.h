@@ -8,6 +8,7 @@
 //   ASSIGN_OR_RETURN(std::unique_ptr<Search> search, MakeSearch(options, view));
 //   for (std::vector<int64_t> batch = search->Next(64); !batch.empty();
 //        batch = search->Next(64)) {
+//     Compile(search->Ahead(64));  // while the batch is measured
 //     for (int64_t i : batch) search->Record(i, Screen(space.variants[i]));
 //   }
 //
@@ -87,6 +88,12 @@ class Search {
   virtual std::vector<int64_t> Next(int64_t max) = 0;
   // The result of a proposed variant.
   virtual void Record(int64_t index, const SearchResult& result) = 0;
+  // Up to `max` variants, not proposed yet, that the search expects to
+  // propose next, likeliest first: what a job compiles while the batch
+  // proposed last is being measured. A guess that changes nothing (no
+  // state, no random draws): Next proposes what it would without it. May
+  // be empty (no guess to make).
+  virtual std::vector<int64_t> Ahead(int64_t max) const = 0;
   // Variants this search may measure in all: the budget applied to the space.
   virtual int64_t budget() const = 0;
 };

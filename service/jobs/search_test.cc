@@ -218,5 +218,54 @@ TEST(ModelSearchTest, AvoidsTheRegionWhereVariantsFail) {
   EXPECT_LT(failed * 12, static_cast<int64_t>(outcome.proposed.size()));
 }
 
+// Ahead guesses what comes next without changing it: a run that asks it
+// before every result proposes exactly what a run that never asks does, and
+// once the model has results to go on, much of each next round was guessed.
+TEST(ModelSearchTest, AheadGuessesTheNextRoundsWithoutChangingThem) {
+  const SearchSpaceView space = Grid(48, 16);
+  const SearchOptions options{.kind = SearchKind::kModel, .fraction = 0.15, .seed = 9};
+  const Outcome plain = RunModel(options, space);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Search> search, MakeSearch(options, space));
+  std::vector<int64_t> proposed;
+  std::set<int64_t> guessed;
+  int64_t later = 0;
+  int64_t later_guessed = 0;
+  int rounds = 0;
+  for (std::vector<int64_t> batch = search->Next(search->budget()); !batch.empty();
+       batch = search->Next(search->budget())) {
+    ++rounds;
+    for (int64_t i : batch) {
+      if (rounds > 2) {  // the first round's guesses had no result to go on
+        ++later;
+        later_guessed += guessed.contains(i) ? 1 : 0;
+      }
+    }
+    const std::vector<int64_t> ahead = search->Ahead(2 * static_cast<int64_t>(batch.size()));
+    EXPECT_LE(ahead.size(), 2 * batch.size());
+    for (int64_t i : ahead) {
+      EXPECT_EQ(std::count(proposed.begin(), proposed.end(), i), 0) << i << " was proposed";
+      EXPECT_EQ(std::count(batch.begin(), batch.end(), i), 0) << i << " is being measured";
+    }
+    guessed.insert(ahead.begin(), ahead.end());
+    for (int64_t i : batch) search->Record(i, Landscape(space, i));
+    proposed.insert(proposed.end(), batch.begin(), batch.end());
+  }
+  EXPECT_EQ(proposed, plain.proposed);
+  ASSERT_GT(rounds, 3);
+  EXPECT_GT(later_guessed * 3, later) << later_guessed << " of " << later;
+  EXPECT_THAT(search->Ahead(10), ::testing::IsEmpty());  // spent: nothing comes next
+}
+
+TEST(SearchTest, AheadOfAFixedOrderIsWhatComesNextInIt) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Search> search,
+      MakeSearch({.kind = SearchKind::kExhaustive, .max_variants = 6}, Space(10, -1)));
+  EXPECT_THAT(search->Ahead(3), ElementsAre(0, 1, 2));
+  EXPECT_THAT(search->Next(4), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(search->Ahead(3), ElementsAre(4, 5));  // the budget ends there
+  EXPECT_THAT(search->Next(4), ElementsAre(4, 5));
+  EXPECT_THAT(search->Ahead(3), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace autotune::service
