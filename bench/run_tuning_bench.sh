@@ -24,7 +24,8 @@
 #   bash bench/run_tuning_bench.sh ahead MANIFEST...
 #       Compiling ahead (autotuned --compile-ahead) off and on, side by
 #       side: each manifest cold on a fresh database with --compile-ahead 0,
-#       then with the default, then off and on again. Prints each run's wall
+#       then with the default, then off and on again (AHEAD_PASSES times,
+#       default 2). Prints each run's wall
 #       time, its phases and how many variants were compiled ahead and used.
 #   bash bench/run_tuning_bench.sh quality [MANIFEST]
 #       An oracle job (every valid variant of each problem, up to 256, timed

@@ -15,8 +15,11 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 
 }  // namespace
 
-CompileQueue::CompileQueue(int parallelism, CompileFn compile, const std::atomic<bool>* cancel)
-    : compile_(std::move(compile)), cancel_(cancel) {
+CompileQueue::CompileQueue(int parallelism, int guess_parallelism, CompileFn compile,
+                           const std::atomic<bool>* cancel)
+    : guess_parallelism_(std::max(1, guess_parallelism)),
+      compile_(std::move(compile)),
+      cancel_(cancel) {
   for (int i = 0; i < std::max(1, parallelism); ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -37,7 +40,7 @@ CompileQueue::Slot* CompileQueue::NextSlot() {
       needed_.pop_front();
       return slot;
     }
-    if (!guesses_.empty()) {
+    if (!guesses_.empty() && guessing_ < guess_parallelism_) {
       CompileUnit unit = std::move(guesses_.front());
       guesses_.pop_front();
       auto [it, added] = slots_.try_emplace(unit.key);
@@ -45,6 +48,7 @@ CompileQueue::Slot* CompileQueue::NextSlot() {
       it->second.guess = true;
       it->second.unit = std::move(unit);
       ++stats_.guessed;
+      ++guessing_;
       return &it->second;
     }
     changed_.WaitWithTimeout(&mu_, kCancelPoll);
@@ -66,6 +70,7 @@ void CompileQueue::Loop() {
     absl::MutexLock lock(&mu_);
     slot->end = std::move(end);
     slot->done = true;
+    if (guess) --guessing_;
     changed_.SignalAll();
   }
 }

@@ -43,9 +43,12 @@ class CompileQueue {
   using CompileFn = std::function<CompileEnd(const CompileUnit& unit, bool guess)>;
   using EndFn = std::function<void(const CompileUnit&, const CompileEnd&)>;
 
-  // `parallelism` threads (at least 1); none starts a compile once
-  // `*cancel` is true.
-  CompileQueue(int parallelism, CompileFn compile, const std::atomic<bool>* cancel);
+  // `parallelism` threads (at least 1), at most `guess_parallelism` of
+  // them (at least 1) compiling guesses at once, so that guesses leave
+  // cores to the GPU workers that measure meanwhile; none starts a compile
+  // once `*cancel` is true.
+  CompileQueue(int parallelism, int guess_parallelism, CompileFn compile,
+               const std::atomic<bool>* cancel);
   // Waits for the compiles in flight; starts no other.
   ~CompileQueue();
   CompileQueue(const CompileQueue&) = delete;
@@ -84,6 +87,7 @@ class CompileQueue {
   Slot* NextSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AnyDone(const std::vector<std::string>& keys) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const int guess_parallelism_;
   const CompileFn compile_;
   const std::atomic<bool>* cancel_;
   mutable absl::Mutex mu_;
@@ -92,6 +96,7 @@ class CompileQueue {
   std::deque<CompileUnit> guesses_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);  // started or needed
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  int guessing_ ABSL_GUARDED_BY(mu_) = 0;  // guesses compiling now
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

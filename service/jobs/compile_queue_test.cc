@@ -105,7 +105,7 @@ TEST(CompileQueueTest, WhatARoundNeedsGoesBeforeEveryGuess) {
   Compiler compiler;
   compiler.Hold("g1");
   std::atomic<bool> cancel{false};
-  CompileQueue queue(1, compiler.Fn(), &cancel);
+  CompileQueue queue(1, 1, compiler.Fn(), &cancel);
   queue.Guess(Units({"g1", "g2", "g3"}));
   ASSERT_TRUE(compiler.WaitStarted(1));  // g1, held
   Reported reported;
@@ -128,7 +128,7 @@ TEST(CompileQueueTest, WhatARoundNeedsGoesBeforeEveryGuess) {
 TEST(CompileQueueTest, AGuessIsCompiledOnceAndReportedOnlyWhenARoundNeedsIt) {
   Compiler compiler;
   std::atomic<bool> cancel{false};
-  CompileQueue queue(2, compiler.Fn(), &cancel);
+  CompileQueue queue(2, 2, compiler.Fn(), &cancel);
   queue.Guess(Units({"a", "b"}));
   ASSERT_TRUE(compiler.WaitEnded(2));
   Reported reported;
@@ -150,7 +150,7 @@ TEST(CompileQueueTest, AUnitNeededWhileItsGuessCompilesIsWaitedForNotCompiledAga
   Compiler compiler;
   compiler.Hold("a");
   std::atomic<bool> cancel{false};
-  CompileQueue queue(2, compiler.Fn(), &cancel);
+  CompileQueue queue(2, 2, compiler.Fn(), &cancel);
   queue.Guess(Units({"a"}));
   ASSERT_TRUE(compiler.WaitStarted(1));
   Reported reported;
@@ -172,7 +172,7 @@ TEST(CompileQueueTest, NewGuessesReplaceTheOnesNotStarted) {
   Compiler compiler;
   compiler.Hold("g1");
   std::atomic<bool> cancel{false};
-  CompileQueue queue(1, compiler.Fn(), &cancel);
+  CompileQueue queue(1, 1, compiler.Fn(), &cancel);
   queue.Guess(Units({"g1", "g2", "g3"}));
   ASSERT_TRUE(compiler.WaitStarted(1));
   queue.Guess(Units({"g4", "g1"}));  // g1 is compiling: not started twice
@@ -182,11 +182,33 @@ TEST(CompileQueueTest, NewGuessesReplaceTheOnesNotStarted) {
   EXPECT_THAT(compiler.started(), ElementsAre("g1", "g4"));
 }
 
+TEST(CompileQueueTest, GuessesLeaveThreadsFreeForWhatIsNeeded) {
+  Compiler compiler;
+  compiler.Hold("g1");
+  std::atomic<bool> cancel{false};
+  CompileQueue queue(3, 1, compiler.Fn(), &cancel);  // one guess at a time
+  queue.Guess(Units({"g1", "g2"}));
+  ASSERT_TRUE(compiler.WaitStarted(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_THAT(compiler.started(), ElementsAre("g1"));  // g2 waits though threads are free
+  Reported reported;
+  queue.Need(Units({"n1", "n2"}), reported.Fn());  // the two free threads take them
+  EXPECT_THAT(reported.keys, UnorderedElementsAre("n1", "n2"));
+  compiler.Release("g1");
+  ASSERT_TRUE(compiler.WaitEnded(4));
+  const std::vector<std::string> started = compiler.started();
+  ASSERT_EQ(started.size(), 4u);
+  EXPECT_EQ(started.front(), "g1");
+  EXPECT_THAT(std::vector<std::string>(started.begin() + 1, started.end() - 1),
+              UnorderedElementsAre("n1", "n2"));
+  EXPECT_EQ(started.back(), "g2");
+}
+
 TEST(CompileQueueTest, ACancelledJobStartsNothingAndNeedReturns) {
   Compiler compiler;
   compiler.Hold("a");
   std::atomic<bool> cancel{false};
-  CompileQueue queue(1, compiler.Fn(), &cancel);
+  CompileQueue queue(1, 1, compiler.Fn(), &cancel);
   Reported reported;
   CompileResults ends;
   std::thread round([&] { ends = queue.Need(Units({"a", "b"}), reported.Fn()); });
