@@ -282,7 +282,7 @@ manifests() {
 ahead() {
   local manifest failed=0 n=0 label flags pass
   for manifest in "$@"; do
-    for pass in 1 2; do
+    for pass in $(seq "${AHEAD_PASSES:-2}"); do
       for flags in "--compile-ahead=0" "--compile-ahead=2"; do
         n=$((n + 1))
         label="ahead-$n-$(basename "$manifest" .manifest)-${flags#--compile-ahead=}"
