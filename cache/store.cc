@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/posix_error.h"
@@ -298,9 +300,41 @@ absl::StatusOr<FamilyRecord> Store::GetFamilyVersion(std::string_view std_name,
   const absl::string_view hash = ToAbsl(std_hash);
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
   ASSIGN_OR_RETURN(std::optional<FamilyRecord> record, ReadFamilyVersion(*db, name, hash));
-  if (!record.has_value()) {
+  if (record.has_value()) return *std::move(record);
+  const auto not_found = [&] {
     return absl::NotFoundError(absl::StrCat("family '", name, "' has no version ", hash));
+  };
+  const bool prefix = hash.size() >= kMinHashPrefix && hash.size() < 64 &&
+                      std::all_of(hash.begin(), hash.end(), [](char c) {
+                        return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
+                      });
+  if (!prefix) return not_found();
+  ASSIGN_OR_RETURN(Statement select,
+                   db->Prepare("SELECT content_hash FROM family_versions"
+                               " WHERE name = ?1 AND substr(content_hash, 1, ?2) = ?3"
+                               " ORDER BY content_hash LIMIT 5"));
+  select.BindText(1, name);
+  select.BindInt(2, static_cast<int64_t>(hash.size()));
+  select.BindText(3, hash);
+  std::vector<std::string> matches;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
+    matches.push_back(std::string(select.ColumnText(0)));
   }
+  if (matches.empty()) return not_found();
+  if (matches.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "family '", name, "': the hash prefix ", hash, " fits ",
+        matches.size() == 5 ? "5 or more" : absl::StrCat(matches.size()), " versions (",
+        absl::StrJoin(matches, ", ",
+                      [](std::string* out, const std::string& full) {
+                        absl::StrAppend(out, full.substr(0, 16), "...");
+                      }),
+        "); give more of it"));
+  }
+  ASSIGN_OR_RETURN(record, ReadFamilyVersion(*db, name, matches.front()));
+  if (!record.has_value()) return not_found();
   return *std::move(record);
 }
 

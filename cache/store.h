@@ -125,6 +125,9 @@ struct StoreStats {
 // with no median loses to one with). False when neither is better.
 bool MeasuredBetter(const v1::Entry& a, const v1::Entry& b);
 
+// The shortest prefix of a family's content hash that names a version.
+inline constexpr size_t kMinHashPrefix = 4;
+
 class Store {
  public:
   // Opens (creating if missing, with mode 0600) and migrates the database.
@@ -200,7 +203,11 @@ class Store {
                                          bool* changed = nullptr);
   // The current version of `name`. NOT_FOUND: "unknown family 'name'".
   absl::StatusOr<FamilyRecord> GetFamily(std::string_view name) const;
-  // A specific version. NOT_FOUND when that hash was never stored.
+  // A specific version, by its content hash or a prefix of it (at least
+  // kMinHashPrefix hex digits; `autotune kernels` prints 12): NOT_FOUND
+  // "family 'gemm' has no version abc123" when no version's hash is or
+  // starts with it; INVALID_ARGUMENT naming the versions when a prefix
+  // fits several.
   absl::StatusOr<FamilyRecord> GetFamilyVersion(std::string_view name, std::string_view hash) const;
   // Current version of every family, by name, with entry counts (entries of
   // the current hash only). config_count is the product of the parameters'

@@ -137,6 +137,46 @@ TEST_F(StoreTest, UnknownFamiliesAreNotFound) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("family 'other'")));
 }
 
+// `autotune kernels` prints 12 hex digits of a hash; every call that takes
+// one takes a prefix of it, down to kMinHashPrefix, when it names one
+// version.
+TEST_F(StoreTest, AVersionIsFoundByAPrefixOfItsHashThatFitsItAlone) {
+  // Versions until two share their first kMinHashPrefix digits (about 300
+  // for 16 bits, by the birthday bound).
+  std::map<std::string, std::string> by_prefix;
+  std::string first, second;
+  for (int i = 0; first.empty(); ++i) {
+    v1::KernelFamily family = MakeFamily("gemm");
+    family.set_description(absl::StrCat("version ", i));
+    const std::string hash = FamilyContentHash(family);
+    auto [it, added] = by_prefix.emplace(hash.substr(0, kMinHashPrefix), hash);
+    if (!added) {
+      first = it->second;
+      second = hash;
+    }
+    Register(family);
+  }
+  ASSERT_OK_AND_ASSIGN(FamilyRecord found, store_->GetFamilyVersion("gemm", first.substr(0, 12)));
+  EXPECT_EQ(found.content_hash, first);
+  ASSERT_OK_AND_ASSIGN(found, store_->GetFamilyVersion("gemm", second.substr(0, 12)));
+  EXPECT_EQ(found.content_hash, second);
+  EXPECT_THAT(store_->GetFamilyVersion("gemm", first.substr(0, kMinHashPrefix)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(absl::StrCat("the hash prefix ",
+                                                    first.substr(0, kMinHashPrefix), " fits 2")),
+                             HasSubstr(first.substr(0, 16)), HasSubstr(second.substr(0, 16)),
+                             HasSubstr("give more of it"))));
+  // Too short, not hex, or fitting none: not found.
+  EXPECT_THAT(store_->GetFamilyVersion("gemm", first.substr(0, kMinHashPrefix - 1)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("has no version")));
+  EXPECT_THAT(store_->GetFamilyVersion("gemm", "%"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("has no version")));
+  EXPECT_THAT(store_->GetFamilyVersion("gemm", first.substr(0, 11) + "z"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("has no version")));
+  EXPECT_THAT(store_->GetFamilyVersion("other", first.substr(0, 12)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("has no version")));
+}
+
 TEST_F(StoreTest, PutFamilyRejectsBadNames) {
   EXPECT_THAT(store_->PutFamily(MakeFamily(""), false),
               StatusIs(absl::StatusCode::kInvalidArgument, "family.name is empty"));

@@ -166,6 +166,17 @@ TEST(DTypeTableTest, SizesAndTypes) {
   EXPECT_FALSE(FindDType(v1::FLOAT16)->is_integer);
   EXPECT_EQ(FindDType(static_cast<v1::DType>(99)), nullptr);
   EXPECT_EQ(DTypeName(static_cast<v1::DType>(99)), "dtype 99");
+  // Manifests and descriptors may spell a dtype as the CLI does: each short
+  // name is an alias of its value in the enum, and output keeps printing
+  // the constant.
+  for (int value = v1::DType_MIN + 1; value <= v1::DType_MAX; ++value) {
+    const auto dtype = static_cast<v1::DType>(value);
+    const google::protobuf::EnumValueDescriptor* alias =
+        v1::DType_descriptor()->FindValueByName(DTypeName(dtype));
+    ASSERT_NE(alias, nullptr) << DTypeName(dtype) << " is not a name in enum DType";
+    EXPECT_EQ(alias->number(), value) << DTypeName(dtype);
+  }
+  EXPECT_EQ(v1::DType_Name(v1::BFLOAT16), "BFLOAT16");
   // Every value of the enum has a row.
   for (int value = v1::DType_MIN + 1; value <= v1::DType_MAX; ++value) {
     if (!v1::DType_IsValid(value)) continue;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "base/file.h"
 #include "base/paths.h"
@@ -42,7 +43,12 @@ Command RegisterCommand(CLI::App& root, Streams io) {
     v1::RegisterKernelRequest request;
     ASSIGN_OR_RETURN(*request.mutable_family(), ReadFamilyFile(s->file));
     request.set_replace(s->replace);
-    return PrintAnswer(client.RegisterKernel(request), s->json, io.out,
+    absl::StatusOr<v1::RegisterKernelResponse> answer = client.RegisterKernel(request);
+    if (absl::IsAlreadyExists(answer.status())) {  // the API's field is this command's flag
+      answer = absl::AlreadyExistsError(absl::StrReplaceAll(
+          answer.status().message(), {{"set replace to", "pass --replace to"}}));
+    }
+    return PrintAnswer(answer, s->json, io.out,
                        [](const v1::RegisterKernelResponse& response, std::ostream& out) {
                          out << "kernel family " << response.kernel().name() << " "
                              << (response.changed() ? "registered" : "unchanged")

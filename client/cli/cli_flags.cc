@@ -61,14 +61,22 @@ absl::StatusOr<v1::EntryFilter> FilterFromFlags(const FilterFlags& flags) {
   filter.set_family(flags.family);
   filter.set_family_hash(flags.hash);
   filter.set_device(flags.device);
-  if (!flags.problem.dims.empty() || !flags.problem.dtype.empty()) {
-    if (flags.problem.dims.empty() || flags.problem.dtype.empty()) {
-      return absl::InvalidArgumentError(
-          "--dims and --dtype select a problem together; give both or neither");
+  // --dims and --dtype select apart or together.
+  if (!flags.problem.dims.empty()) {
+    absl::StatusOr<std::map<std::string, int64_t>> dims = ParseDims(flags.problem.dims);
+    if (!dims.ok()) return FlagError("--dims", flags.problem.dims, dims.status().message());
+    if (dims->empty()) {
+      return FlagError("--dims", flags.problem.dims, "no dimensions; expected name=value,...");
     }
-    absl::StatusOr<v1::Problem> problem = ProblemFromFlags(flags.problem);
-    if (!problem.ok()) return problem.status();
-    *filter.mutable_problem() = *std::move(problem);
+    filter.mutable_problem()->mutable_dims()->insert(dims->begin(), dims->end());
+  }
+  if (!flags.problem.dtype.empty()) {
+    absl::StatusOr<v1::DType> dtype = ParseDType(flags.problem.dtype);
+    if (!dtype.ok()) {
+      return FlagError("--dtype", flags.problem.dtype,
+                       absl::StrCat("expected one of ", DTypeNameList()));
+    }
+    filter.mutable_problem()->set_dtype(*dtype);
   }
   if (!flags.nvrtc_older_than.empty()) {
     if (!NvrtcVersionNumber(flags.nvrtc_older_than).ok()) {

@@ -27,7 +27,7 @@ struct FilterFlags {
   std::string family;
   std::string hash;
   std::string device;
-  ProblemFlags problem;          // both or neither
+  ProblemFlags problem;          // either, both or neither
   std::string nvrtc_older_than;  // "12.8"
 };
 

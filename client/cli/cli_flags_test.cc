@@ -57,11 +57,21 @@ TEST(FilterFromFlagsTest, EachSelectorNarrows) {
   EXPECT_EQ(filter.problem().dtype(), v1::FLOAT16);
 }
 
-TEST(FilterFromFlagsTest, DimsAndDtypeGoTogether) {
+TEST(FilterFromFlagsTest, DimsAndDtypeSelectApartOrTogether) {
   FilterFlags flags;
+  flags.family = "gla_decode";
   flags.problem.dims = "batch=8";
+  ASSERT_OK_AND_ASSIGN(v1::EntryFilter filter, FilterFromFlags(flags));
+  EXPECT_EQ(filter.problem().dims().at("batch"), 8);
+  EXPECT_EQ(filter.problem().dtype(), v1::DTYPE_UNSPECIFIED);
+  flags.problem.dims.clear();
+  flags.problem.dtype = "bf16";
+  ASSERT_OK_AND_ASSIGN(filter, FilterFromFlags(flags));
+  EXPECT_TRUE(filter.problem().dims().empty());
+  EXPECT_EQ(filter.problem().dtype(), v1::BFLOAT16);
+  flags.problem.dtype = "bf17";
   EXPECT_THAT(FilterFromFlags(flags),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dims and --dtype")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid --dtype 'bf17'")));
 }
 
 TEST(FilterFromFlagsTest, NvrtcVersionMustBeMajorDotMinor) {

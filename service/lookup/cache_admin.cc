@@ -4,7 +4,9 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -67,12 +69,15 @@ std::string DescribeFilter(const v1::EntryFilter& filter) {
   return text.empty() ? "all entries" : text;
 }
 
-absl::Status CacheAdmin::ValidateFilter(const v1::EntryFilter& filter,
-                                        absl::string_view field) const {
+absl::StatusOr<v1::EntryFilter> CacheAdmin::ResolveFilter(const v1::EntryFilter& given,
+                                                          absl::string_view field) const {
+  v1::EntryFilter filter = given;
   if (!filter.family().empty()) {
     RETURN_IF_ERROR(store_->GetFamily(filter.family()).status());
     if (!filter.family_hash().empty()) {
-      RETURN_IF_ERROR(store_->GetFamilyVersion(filter.family(), filter.family_hash()).status());
+      ASSIGN_OR_RETURN(cache::FamilyRecord version,
+                       store_->GetFamilyVersion(filter.family(), filter.family_hash()));
+      filter.set_family_hash(version.content_hash);
     }
   }
   if (!filter.nvrtc_older_than().empty()) {
@@ -82,22 +87,32 @@ absl::Status CacheAdmin::ValidateFilter(const v1::EntryFilter& filter,
           absl::StrCat(field, ".nvrtc_older_than: ", version.status().message()));
     }
   }
+  // Dims and dtype select apart or together: the dims of one family's
+  // problems (of every dtype), a dtype (of every family, or of one).
   const v1::Problem& problem = filter.problem();
   const bool has_dims = problem.dims_size() > 0;
   const bool has_dtype = problem.dtype() != v1::DTYPE_UNSPECIFIED;
-  if (has_dims != has_dtype) {
+  if (has_dims && filter.family().empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".problem: give both dims and dtype, or neither"));
+        absl::StrCat(field, ".problem.dims needs ", field, ".family (dims belong to a family)"));
   }
-  if (has_dims) {
-    if (filter.family().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".problem needs ", field, ".family (dims belong to a family)"));
-    }
+  if ((has_dims || has_dtype) && !filter.family().empty()) {
     ASSIGN_OR_RETURN(cache::FamilyRecord family, store_->GetFamily(filter.family()));
-    RETURN_IF_ERROR(ValidateProblem(family.family, problem, absl::StrCat(field, ".problem")));
+    if (has_dims) {
+      v1::Problem checked = problem;
+      if (!has_dtype && family.family.dtypes_size() > 0) {
+        checked.set_dtype(family.family.dtypes(0));  // the dims as they are under any dtype
+      }
+      RETURN_IF_ERROR(ValidateProblem(family.family, checked, absl::StrCat(field, ".problem")));
+    } else if (!absl::c_linear_search(family.family.dtypes(), problem.dtype())) {
+      std::vector<std::string> names;
+      for (int dtype : family.family.dtypes()) names.push_back(DTypeName(v1::DType(dtype)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".problem.dtype: ", DTypeName(problem.dtype()), " is not supported by family '",
+          filter.family(), "' (", absl::StrJoin(names, ", "), ")"));
+    }
   }
-  return absl::OkStatus();
+  return filter;
 }
 
 absl::StatusOr<v1::ListKernelsResponse> CacheAdmin::ListKernels() const {
@@ -132,7 +147,7 @@ absl::StatusOr<v1::RegisterKernelResponse> CacheAdmin::RegisterKernel(
 
 absl::StatusOr<v1::ListEntriesResponse> CacheAdmin::ListEntries(
     const v1::ListEntriesRequest& request) const {
-  RETURN_IF_ERROR(ValidateFilter(request.filter(), "filter"));
+  ASSIGN_OR_RETURN(const v1::EntryFilter filter, ResolveFilter(request.filter(), "filter"));
   if (request.limit() < 0 || request.limit() > kMaxListLimit) {
     return absl::InvalidArgumentError(
         absl::StrCat("limit: ", request.limit(), " is not in 0..", kMaxListLimit));
@@ -143,7 +158,7 @@ absl::StatusOr<v1::ListEntriesResponse> CacheAdmin::ListEntries(
   const int limit = request.limit() == 0 ? kDefaultListEntriesLimit : request.limit();
   int64_t total = 0;
   ASSIGN_OR_RETURN(std::vector<v1::Entry> entries,
-                   store_->ListEntries(request.filter(), limit, request.offset(), &total));
+                   store_->ListEntries(filter, limit, request.offset(), &total));
   v1::ListEntriesResponse response;
   for (v1::Entry& entry : entries) *response.add_entries() = std::move(entry);
   response.set_total(total);
@@ -195,8 +210,7 @@ absl::StatusOr<v1::GetEntryResponse> CacheAdmin::GetEntry(
 
 absl::StatusOr<v1::InvalidateResponse> CacheAdmin::Invalidate(
     const v1::InvalidateRequest& request) {
-  RETURN_IF_ERROR(ValidateFilter(request.filter(), "filter"));
-  const v1::EntryFilter& filter = request.filter();
+  ASSIGN_OR_RETURN(const v1::EntryFilter filter, ResolveFilter(request.filter(), "filter"));
   const bool empty = filter.family().empty() && filter.family_hash().empty() &&
                      filter.device().empty() && filter.problem().dims_size() == 0 &&
                      filter.nvrtc_older_than().empty();
@@ -216,8 +230,8 @@ absl::StatusOr<v1::InvalidateResponse> CacheAdmin::Invalidate(
 absl::StatusOr<cache::StoreStats> CacheAdmin::StoreStats() const { return store_->Stats(); }
 
 absl::StatusOr<v1::CacheBundle> CacheAdmin::Export(const v1::ExportRequest& request) const {
-  RETURN_IF_ERROR(ValidateFilter(request.filter(), "filter"));
-  return store_->Export(request.filter(), request.include_measurements());
+  ASSIGN_OR_RETURN(const v1::EntryFilter filter, ResolveFilter(request.filter(), "filter"));
+  return store_->Export(filter, request.include_measurements());
 }
 
 absl::StatusOr<v1::BackupResponse> CacheAdmin::Backup(const v1::BackupRequest& request) {

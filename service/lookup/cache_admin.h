@@ -69,8 +69,10 @@ class CacheAdmin {
 
  private:
   // Field checks shared by every call that takes a filter; `field` prefixes
-  // the messages ("filter").
-  absl::Status ValidateFilter(const v1::EntryFilter& filter, absl::string_view field) const;
+  // the messages ("filter"). Returns the filter with family_hash, which may
+  // be a prefix, replaced by the whole hash of the version it names.
+  absl::StatusOr<v1::EntryFilter> ResolveFilter(const v1::EntryFilter& filter,
+                                                absl::string_view field) const;
 
   cache::Store* store_;
 };

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_matchers.h"
@@ -120,6 +121,26 @@ TEST_F(WarmupEndToEndTest, ANewSourceGetsNewBinariesAndTheOldOnesStay) {
   ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
   v1::Job first = Warmup();
   ASSERT_EQ(first.counts().compile_errors(), 0);
+  // The hash as `kernels` prints it (12 digits) selects the version, and
+  // --dtype selects without --dims.
+  CommandResult kernels = Cli({"kernels"});
+  std::string printed;
+  for (absl::string_view line : absl::StrSplit(kernels.out, '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() > 1 && words[0] == "axpy") printed = words[1];
+  }
+  ASSERT_EQ(printed.size(), 12u) << kernels.out;
+  CommandResult by_prefix = Cli({"ls", "--family", "axpy", "--hash", printed, "--json"});
+  EXPECT_EQ(by_prefix.exit_code, 0) << by_prefix.err;  // a compile-only job: no entries
+  CommandResult unknown = Cli({"ls", "--family", "axpy", "--hash", "0123456789ab"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("family 'axpy' has no version 0123456789ab"));
+  CommandResult by_dtype = Cli({"ls", "--family", "axpy", "--dtype", "fp32"});
+  EXPECT_EQ(by_dtype.exit_code, 0) << by_dtype.err;
+  CommandResult wrong_dtype = Cli({"ls", "--family", "axpy", "--dtype", "bf16"});
+  EXPECT_EQ(wrong_dtype.exit_code, 1);
+  EXPECT_THAT(wrong_dtype.err,
+              HasSubstr("filter.problem.dtype: bf16 is not supported by family 'axpy'"));
   CommandResult stats_before = Cli({"stats", "--json"});
   v1::StatsResponse before;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(stats_before.out, &before).ok());
@@ -130,6 +151,7 @@ TEST_F(WarmupEndToEndTest, ANewSourceGetsNewBinariesAndTheOldOnesStay) {
   CommandResult refused = Cli({"register", Path("axpy.textproto")});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("ALREADY_EXISTS"));
+  EXPECT_THAT(refused.err, HasSubstr("pass --replace to make this version current"));
   CommandResult replaced = Cli({"register", Path("axpy.textproto"), "--replace"});
   ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
 

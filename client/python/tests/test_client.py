@@ -63,7 +63,9 @@ class VocabularyTest(unittest.TestCase):
         for member in DType:
             name = "DTYPE_UNSPECIFIED" if member == DType.UNSPECIFIED else member.name
             self.assertEqual(pb.DType.Value(name), member.value, name)
-        self.assertEqual(len(DType), len(pb.DType.keys()))
+        # The proto's short aliases (bf16 for BFLOAT16) name the same values.
+        self.assertEqual(len(DType), len(set(pb.DType.values())))
+        self.assertEqual(pb.DType.Value("bf16"), DType.BFLOAT16.value)
         for match in Match:
             self.assertEqual(pb.MatchKind.Value(match.name), match.value)
         for kind in MissKind:
