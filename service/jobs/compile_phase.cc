@@ -54,8 +54,8 @@ CompileEnd CompileOne(const CompileUnit& unit, cache::Store& store, CompilePool&
       record.log = outcome.log();
       record.nvrtc_version = pool.nvrtc_version();
       record.arch = unit.arch;
-      record.family = unit.family;
-      record.family_hash = unit.family_hash;
+      record.family = unit.record->family.name();
+      record.family_hash = unit.record->content_hash;
       absl::StatusOr<std::string> sha256 = store.PutCompile(record, outcome.cubin());
       if (!sha256.ok()) {
         end.status = v1::VARIANT_STATUS_UNSPECIFIED;

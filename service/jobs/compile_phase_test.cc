@@ -34,11 +34,10 @@ CompileUnit Unit(const std::string& key) {
   auto record = std::make_shared<cache::FamilyRecord>();
   record->family.set_name("scale");
   record->family.set_source("extern \"C\" __global__ void scale() {}");
+  record->content_hash = "0123";
   unit.record = std::move(record);
   unit.name_expression = "scale";
   unit.arch = "sm_90";
-  unit.family = "scale";
-  unit.family_hash = "0123";
   return unit;
 }
 

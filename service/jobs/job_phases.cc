@@ -55,8 +55,8 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
     const bool compile_failed = failed && end.store_error.ok();
     v1::Measurement last;
     if (compile_failed) {
-      last.set_family(unit.family);
-      last.set_family_hash(unit.family_hash);
+      last.set_family(unit.record->family.name());
+      last.set_family_hash(unit.record->content_hash);
       *last.mutable_problem() = unit.problem;
       *last.mutable_config() = unit.config;
       last.set_status(end.status);

@@ -274,8 +274,6 @@ absl::StatusOr<JobPlan> PlanJob(
     unit.name_expression = name_expression;
     unit.options = compile_options;
     unit.arch = target.arch;
-    unit.family = record->family.name();
-    unit.family_hash = record->content_hash;
     unit.problem = problem;
     if (config != nullptr) unit.config = *config;
     plan.units.push_back(std::move(unit));

@@ -38,13 +38,11 @@ namespace autotune::service {
 // (a space of 100k variants of a 40 KB source would be 4 GB of copies),
 // until CompileTaskOf builds the worker's task for the compile.
 struct CompileUnit {
-  std::string key;  // kernels::CompileKey
-  std::shared_ptr<const cache::FamilyRecord> record;
+  std::string key;                                    // kernels::CompileKey
+  std::shared_ptr<const cache::FamilyRecord> record;  // its family, name and hash
   std::string name_expression;
   std::vector<std::string> options;
   std::string arch;
-  std::string family;
-  std::string family_hash;
   v1::Problem problem;  // the first problem that needs it, for reports
   v1::Config config;    // empty for a reference kernel
 };
