@@ -3,24 +3,46 @@
     import autotune_client as at
 
     with at.Client() as client:
-        result = client.lookup(at.Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16"),
-                               include_cubin=True)
+        lookup = at.Lookup("gla_decode", {"batch": 8, "heads": 32, "dim": 128}, "bf16")
+        result = client.lookup(lookup, include_cubin=True)
 
     # At an inference server's start: one deadline, the local cache as fallback.
     answers = at.startup_lookup(lookups, deadline=2.0, device="NVIDIA H200")
 
+    # Tuning: register a family, tune a manifest, read the report.
+    with at.Client() as client:
+        client.register("kernels/testdata/good/axpy.textproto")
+        job = client.tune("axpy.manifest", on_progress=print)
+        print(client.report(job))
+
 Modules: client (Client), lookups (Lookup, LookupResult, the enums),
 local_cache (LocalCache, the on-disk format shared with the C++ client),
 startup (startup_lookup, StartupLookup), server_configs (the JSON files
-vLLM and SGLang read, as `autotune export-configs` writes them), errors
-(the exceptions), paths (default locations).
+vLLM and SGLang read, as `autotune export-configs` writes them), families
+(descriptors, and `autotune check` behind Client.check), jobs (manifests and
+search options as the CLI reads them), report (a finished job as text,
+behind Client.report), errors (the exceptions), paths (default locations).
 """
+
+try:
+    import google.protobuf  # noqa: F401
+    import grpc  # noqa: F401
+except ImportError as _missing:
+    import sys as _sys
+
+    raise ImportError(
+        f"autotune_client needs grpcio and protobuf, which {_sys.executable} cannot import "
+        f"({_missing}): on Debian, apt-get install python3-grpcio python3-protobuf "
+        "and use /usr/bin/python3 (or a venv made with --system-site-packages); elsewhere, "
+        "pip install grpcio protobuf"
+    ) from _missing
 
 from autotune_client.client import Client, read_token_file
 from autotune_client.errors import (
     AutotuneError,
     DataLoss,
     InvalidArgument,
+    JobFailed,
     LocalCacheCorrupt,
     LocalCacheError,
     NotFound,
@@ -28,6 +50,8 @@ from autotune_client.errors import (
     ServiceUnavailable,
     Unauthenticated,
 )
+from autotune_client.families import CheckResult, read_family
+from autotune_client.jobs import read_manifest, search_options
 from autotune_client.local_cache import LocalCache, answer_key
 from autotune_client.lookups import (
     BatchAnswer,
@@ -39,6 +63,7 @@ from autotune_client.lookups import (
     LookupResult,
     Match,
     MissKind,
+    NamedIntEnum,
     format_dims,
     parse_dtype,
 )
@@ -61,12 +86,14 @@ from autotune_client.startup import (
 __all__ = [
     "AutotuneError",
     "BatchAnswer",
+    "CheckResult",
     "Client",
     "DType",
     "DataLoss",
     "Device",
     "DimDistance",
     "InvalidArgument",
+    "JobFailed",
     "LaunchDims",
     "LocalCache",
     "LocalCacheCorrupt",
@@ -76,6 +103,7 @@ __all__ = [
     "Match",
     "MissKind",
     "NO_LOCAL_CACHE",
+    "NamedIntEnum",
     "NotFound",
     "PermissionDenied",
     "SOURCE_LOCAL_CACHE",
@@ -91,8 +119,11 @@ __all__ = [
     "export_server_configs",
     "format_dims",
     "parse_dtype",
-    "read_token_file",
     "pb",
+    "read_family",
+    "read_manifest",
+    "read_token_file",
+    "search_options",
     "server_config_files",
     "startup_lookup",
 ]

@@ -1,7 +1,8 @@
 """Python client of the autotune daemon (service autotune.v1.Autotune).
 
     with Client() as client:  # $AUTOTUNE_SERVER, else the daemon's default socket
-        result = client.lookup(Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16"))
+        lookup = Lookup("gla_decode", {"batch": 8, "heads": 32, "dim": 128}, "bf16")
+        result = client.lookup(lookup)
         if result.match == Match.MISS:
             config = result.default_config  # run untuned
         else:
@@ -15,23 +16,39 @@ not answer within the timeout. Calls fail fast rather than wait for a
 daemon that is not there, so a start-up path never blocks on it longer
 than one connection attempt or the timeout.
 
+Tuning, the whole job from Python (a family, a check without a daemon, a
+job with its progress, its report):
+
+    descriptor = "kernels/testdata/good/axpy.textproto"
+    Client.check(descriptor, arch="sm_90")  # the autotune CLI: NVRTC, no daemon
+    with Client() as client:
+        client.register(descriptor)  # the daemon compiles it before storing it
+        job = client.tune("axpy.manifest", on_progress=print)  # JobFailed unless SUCCEEDED
+        print(client.report(job))
+
 Thread safety: a Client may be used from many threads at once; calls
 multiplex over one channel. Create one per process and share it.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+import time
+import warnings
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import grpc
+from google.protobuf.message import Message
 
 from autotune_client.errors import (
     AutotuneError,
     DataLoss,
     InvalidArgument,
+    JobFailed,
     PermissionDenied,
     error_for_code,
 )
+from autotune_client.families import CheckResult, PathLike, check_family, read_family
+from autotune_client.jobs import FINISHED_STATES, Budget, job_request, state_name
 from autotune_client.lookups import (
     BatchAnswer,
     Lookup,
@@ -45,6 +62,7 @@ from autotune_client.paths import (
     socket_owner_from_environment,
     socket_owner_problem,
 )
+from autotune_client.report import job_report
 
 _SERVICE = "/autotune.v1.Autotune"
 
@@ -53,6 +71,12 @@ _SERVICE = "/autotune.v1.Autotune"
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 512 << 20
 
 _CODE_NAMES: dict[int, str] = {code.value[0]: code.name for code in grpc.StatusCode}
+
+# The least deadline of RegisterKernel, which compiles the family on the
+# daemon first (client/client.h, kRegisterKernelTimeout).
+REGISTER_KERNEL_TIMEOUT = 300.0
+
+ProgressCallback = Callable[[pb.JobProgress], None]
 
 
 def error_from_rpc(error: grpc.RpcError, address: str) -> AutotuneError:
@@ -126,31 +150,33 @@ class Client:
             self._channel = grpc.insecure_channel(self._address, options=options)
         else:
             self._channel = grpc.secure_channel(self._address, credentials, options=options)
-        self._lookup = self._channel.unary_unary(
-            f"{_SERVICE}/Lookup",
-            request_serializer=pb.LookupRequest.SerializeToString,
-            response_deserializer=pb.LookupResponse.FromString,
+
+        def unary(name: str, request: Any, response: Any) -> Any:
+            return self._channel.unary_unary(
+                f"{_SERVICE}/{name}",
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+        self._lookup = unary("Lookup", pb.LookupRequest, pb.LookupResponse)
+        self._batch_lookup = unary("BatchLookup", pb.BatchLookupRequest, pb.BatchLookupResponse)
+        self._get_binaries = unary("GetBinaries", pb.GetBinariesRequest, pb.GetBinariesResponse)
+        self._list_kernels = unary("ListKernels", pb.ListKernelsRequest, pb.ListKernelsResponse)
+        self._list_entries = unary("ListEntries", pb.ListEntriesRequest, pb.ListEntriesResponse)
+        self._register_kernel = unary(
+            "RegisterKernel", pb.RegisterKernelRequest, pb.RegisterKernelResponse
         )
-        self._batch_lookup = self._channel.unary_unary(
-            f"{_SERVICE}/BatchLookup",
-            request_serializer=pb.BatchLookupRequest.SerializeToString,
-            response_deserializer=pb.BatchLookupResponse.FromString,
+        self._unregister_kernel = unary(
+            "UnregisterKernel", pb.UnregisterKernelRequest, pb.UnregisterKernelResponse
         )
-        self._get_binaries = self._channel.unary_unary(
-            f"{_SERVICE}/GetBinaries",
-            request_serializer=pb.GetBinariesRequest.SerializeToString,
-            response_deserializer=pb.GetBinariesResponse.FromString,
+        self._submit_job = self._channel.unary_stream(
+            f"{_SERVICE}/SubmitJob",
+            request_serializer=pb.SubmitJobRequest.SerializeToString,
+            response_deserializer=pb.JobProgress.FromString,
         )
-        self._list_kernels = self._channel.unary_unary(
-            f"{_SERVICE}/ListKernels",
-            request_serializer=pb.ListKernelsRequest.SerializeToString,
-            response_deserializer=pb.ListKernelsResponse.FromString,
-        )
-        self._list_entries = self._channel.unary_unary(
-            f"{_SERVICE}/ListEntries",
-            request_serializer=pb.ListEntriesRequest.SerializeToString,
-            response_deserializer=pb.ListEntriesResponse.FromString,
-        )
+        self._get_job = unary("GetJob", pb.GetJobRequest, pb.Job)
+        self._list_jobs = unary("ListJobs", pb.ListJobsRequest, pb.ListJobsResponse)
+        self._cancel_job = unary("CancelJob", pb.CancelJobRequest, pb.Job)
 
     @property
     def address(self) -> str:
@@ -215,12 +241,8 @@ class Client:
 
     def list_kernels(self, timeout: Optional[float] = None) -> list[pb.KernelSummary]:
         """The kernel families the daemon knows, current versions."""
-        response: pb.ListKernelsResponse = _call(
-            self._list_kernels,
-            pb.ListKernelsRequest(),
-            self._timeout if timeout is None else timeout,
-            self._address,
-            self._metadata,
+        response: pb.ListKernelsResponse = self._ask(
+            self._list_kernels, pb.ListKernelsRequest(), timeout
         )
         return list(response.kernels)
 
@@ -231,30 +253,231 @@ class Client:
         entries: list[pb.Entry] = []
         while True:
             request = pb.ListEntriesRequest(filter=entry_filter, limit=1000, offset=len(entries))
-            page: pb.ListEntriesResponse = _call(
-                self._list_entries,
-                request,
-                self._timeout if timeout is None else timeout,
-                self._address,
-                self._metadata,
-            )
+            page: pb.ListEntriesResponse = self._ask(self._list_entries, request, timeout)
             entries.extend(page.entries)
             if not page.entries or len(entries) >= page.total:
                 return entries
 
-    def raw_lookup(
-        self, request: pb.LookupRequest, timeout: Optional[float] = None
-    ) -> pb.LookupResponse:
-        """The Lookup RPC on messages, as the service answers it (the cubin is
-        not checked here)."""
+    def register(
+        self,
+        family: Union[PathLike, pb.KernelFamily],
+        replace: bool = False,
+        timeout: Optional[float] = None,
+    ) -> pb.RegisterKernelResponse:
+        """Registers a kernel family, as `autotune register` does.
+
+        `family`: a descriptor file (read by read_family: its source_file and
+        header files are read beside it) or a KernelFamily. `replace` makes
+        this version current when the family exists with other content;
+        without it, that is refused (InvalidArgument naming replace). The
+        daemon compiles a new version before storing it, so the deadline is
+        at least REGISTER_KERNEL_TIMEOUT (300 s) whatever `timeout` says.
+
+        Returns the response: `kernel` (name, content hash, config count),
+        `changed`, and `warnings`, what was allowed but is worth saying (a
+        family without default_config, a family stored unchecked because the
+        daemon cannot compile now). Each warning is also emitted with
+        warnings.warn (category UserWarning), so it is seen unless filtered.
+        Raises what read_family raises, and InvalidArgument with every
+        problem the daemon found (a variant that does not compile, a bad
+        expression).
+        """
+        message = family if isinstance(family, pb.KernelFamily) else read_family(family)
+        deadline = max(self._timeout if timeout is None else timeout, REGISTER_KERNEL_TIMEOUT)
+        request = pb.RegisterKernelRequest(family=message, replace=replace)
+        response: pb.RegisterKernelResponse = self._ask(self._register_kernel, request, deadline)
+        for text in response.warnings:
+            warnings.warn(f"register {response.kernel.name}: {text}", UserWarning, stacklevel=2)
+        return response
+
+    def unregister(
+        self, name: str, invalidate: bool = False, timeout: Optional[float] = None
+    ) -> pb.UnregisterKernelResponse:
+        """Removes the family `name`, every version of it (admin). Refused
+        (FAILED_PRECONDITION) while it has entries or measurements, unless
+        `invalidate`: then they go with it. Returns how many versions,
+        entries and measurements were removed (`autotune gc` frees their
+        cubins). NotFound for a family the daemon does not know."""
+        request = pb.UnregisterKernelRequest(name=name, invalidate=invalidate)
+        response: pb.UnregisterKernelResponse = self._ask(self._unregister_kernel, request, timeout)
+        return response
+
+    def submit(
+        self,
+        manifest: Union[PathLike, pb.Manifest],
+        *,
+        compile_only: bool = False,
+        retune: bool = False,
+        search: Optional[str] = None,
+        budget: Optional[Budget] = None,
+        seed: Optional[int] = None,
+        on_progress: Optional[ProgressCallback] = None,
+        timeout: Optional[float] = None,
+    ) -> pb.Job:
+        """Submits a tuning job and follows it until it ends, as `autotune
+        warmup` does; returns the job as last reported, whatever its state
+        (a job that FAILED is returned, not raised: see tune).
+
+        `manifest`: a manifest file (autotune.v1.Manifest in text format) or
+        a Manifest. `compile_only`: compile every variant, measure nothing.
+        `retune`: tune again problems that have entries. `search`, `budget`
+        and `seed` as the CLI's --search, --budget and --seed (jobs.py,
+        search_options): "exhaustive", "random" or "model"; a count (500 or
+        "500"), a share ("5%") or a time ("90s", "5m", a timedelta); the
+        seed. They choose what to measure: with `compile_only` they are
+        refused (InvalidArgument). `on_progress` is called with each
+        JobProgress message on the caller's thread. `timeout`: seconds the
+        whole job may take; None = no limit (a job lasts as long as it
+        does).
+
+        If on_progress raises, the stream is dropped and the exception
+        propagates; the job goes on in the daemon (cancel_job stops it).
+        Raises AutotuneError (UNKNOWN) when the stream ends without
+        reporting the job.
+        """
+        request = job_request(
+            manifest,
+            compile_only=compile_only,
+            retune=retune,
+            search=search,
+            budget=budget,
+            seed=seed,
+        )
+        stream = self._submit_job(request, timeout=timeout, metadata=self._metadata)
+        job: Optional[pb.Job] = None
         try:
-            response: pb.LookupResponse = self._lookup(
+            for progress in stream:
+                job = progress.job
+                if on_progress is not None:
+                    on_progress(progress)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, self._address) from None
+        finally:
+            stream.cancel()  # a no-op once the stream has ended
+        if job is None:
+            raise AutotuneError("the server ended the job stream without reporting the job")
+        return job
+
+    def tune(
+        self,
+        manifest: Union[PathLike, pb.Manifest],
+        *,
+        compile_only: bool = False,
+        retune: bool = False,
+        search: Optional[str] = None,
+        budget: Optional[Budget] = None,
+        seed: Optional[int] = None,
+        on_progress: Optional[ProgressCallback] = None,
+        timeout: Optional[float] = None,
+    ) -> pb.Job:
+        """submit, then the job's end as an error: returns the job when it
+        SUCCEEDED; raises JobFailed carrying it when it ended FAILED (code
+        ABORTED: the daemon fails a job in which a variant did not compile or
+        a problem got no valid config; job.error says why) or CANCELLED (code
+        CANCELLED), and AutotuneError (UNKNOWN) when the stream ended before
+        the job did (wait(job_id) follows it)."""
+        job = self.submit(
+            manifest,
+            compile_only=compile_only,
+            retune=retune,
+            search=search,
+            budget=budget,
+            seed=seed,
+            on_progress=on_progress,
+            timeout=timeout,
+        )
+        if job.state == pb.SUCCEEDED:
+            return job
+        if job.state == pb.FAILED:
+            raise JobFailed(job, f"job {job.id} failed" + (f": {job.error}" if job.error else ""))
+        if job.state == pb.CANCELLED:
+            raise JobFailed(job, f"job {job.id} was cancelled", "CANCELLED")
+        raise AutotuneError(
+            f"the progress stream ended while job {job.id} was still "
+            f"{state_name(job.state)}; wait({job.id!r}) follows it"
+        )
+
+    def get_job(self, job_id: str, timeout: Optional[float] = None) -> pb.Job:
+        """The job `job_id` as it stands. NotFound for an id the daemon does
+        not know."""
+        job: pb.Job = self._ask(self._get_job, pb.GetJobRequest(id=job_id), timeout)
+        return job
+
+    def list_jobs(self, limit: int = 0, timeout: Optional[float] = None) -> list[pb.Job]:
+        """Recent jobs, newest first; at most `limit` (0 = the daemon's
+        default)."""
+        request = pb.ListJobsRequest(limit=limit)
+        response: pb.ListJobsResponse = self._ask(self._list_jobs, request, timeout)
+        return list(response.jobs)
+
+    def cancel_job(self, job_id: str, timeout: Optional[float] = None) -> pb.Job:
+        """Cancels the job `job_id`; returns it. A tuner may cancel only its
+        own jobs (PermissionDenied otherwise)."""
+        job: pb.Job = self._ask(self._cancel_job, pb.CancelJobRequest(id=job_id), timeout)
+        return job
+
+    def wait(self, job_id: str, poll: float = 1.0, timeout: Optional[float] = None) -> pb.Job:
+        """Asks for the job every `poll` seconds until it is SUCCEEDED, FAILED
+        or CANCELLED; returns it then, whatever that state. `timeout`:
+        seconds to wait at most, None = no limit; past it, raises
+        AutotuneError (DEADLINE_EXCEEDED) naming the job's state. Errors of
+        GetJob are raised as they come (NotFound for an unknown id)."""
+        if poll <= 0:
+            raise InvalidArgument(f"poll must be positive, got {poll}")
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get_job(job_id)
+            if job.state in FINISHED_STATES:
+                return job
+            if give_up is not None and time.monotonic() + poll > give_up:
+                raise AutotuneError(
+                    f"job {job_id} is still {state_name(job.state)} after {timeout} s",
+                    "DEADLINE_EXCEEDED",
+                )
+            time.sleep(poll)
+
+    @staticmethod
+    def report(job: pb.Job) -> str:
+        """The plain-text report of a finished job (report.py): its state,
+        counts and error, then per problem the chosen config, median time,
+        TFLOP/s, GB/s, speedup over the default config and flags; for a
+        compile-only job, what it compiled for which architecture and that
+        lookups answer as before. Needs no daemon."""
+        return job_report(job)
+
+    @staticmethod
+    def check(
+        path: PathLike, arch: Optional[str] = None, cli: Optional[PathLike] = None
+    ) -> CheckResult:
+        """Checks a descriptor with `autotune check PATH [--arch ARCH]`, which
+        validates it and compiles its reference and default config with
+        NVRTC, without a daemon (families.py, check_family). `cli`: the
+        autotune CLI; None = $AUTOTUNE_CLI, else `autotune` on PATH.
+
+        Returns a CheckResult (`output`, `warnings`) when the family is fine;
+        raises InvalidArgument holding the problems, one a line,
+        FileNotFoundError when there is no CLI to run.
+        """
+        return check_family(path, arch=arch, cli=cli)
+
+    def _ask(self, method: Any, request: Message, timeout: Optional[float]) -> Any:
+        """A unary call with this client's token and its timeout unless
+        `timeout`; a failure raised as the AutotuneError for it."""
+        try:
+            return method(
                 request,
                 timeout=self._timeout if timeout is None else timeout,
                 metadata=self._metadata,
             )
         except grpc.RpcError as error:
             raise error_from_rpc(error, self._address) from None
+
+    def raw_lookup(
+        self, request: pb.LookupRequest, timeout: Optional[float] = None
+    ) -> pb.LookupResponse:
+        """The Lookup RPC on messages, as the service answers it (the cubin is
+        not checked here)."""
+        response: pb.LookupResponse = self._ask(self._lookup, request, timeout)
         return response
 
     def raw_batch_lookup(
@@ -262,14 +485,7 @@ class Client:
     ) -> pb.BatchLookupResponse:
         """The BatchLookup RPC on messages. Raises AutotuneError (INTERNAL) when
         the service answers a different number of items than were asked."""
-        try:
-            response: pb.BatchLookupResponse = self._batch_lookup(
-                request,
-                timeout=self._timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
-        except grpc.RpcError as error:
-            raise error_from_rpc(error, self._address) from None
+        response: pb.BatchLookupResponse = self._ask(self._batch_lookup, request, timeout)
         if len(response.results) != len(request.lookups):
             raise AutotuneError(
                 f"the service answered {len(response.results)} of {len(request.lookups)} "
@@ -283,14 +499,7 @@ class Client:
     ) -> pb.GetBinariesResponse:
         """The GetBinaries RPC on messages: stored cubins by sha256 (the caller
         checks each against its digest)."""
-        try:
-            response: pb.GetBinariesResponse = self._get_binaries(
-                request,
-                timeout=self._timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
-        except grpc.RpcError as error:
-            raise error_from_rpc(error, self._address) from None
+        response: pb.GetBinariesResponse = self._ask(self._get_binaries, request, timeout)
         return response
 
 
@@ -303,13 +512,6 @@ def read_token_file(path: str) -> str:
     if not token or any(c.isspace() for c in token):
         raise InvalidArgument(f"token file {path} should hold one token")
     return token
-
-
-def _call(method, request, timeout, address, metadata=None):  # type: ignore[no-untyped-def]
-    try:
-        return method(request, timeout=timeout, metadata=metadata)
-    except grpc.RpcError as error:
-        raise error_from_rpc(error, address) from None
 
 
 def _checked_cubin(request: pb.LookupRequest, sha256: str, cubin: bytes) -> bytes:

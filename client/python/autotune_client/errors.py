@@ -18,6 +18,10 @@ so that both clients report one failure the same way.
 from __future__ import annotations
 
 import errno
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the messages need the generated module; errors do not
+    from autotune_client.messages import pb
 
 
 class AutotuneError(Exception):
@@ -89,6 +93,19 @@ class LocalCacheError(AutotuneError):
     default_code = "INTERNAL"
 
 
+class JobFailed(AutotuneError):
+    """A tuning job that ended FAILED (code ABORTED) or CANCELLED (code
+    CANCELLED), raised by Client.tune. `job` is the job as it ended: its
+    `error` says why it failed (a variant that did not compile, a problem
+    left without a valid config), its `reports` what each problem got."""
+
+    default_code = "ABORTED"
+
+    def __init__(self, job: pb.Job, message: str, code: str | None = None) -> None:
+        super().__init__(message, code)
+        self.job = job
+
+
 _CLASS_BY_CODE: dict[str, type[AutotuneError]] = {
     "UNAVAILABLE": ServiceUnavailable,
     "DEADLINE_EXCEEDED": ServiceUnavailable,
@@ -128,7 +145,17 @@ _CODE_BY_ERRNO: dict[int, str] = {
 }
 
 
+def errno_code(error: OSError) -> str:
+    """The status code name of a failed file operation."""
+    return _CODE_BY_ERRNO.get(error.errno or 0, "INTERNAL")
+
+
 def local_cache_error(context: str, error: OSError) -> LocalCacheError:
     """A LocalCacheError for a failed file operation: "<context>: <reason>"."""
-    code = _CODE_BY_ERRNO.get(error.errno or 0, "INTERNAL")
-    return LocalCacheError(f"{context}: {error.strerror or error}", code)
+    return LocalCacheError(f"{context}: {error.strerror or error}", errno_code(error))
+
+
+def file_error(context: str, error: OSError) -> AutotuneError:
+    """The error for a file this client was asked to read (a descriptor, a
+    manifest): "<context>: <reason>", NotFound for a missing one."""
+    return error_for_code(errno_code(error), f"{context}: {error.strerror or error}")

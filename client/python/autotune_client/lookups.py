@@ -1,10 +1,11 @@
 """What a lookup asks and what it answers, as plain Python values.
 
-    lookup = Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16", device="NVIDIA H200")
+    lookup = Lookup("gla_decode", {"batch": 8, "heads": 32, "dim": 128}, "bf16",
+                    device="NVIDIA H200")
     result = client.lookup(lookup, include_cubin=True)
-    result.match           # Match.EXACT, Match.NEAREST or Match.MISS
-    result.config          # {"BLOCK": 256, "ELEMS_PER_THREAD": 2}
-    result.launch          # LaunchDims(grid=(128,), block=(256,), dynamic_shared_bytes=0)
+    result.match           # Match.EXACT, Match.NEAREST or Match.MISS (prints its name)
+    result.config          # {"BLOCK_V": 32, "THREADS": 128, "UNROLL": 1, "VEC": 4}
+    result.launch          # LaunchDims(grid=(4, 256), block=(128,), dynamic_shared_bytes=0)
     result.cubin           # bytes, sha256 checked, when asked for
     result.miss_kind       # MissKind.NO_ENTRY ... for a MISS; MissKind.NONE otherwise
     result.default_config  # for a MISS: what to run untuned, when the family names one
@@ -24,7 +25,22 @@ from autotune_client.errors import AutotuneError, InvalidArgument
 from autotune_client.messages import pb
 
 
-class DType(enum.IntEnum):
+class NamedIntEnum(enum.IntEnum):
+    """An IntEnum that prints as its name: str(Match.MISS) and f"{Match.MISS}"
+    are "MISS" (on Python 3.11 and later IntEnum prints the number). It
+    still compares and hashes as its number; a numeric format
+    (f"{Match.MISS:d}") formats the number."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        if spec and spec[-1] in "bcdoxXneEfFgG%":
+            return format(int(self), spec)
+        return format(self.name, spec)
+
+
+class DType(NamedIntEnum):
     """Data types, numbered as autotune.v1.DType."""
 
     UNSPECIFIED = 0
@@ -102,7 +118,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class Match(enum.IntEnum):
+class Match(NamedIntEnum):
     """How a lookup matched (autotune.v1.MatchKind)."""
 
     EXACT = 1
@@ -110,7 +126,7 @@ class Match(enum.IntEnum):
     MISS = 3
 
 
-class MissKind(enum.IntEnum):
+class MissKind(NamedIntEnum):
     """Why a lookup is a MISS (autotune.v1.MissKind); NONE when it is not one."""
 
     NONE = 0

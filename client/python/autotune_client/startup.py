@@ -5,7 +5,7 @@ deadline, answered by the service when it answers in time, else from the
 local cache (local_cache.py):
 
     answers = startup_lookup(
-        [Lookup("vector_scale", {"batch": 8, "n": 4096}, "bf16")],
+        [Lookup("gla_decode", {"batch": 8, "heads": 32, "dim": 128}, "bf16")],
         deadline=2.0,
         device="NVIDIA H200",
         driver_version="13.0",  # cuDriverGetVersion, as "major.minor"

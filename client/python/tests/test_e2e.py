@@ -1,6 +1,7 @@
 """End to end against the real autotuned holding the quick start's sample
 (vector_scale bf16 n=4096 at batch 1, 8 and 64 on an NVIDIA H200): plain
-lookups, and start-up lookups with the service up, stopped and hung.
+lookups, start-up lookups with the service up, stopped and hung, and a
+family registered, checked, tuned (compile-only: no GPU) and removed.
 
 Skipped, saying which, when the C++ binaries are not built.
 """
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import tempfile
 import time
 import unittest
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -34,6 +37,7 @@ from autotune_client import (
     Unauthenticated,
     StartupAnswer,
     StartupLookup,
+    pb,
     read_token_file,
     startup_lookup,
 )
@@ -302,6 +306,99 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertEqual(result.match, Match.EXACT)
         self.assertIsNone(result.cubin)
         self.assertEqual(list((self.local_dir / "cubins").iterdir()), [])
+
+
+AXPY_MANIFEST = """\
+arch: "sm_90"
+items {
+  family: "axpy"
+  dims { name: "n" values: [1024] }
+  dtypes: [FLOAT32]
+}
+"""
+
+
+class TuningEndToEndTest(DaemonTestCase):
+    def test_register_check_tune_report_and_unregister_a_family(self) -> None:
+        family_dir = self.dir / "family"
+        family_dir.mkdir()
+        good = support.REPO_ROOT / "kernels" / "testdata" / "good"
+        for name in ("axpy.textproto", "axpy.cu"):
+            shutil.copy(good / name, family_dir / name)
+        descriptor = family_dir / "axpy.textproto"
+        manifest = self.dir / "axpy.manifest"
+        manifest.write_text(AXPY_MANIFEST)
+
+        checked = Client.check(descriptor, arch="sm_90", cli=support.AUTOTUNE_CLI)
+        self.assertIn("compiled for sm_90", checked.output)
+        # axpy names no default_config: allowed, and said.
+        self.assertTrue(any("default_config" in w for w in checked.warnings), checked.warnings)
+
+        with Client(self.address) as client:
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")
+                registered = client.register(descriptor)
+            self.assertTrue(registered.changed)
+            self.assertEqual(registered.kernel.name, "axpy")
+            self.assertEqual(registered.kernel.config_count, 24)
+            self.assertTrue(registered.warnings)
+            self.assertEqual(
+                [str(w.message) for w in warned],
+                [f"register axpy: {text}" for text in registered.warnings],
+            )
+            self.assertIn("axpy", [kernel.name for kernel in client.list_kernels()])
+            again = client.register(descriptor)
+            self.assertFalse(again.changed)
+
+            seen: list[pb.JobProgress] = []
+            job = client.tune(manifest, compile_only=True, on_progress=seen.append)
+            self.assertEqual(job.state, pb.SUCCEEDED, job.error)
+            self.assertTrue(seen)
+            self.assertEqual(seen[-1].job.state, pb.SUCCEEDED)
+            self.assertTrue(all(progress.job.id == job.id for progress in seen))
+            self.assertEqual(job.arch, "sm_90")
+            self.assertEqual(job.counts.problems, 1)
+            self.assertGreater(job.counts.compiled + job.counts.compile_cache_hits, 0)
+            self.assertEqual(job.counts.compile_errors, 0)
+
+            report = client.report(job)
+            self.assertTrue(report.startswith(f"job {job.id} SUCCEEDED: 1 problems"), report)
+            self.assertIn("compile-only for sm_90", report)
+            self.assertIn("lookups answer as before", report)
+
+            self.assertIn(job.id, [listed.id for listed in client.list_jobs()])
+            self.assertEqual(len(client.list_jobs(limit=1)), 1)
+            self.assertEqual(client.wait(job.id, poll=0.1, timeout=30).state, pb.SUCCEEDED)
+            self.assertEqual(client.get_job(job.id).spec.options.compile_only, True)
+            with self.assertRaises(NotFound):
+                client.get_job("no-such-job")
+
+            # Compiling measured nothing: lookups answer as before.
+            miss = client.lookup(Lookup("axpy", {"n": 1024}, "fp32"))
+            self.assertEqual(miss.match, Match.MISS)
+            self.assertEqual(miss.miss_kind, MissKind.NO_ENTRY)
+
+            removed = client.unregister("axpy")
+            self.assertEqual(removed.versions_removed, 1)
+            self.assertEqual(removed.entries_removed, 0)
+            self.assertNotIn("axpy", [kernel.name for kernel in client.list_kernels()])
+            with self.assertRaises(NotFound):
+                client.unregister("axpy")
+
+    def test_a_descriptor_with_problems(self) -> None:
+        descriptor = self.dir / "broken.textproto"
+        descriptor.write_text(
+            (support.REPO_ROOT / "kernels" / "testdata" / "good" / "axpy.textproto")
+            .read_text()
+            .replace('source_file: "axpy.cu"', 'source: "extern \\"C\\" __global__ void axpy() {}"')
+        )
+        with self.assertRaises(InvalidArgument) as checked:
+            Client.check(descriptor, cli=support.AUTOTUNE_CLI)
+        self.assertIn("broken.textproto", checked.exception.message)
+        with Client(self.address) as client:
+            with self.assertRaises(InvalidArgument):
+                client.register(descriptor)
+            self.assertNotIn("axpy", [kernel.name for kernel in client.list_kernels()])
 
 
 class ServerConfigsEndToEndTest(DaemonTestCase):
