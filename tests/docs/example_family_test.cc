@@ -1,9 +1,15 @@
-// The example family (kernels/examples/): its descriptor loads, every
-// problem of its manifest leaves configs to tune, its default config and
-// reference compile in every dtype it lists and each variant the manifest
-// plans compiles, with the real NVRTC, for the manifest's arch.
+// The family the README walks through (kernels/examples/): its descriptor
+// loads, every problem of its manifest leaves configs to tune, its default
+// config and reference compile in every dtype it lists and each variant the
+// manifest plans compiles, with the real NVRTC, for the manifest's arch;
+// and the README quotes each of its files whole, so what a reader copies is
+// what these tests check.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file.h"
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,6 +33,7 @@ namespace {
 
 using ::testing::IsEmpty;
 
+constexpr char kSourceDir[] = AUTOTUNE_SOURCE_DIR;
 constexpr char kExamplesDir[] = AUTOTUNE_SOURCE_DIR "/kernels/examples";
 constexpr char kFamily[] = "bias_relu";
 
@@ -167,6 +175,61 @@ TEST(ExampleFamilyTest, EveryVariantTheManifestPlansCompiles) {
   }
   std::printf("%zu distinct variants compiled for %s\n", compiles.size(), example.arch.c_str());
   ExpectCompiled(compiles);
+}
+
+// The bodies of the fenced code blocks of a Markdown text.
+std::vector<std::string> CodeBlocks(absl::string_view markdown) {
+  std::vector<std::string> blocks;
+  bool inside = false;
+  std::string block;
+  for (absl::string_view line : absl::StrSplit(markdown, '\n')) {
+    if (absl::StartsWith(line, "```")) {
+      if (inside) blocks.push_back(block);
+      inside = !inside;
+      block.clear();
+      continue;
+    }
+    if (inside) absl::StrAppend(&block, line, "\n");
+  }
+  return blocks;
+}
+
+TEST(ExampleFamilyTest, TheReadmeQuotesEveryExampleFileWhole) {
+  ASSERT_OK_AND_ASSIGN(const std::string readme, ReadFile(absl::StrCat(kSourceDir, "/README.md")));
+  const std::vector<std::string> blocks = CodeBlocks(readme);
+  std::set<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(kExamplesDir)) {
+    files.insert(entry.path().filename().string());
+  }
+  ASSERT_FALSE(files.empty());
+  for (const std::string& file : files) {
+    ASSERT_OK_AND_ASSIGN(const std::string text, ReadFile(ExamplePath(file)));
+    EXPECT_TRUE(std::find(blocks.begin(), blocks.end(), text) != blocks.end())
+        << "README.md has no code block that is exactly kernels/examples/" << file
+        << "; copy the file into its block whole";
+  }
+}
+
+// A path into kernels/examples/ that a page names exists.
+TEST(ExampleFamilyTest, EveryExamplePathTheDocsNameExists) {
+  std::vector<std::string> pages = {absl::StrCat(kSourceDir, "/README.md")};
+  for (const auto& entry : std::filesystem::directory_iterator(absl::StrCat(kSourceDir, "/docs"))) {
+    if (entry.path().extension() == ".md") pages.push_back(entry.path().string());
+  }
+  const std::regex path_pattern("kernels/examples/[A-Za-z0-9_.-]+");
+  int named = 0;
+  for (const std::string& page : pages) {
+    ASSERT_OK_AND_ASSIGN(const std::string text, ReadFile(page));
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), path_pattern);
+         it != std::sregex_iterator(); ++it) {
+      std::string path = it->str();
+      while (!path.empty() && path.back() == '.') path.pop_back();  // a sentence's full stop
+      ++named;
+      EXPECT_TRUE(std::filesystem::exists(absl::StrCat(kSourceDir, "/", path)))
+          << page << " names " << path << ", which does not exist";
+    }
+  }
+  EXPECT_GT(named, 0) << "the README names no file of kernels/examples/";
 }
 
 }  // namespace
