@@ -347,7 +347,8 @@ class TuningEndToEndTest(DaemonTestCase):
                 [f"register axpy: {text}" for text in registered.warnings],
             )
             self.assertIn("axpy", [kernel.name for kernel in client.list_kernels()])
-            again = client.register(descriptor)
+            with self.assertWarnsRegex(UserWarning, "register axpy: default_config"):
+                again = client.register(descriptor)
             self.assertFalse(again.changed)
 
             seen: list[pb.JobProgress] = []
