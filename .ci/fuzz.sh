@@ -2,7 +2,7 @@
 # Builds the fuzz targets of tests/reliability/fuzz with clang-14, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, in build-asan/ (the tree
 # .ci/sanitize.sh tests in, configured by it), and runs each for
-# FUZZ_SECONDS (default 30) starting from its checked-in seeds, FUZZ_JOBS
+# FUZZ_SECONDS (default 20) starting from its checked-in seeds, FUZZ_JOBS
 # (default: one per core) at a time. It prints one line per target
 # (executions, corpus, result) and exits 1 when one crashed: the input is
 # kept in build-asan/crashes/<name>/. Once fixed, copy it into
@@ -10,7 +10,7 @@
 # (ctest fuzz_<name>_replay).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=${FUZZ_SECONDS:-30}
+seconds=${FUZZ_SECONDS:-20}
 jobs=${FUZZ_JOBS:-$(nproc)}
 
 SANITIZE_STEP=build .ci/sanitize.sh address

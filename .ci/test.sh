@@ -59,7 +59,7 @@ step "ASan+UBSan build (clang, -Wthread-safety)" env SANITIZE_STEP=build .ci/san
 step "ASan+UBSan tests" env SANITIZE_STEP=test .ci/sanitize.sh address
 step "TSan build" env SANITIZE_STEP=build .ci/sanitize.sh thread
 step "TSan tests" env SANITIZE_STEP=test .ci/sanitize.sh thread
-step "fuzzing, ${FUZZ_SECONDS:-30} s a target" .ci/fuzz.sh
+step "fuzzing, ${FUZZ_SECONDS:-20} s a target" .ci/fuzz.sh
 
 status=0
 echo
