@@ -3,7 +3,8 @@
 # libraries"):
 #   autotuned        no NVRTC, driver or profiler code (it runs no kernel)
 #   autotune-worker  no gRPC, no SQLite, no store (it talks over a pipe)
-#   the client       no SQLite, no store (inference servers link it)
+#   the client       no SQLite, no store (inference servers link it); the
+#                    library no GPU-side code, the CLI only NVRTC (check)
 # by the symbols each defines or references (nm) and the libraries it needs
 # (readelf). Usage: check-boundaries.sh AUTOTUNED WORKER CLIENT_LIB CLI.
 #
@@ -103,8 +104,13 @@ forbid_library "$worker" 'libgrpc|libsqlite3|libspdlog'
 
 for file in "$client_lib" "$cli"; do
   forbid "$file" "SQLite or store code" 'sqlite3_|autotune::cache::'
-  forbid "$file" "GPU-side code" "$gpu_code"
 done
+forbid "$client_lib" "GPU-side code" "$gpu_code"
+# `autotune check` compiles a family with NVRTC on its author's machine, with
+# no daemon; nothing else of the GPU side (the driver, the profiler).
+forbid "$cli" "GPU-side code other than NVRTC" \
+  'autotune::kernels::(CudaDriver|Profiler|CudaStatus)|kDeviceKernelsPtx'
+
 forbid_library "$cli" 'libsqlite3'
 
 if ((breaches > 0)); then

@@ -409,7 +409,7 @@ absl::StatusOr<std::unique_ptr<service::Server>> StartDaemon(const std::string& 
   options.listen = {absl::StrCat("unix://", dir, "/", name, ".sock")};
   options.shutdown_grace = absl::Seconds(1);
   // Lookups only: the families come from the imported bundles.
-  options.kernels_dir = "none";
+  options.kernels_dirs = {"none"};
   return service::Server::BuildAndStart(options);
 }
 

@@ -102,7 +102,7 @@ int Run(const Options& options) {
   service::ServerOptions server_options;
   server_options.db_path = dir.File("startup.db");
   server_options.listen = {absl::StrCat("unix://", dir.File("startup.sock"))};
-  server_options.kernels_dir = "none";
+  server_options.kernels_dirs = {"none"};
   server_options.gpus = "none";
   server_options.shutdown_grace = absl::Seconds(1);
   absl::StatusOr<std::unique_ptr<service::Server>> server =

@@ -274,6 +274,50 @@ absl::StatusOr<FamilyRecord> Store::PutFamily(const v1::KernelFamily& family, bo
   return *std::move(record);
 }
 
+absl::StatusOr<Store::RemovedFamily> Store::RemoveFamily(std::string_view std_name,
+                                                         bool with_entries) {
+  const absl::string_view name = ToAbsl(std_name);
+  Impl::Write write(*impl_);
+  RETURN_IF_ERROR(write.Begin());
+  Connection& db = write.db();
+  const auto count = [&](absl::string_view sql) -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(Statement select, db.Prepare(sql));
+    select.BindText(1, name);
+    ASSIGN_OR_RETURN(bool row, select.Step());
+    return row ? select.ColumnInt(0) : 0;
+  };
+  RemovedFamily removed;
+  ASSIGN_OR_RETURN(removed.versions, count("SELECT COUNT(*) FROM family_versions WHERE name = ?1"));
+  if (removed.versions == 0) {
+    return absl::NotFoundError(absl::StrCat("unknown family '", name, "'"));
+  }
+  ASSIGN_OR_RETURN(const int64_t builtin,
+                   count("SELECT COUNT(*) FROM family_versions WHERE name = ?1 AND builtin != 0"));
+  if (builtin > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", name, "' is a built-in family: the daemon registers it again at every start"));
+  }
+  ASSIGN_OR_RETURN(removed.entries, count("SELECT COUNT(*) FROM entries WHERE family = ?1"));
+  ASSIGN_OR_RETURN(removed.measurements,
+                   count("SELECT COUNT(*) FROM measurements WHERE family = ?1"));
+  if (!with_entries && (removed.entries > 0 || removed.measurements > 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "family '", name, "' has ", removed.entries, " entries and ", removed.measurements,
+        " measurements; unregister it with invalidate (autotune unregister --invalidate) to "
+        "remove them too"));
+  }
+  for (absl::string_view sql :
+       {"DELETE FROM measurements WHERE family = ?1", "DELETE FROM entries WHERE family = ?1",
+        "DELETE FROM compiles WHERE family = ?1", "DELETE FROM families WHERE name = ?1",
+        "DELETE FROM family_versions WHERE name = ?1"}) {
+    ASSIGN_OR_RETURN(Statement remove, db.Prepare(sql));
+    remove.BindText(1, name);
+    RETURN_IF_ERROR(remove.Run());
+  }
+  RETURN_IF_ERROR(write.CommitVisible(/*families=*/true, /*entries=*/true));
+  return removed;
+}
+
 absl::StatusOr<FamilyRecord> Store::GetFamily(std::string_view std_name) const {
   const absl::string_view name = ToAbsl(std_name);
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();

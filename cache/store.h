@@ -209,6 +209,18 @@ class Store {
   // starts with it; INVALID_ARGUMENT naming the versions when a prefix
   // fits several.
   absl::StatusOr<FamilyRecord> GetFamilyVersion(std::string_view name, std::string_view hash) const;
+  // Removes every version of family `name`, with its entries, measurements
+  // and compile-cache rows when `with_entries` (their cubins are left to
+  // GarbageCollect). NOT_FOUND "unknown family 'name'"; FAILED_PRECONDITION
+  // naming the counts when entries or measurements exist and `with_entries`
+  // is false, and for a built-in family (the daemon registers those again
+  // at every start). The counts say what went.
+  struct RemovedFamily {
+    int64_t versions = 0;
+    int64_t entries = 0;
+    int64_t measurements = 0;
+  };
+  absl::StatusOr<RemovedFamily> RemoveFamily(std::string_view name, bool with_entries);
   // Current version of every family, by name, with entry counts (entries of
   // the current hash only). config_count is the product of the parameters'
   // value counts, before constraints.

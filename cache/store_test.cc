@@ -177,6 +177,39 @@ TEST_F(StoreTest, AVersionIsFoundByAPrefixOfItsHashThatFitsItAlone) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("has no version")));
 }
 
+TEST_F(StoreTest, RemoveFamilyTakesEveryVersionAndOnlyWithEntriesWhenAskedTo) {
+  const std::string old_hash = Register(MakeFamily("gemm", "__global__ void gemm() {}"));
+  const std::string hash = Register(MakeFamily("gemm", "__global__ void gemm() { }"));
+  const std::string other = Register(MakeFamily("axpy"));
+  const v1::Entry entry =
+      MakeEntry("gemm", old_hash, MakeProblem({{"m", 8}}, v1::BFLOAT16), "H200");
+  ASSERT_OK(store_->PutEntry(entry));
+  ASSERT_OK(store_->AddMeasurement(MeasurementFor(entry, 256)));
+  const v1::Entry kept = MakeEntry("axpy", other, MakeProblem({{"m", 8}}, v1::BFLOAT16), "H200");
+  ASSERT_OK(store_->PutEntry(kept));
+
+  EXPECT_THAT(store_->RemoveFamily("gemm", /*with_entries=*/false),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("family 'gemm' has 1 entries and 1 measurements")));
+  ASSERT_OK_AND_ASSIGN(Store::RemovedFamily removed,
+                       store_->RemoveFamily("gemm", /*with_entries=*/true));
+  EXPECT_EQ(removed.versions, 2);
+  EXPECT_EQ(removed.entries, 1);
+  EXPECT_EQ(removed.measurements, 1);
+  EXPECT_THAT(store_->GetFamily("gemm"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_THAT(store_->GetFamilyVersion("gemm", hash),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_THAT(AllEntries(), ElementsAre(EqualsProto(kept)));
+  EXPECT_THAT(store_->RemoveFamily("gemm", true),
+              StatusIs(absl::StatusCode::kNotFound, "unknown family 'gemm'"));
+
+  Register(MakeFamily("softmax"), /*builtin=*/true);
+  EXPECT_THAT(store_->RemoveFamily("softmax", true),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("built-in family")));
+  // A name may be registered again once removed.
+  EXPECT_EQ(Register(MakeFamily("gemm", "__global__ void gemm() {}")), old_hash);
+}
+
 TEST_F(StoreTest, PutFamilyRejectsBadNames) {
   EXPECT_THAT(store_->PutFamily(MakeFamily(""), false),
               StatusIs(absl::StatusCode::kInvalidArgument, "family.name is empty"));

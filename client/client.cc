@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -137,7 +138,18 @@ absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels(const v1::ListKernel
 
 absl::StatusOr<v1::RegisterKernelResponse> Client::RegisterKernel(
     const v1::RegisterKernelRequest& request) {
-  return Unary(&v1::Autotune::Stub::RegisterKernel, request);
+  return Unary(&v1::Autotune::Stub::RegisterKernel, request,
+               std::max(options_.timeout, kRegisterKernelTimeout));
+}
+
+absl::StatusOr<v1::CreateLoginLinkResponse> Client::CreateLoginLink(
+    const v1::CreateLoginLinkRequest& request) {
+  return Unary(&v1::Autotune::Stub::CreateLoginLink, request);
+}
+
+absl::StatusOr<v1::UnregisterKernelResponse> Client::UnregisterKernel(
+    const v1::UnregisterKernelRequest& request) {
+  return Unary(&v1::Autotune::Stub::UnregisterKernel, request);
 }
 
 absl::StatusOr<v1::Job> Client::GetJob(const v1::GetJobRequest& request) {

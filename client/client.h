@@ -47,6 +47,9 @@ struct TlsOptions {
   std::string private_key_file;
 };
 
+// The least deadline of RegisterKernel, which compiles on the daemon.
+inline constexpr absl::Duration kRegisterKernelTimeout = absl::Minutes(5);
+
 struct ClientOptions {
   ClientOptions();
 
@@ -113,8 +116,16 @@ class Client {
       const v1::RequestTuningRequest& request, absl::Duration timeout = absl::ZeroDuration());
 
   absl::StatusOr<v1::ListKernelsResponse> ListKernels(const v1::ListKernelsRequest& request);
+  // The daemon compiles a new family version before storing it, so this
+  // call's deadline is at least kRegisterKernelTimeout.
   absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
       const v1::RegisterKernelRequest& request);
+  absl::StatusOr<v1::UnregisterKernelResponse> UnregisterKernel(
+      const v1::UnregisterKernelRequest& request);
+  // The admin page's address with a short-lived token of this caller's
+  // role, for a caller of the daemon's Unix socket.
+  absl::StatusOr<v1::CreateLoginLinkResponse> CreateLoginLink(
+      const v1::CreateLoginLinkRequest& request);
 
   // Submits a job and follows it until it ends, calling `on_progress` (may be
   // empty) for each progress message. Returns the job as last reported; a

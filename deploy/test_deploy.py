@@ -248,9 +248,10 @@ class Help:
                 section = line[:-1]
                 continue
             if section == "Subcommands":
-                m = re.match(r"^\s+([a-z][\w-]*)\s", line + " ")
+                # "warmup, tune": a command and its aliases.
+                m = re.match(r"^\s+([a-z][\w-]*(?:, [a-z][\w-]*)*)\s", line + " ")
                 if m:
-                    self.subcommands.add(m.group(1))
+                    self.subcommands.update(m.group(1).split(", "))
             elif section == "Options":
                 m = self.OPTION.match(line)
                 if m:
@@ -390,7 +391,7 @@ class KubernetesManifests(unittest.TestCase):
         spec = self.job["spec"]
         self.assertEqual(spec.get("completionMode"), "Indexed")
         _, _, commands = self.job_parts()
-        warmups = [a for a in invocations(commands, "autotune") if "warmup" in a]
+        warmups = [a for a in invocations(commands, "autotune") if "warmup" in a or "tune" in a]
         self.assertEqual(len(warmups), 1, "the script runs one warmup")
         shard = flag_value(warmups[0], "--shard")
         self.assertIsNotNone(shard, "warmup is given --shard")
@@ -409,32 +410,31 @@ class KubernetesManifests(unittest.TestCase):
         self.check_security(pod, container)
         self.assertIn(pod.get("restartPolicy"), ("Never", "OnFailure"))
 
-    def test_job_tunes_exports_and_imports_with_a_token(self):
-        pod, container, commands = self.job_parts()
-        daemons = invocations(commands, "autotuned")
-        self.assertEqual(len(daemons), 1, "the script starts one local autotuned")
-        local = flag_value(daemons[0], "--listen")
+    def tune_and_import(self, commands):
         clients = invocations(commands, "autotune")
-        by_command = {}
-        for args in clients:
-            for word in ("warmup", "export", "import"):
-                if word in args:
-                    by_command.setdefault(word, []).append(args)
-        for word in ("warmup", "export", "import"):
-            self.assertEqual(len(by_command.get(word, [])), 1, f"the script runs one {word}")
-        warmup, export, push = (by_command[w][0] for w in ("warmup", "export", "import"))
-        # Tuned and exported on the local daemon...
-        self.assertEqual(flag_value(warmup, "--server"), local)
-        self.assertEqual(flag_value(export, "--server"), local)
-        manifest = warmup[warmup.index("warmup") + 1]
+        tunes = [a for a in clients if "tune" in a]
+        imports = [a for a in clients if "import" in a]
+        self.assertEqual(len(tunes), 1, "the script runs one tune")
+        self.assertEqual(len(imports), 1, "the script runs one import")
+        return tunes[0], imports[0]
+
+    def test_job_tunes_on_a_private_daemon_and_imports_with_a_token(self):
+        pod, container, commands = self.job_parts()
+        self.assertEqual(invocations(commands, "autotuned"), [],
+                         "tune --local starts the daemon itself")
+        tune, push = self.tune_and_import(commands)
+        # Tuned on a private daemon, which writes the bundle...
+        self.assertIn("--local", tune)
+        self.assertIsNone(flag_value(tune, "--server"), "tune --local needs no --server")
+        manifest = [w for w in tune[tune.index("tune") + 1:] if not w.startswith("-")][0]
         mount, volume = mount_of(container, pod, manifest)
         self.assertIsNotNone(mount, f"the manifest {manifest} is on no volume")
         self.assertIn("configMap", volume)
+        bundle = flag_value(tune, "--bundle")
+        self.assertIsNotNone(bundle, "tune is given --bundle")
         # ...imported into the central service, over TLS, with a token.
-        bundle = flag_value(export, "--out")
-        self.assertIsNotNone(bundle)
         positional = [word for word in push[push.index("import") + 1:] if not word.startswith("-")]
-        self.assertEqual(positional[:1], [bundle], "import reads what export wrote")
+        self.assertEqual(positional[:1], [bundle], "import reads what tune wrote")
         # Shards of one fleet never put a contended entry over a clean one.
         self.assertIn("--keep-better", push)
         self.assertEqual(
@@ -453,9 +453,16 @@ class KubernetesManifests(unittest.TestCase):
 
     def test_job_writes_only_to_volumes(self):
         pod, container, commands = self.job_parts()
-        exports = [a for a in invocations(commands, "autotune") if "export" in a]
-        self.check_writable(pod, container, invocations(commands, "autotuned")[0],
-                            [flag_value(a, "--out") for a in exports])
+        tune, _ = self.tune_and_import(commands)
+        self.assertIs(effective(pod, container, "readOnlyRootFilesystem"), True)
+        # The private daemon's folder is made in $TMPDIR, else /tmp.
+        tmp = next((e["value"] for e in container.get("env", []) if e["name"] == "TMPDIR"), "/tmp")
+        for path in [f"{tmp}/autotune-local-x/cache.db", "/tmp/autotune-gpu-leases/lock",
+                     flag_value(tune, "--bundle")]:
+            with self.subTest(path=path):
+                mount, _ = mount_of(container, pod, path)
+                self.assertIsNotNone(mount, f"{path} would be on the read-only root")
+                self.assertFalse(mount.get("readOnly", False), f"{path} is on a read-only volume")
 
     # Shared checks.
 
@@ -606,8 +613,8 @@ class FlagsExist(unittest.TestCase):
 
     def test_autotuned_flags_are_in_its_help(self):
         lines = self.daemon_command_lines()
-        self.assertGreaterEqual(len(lines), 4,
-                                "the Containerfile, the unit, the Deployment, the Job")
+        # The Job's pods run theirs through `autotune tune --local`.
+        self.assertGreaterEqual(len(lines), 3, "the Containerfile, the unit, the Deployment")
         for where, args in lines:
             with self.subTest(where=where):
                 positional = [a for i, a in enumerate(args) if not a.startswith("--")

@@ -231,36 +231,63 @@ class FamilyChecker {
     return absl::InvalidArgumentError(absl::StrCat(origin_, ": ", field, ": ", message));
   }
 
+  // Runs every check; the error, when there is one, lists each section's
+  // first problem on a line of its own, in the order of the header comment.
   absl::Status Check() {
-    RETURN_IF_ERROR(CheckNames());
-    RETURN_IF_ERROR(CheckIncludes("source", family_.source()));
-    RETURN_IF_ERROR(CheckIncludes("reference.source", family_.reference().source()));
-    RETURN_IF_ERROR(CheckHeaders());
-    RETURN_IF_ERROR(CheckParams());
-    RETURN_IF_ERROR(CheckDims());
-    RETURN_IF_ERROR(CheckDTypes());
+    Note(CheckNames());
+    // A source_file that could not be read was noted already.
+    if (!source_file_failed_) Note(CheckSource());
+    Note(CheckIncludes("source", family_.source()));
+    Note(CheckIncludes("reference.source", family_.reference().source()));
+    Note(CheckHeaders());
+    const size_t before_names = problems_.size();
+    Note(CheckParams());
+    Note(CheckDims());
+    // With a param or dim declared wrong, every expression using it would
+    // be reported too: those wait until the declarations are right.
+    declarations_failed_ = problems_.size() > before_names;
+    Note(CheckDTypes());
     BuildVariableNames();
-    RETURN_IF_ERROR(CheckBuffers());
-    RETURN_IF_ERROR(CheckScalars());
-    RETURN_IF_ERROR(CheckTensorMaps());
-    RETURN_IF_ERROR(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
+    Note(CheckBuffers());
+    Note(CheckScalars());
+    Note(CheckTensorMaps());
+    Note(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
     std::vector<std::string> constraint_names = config_names_;
     for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
     for (int i = 0; i < family_.constraints_size(); ++i) {
-      RETURN_IF_ERROR(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
-                                      constraint_names));
+      Note(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
+                           constraint_names));
     }
-    RETURN_IF_ERROR(CheckReference());
-    RETURN_IF_ERROR(CheckTolerances());
-    RETURN_IF_ERROR(CheckRequiredExpression("bytes_per_call", family_.bytes_per_call()));
-    RETURN_IF_ERROR(CheckRequiredExpression("flops_per_call", family_.flops_per_call()));
+    Note(CheckReference());
+    Note(CheckTolerances());
+    Note(CheckRequiredExpression("bytes_per_call", family_.bytes_per_call()));
+    Note(CheckRequiredExpression("flops_per_call", family_.flops_per_call()));
     if (!v1::ParamBinding_IsValid(family_.binding())) {
-      return Error("binding", absl::StrCat("unknown value ", family_.binding()));
+      Note(Error("binding", absl::StrCat("unknown value ", family_.binding())));
     }
     if (!v1::CacheState_IsValid(family_.cache_state())) {
-      return Error("cache_state", absl::StrCat("unknown value ", family_.cache_state()));
+      Note(Error("cache_state", absl::StrCat("unknown value ", family_.cache_state())));
     }
-    return CheckCompileOptions();
+    Note(CheckCompileOptions());
+    return Result();
+  }
+
+  // Keeps `status`'s message when it is an error.
+  void Note(const absl::Status& status) {
+    if (!status.ok()) problems_.emplace_back(status.message());
+  }
+
+  // Notes a problem with the descriptor's source_file (LoadFamilyFile).
+  void NoteSourceFileProblem(absl::string_view message) {
+    Note(Error("source_file", message));
+    source_file_failed_ = true;
+  }
+
+  // INVALID_ARGUMENT with every problem noted so far, one per line; OK when
+  // none was.
+  absl::Status Result() const {
+    if (problems_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(problems_, "\n"));
   }
 
  private:
@@ -274,6 +301,10 @@ class FamilyChecker {
       return Error("kernel_name",
                    absl::StrCat("'", family_.kernel_name(), "' is not a C++ identifier"));
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckSource() const {
     if (family_.source().empty()) return Error("source", "must be set (the CUDA source text)");
     if (static_cast<int64_t>(family_.source().size()) > kMaxSourceBytes) {
       return Error("source", absl::StrCat(family_.source().size(),
@@ -419,6 +450,7 @@ class FamilyChecker {
 
   absl::Status CheckExpression(const std::string& field, const std::string& text,
                                const std::vector<std::string>& names) const {
+    if (declarations_failed_) return absl::OkStatus();
     absl::StatusOr<Expression> expression = Expression::Parse(text, names);
     if (!expression.ok()) return Error(field, expression.status().message());
     return absl::OkStatus();
@@ -668,6 +700,9 @@ class FamilyChecker {
   std::map<std::string, std::string> claimed_names_;  // name -> "params[0]" etc.
   std::vector<std::string> dim_names_;                // dims + dtype_bytes
   std::vector<std::string> config_names_;             // dims + dtype_bytes + params
+  std::vector<std::string> problems_;                 // "origin[:line]: field: message"
+  bool source_file_failed_ = false;
+  bool declarations_failed_ = false;  // a param or dim: expressions are not checked
 };
 
 }  // namespace
@@ -731,24 +766,32 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
   FamilyChecker checker(family, path, &locations);
   if (!family.source_file().empty()) {
     if (!family.source().empty()) {
-      return checker.Error("source_file", "set source or source_file, not both");
+      checker.NoteSourceFileProblem("set source or source_file, not both");
+    } else if (absl::StatusOr<std::string> source =
+                   ReadBesideDescriptor(path, family.source_file());
+               !source.ok()) {
+      checker.NoteSourceFileProblem(source.status().message());
+    } else if (source->empty()) {
+      checker.NoteSourceFileProblem(absl::StrCat("'", family.source_file(), "' is empty"));
+    } else {
+      family.set_source(*std::move(source));
     }
-    absl::StatusOr<std::string> source = ReadBesideDescriptor(path, family.source_file());
-    if (!source.ok()) return checker.Error("source_file", source.status().message());
-    if (source->empty()) {
-      return checker.Error("source_file", absl::StrCat("'", family.source_file(), "' is empty"));
-    }
-    family.set_source(*std::move(source));
   } else if (family.source().empty()) {
-    return checker.Error("source_file", "must be set (or source)");
+    checker.NoteSourceFileProblem("must be set (or source)");
   }
   for (int i = 0; i < family.headers_size(); ++i) {
     v1::SourceHeader& header = *family.mutable_headers(i);
     if (header.file().empty()) continue;
     const std::string field = absl::StrCat("headers[", i, "].file");
-    if (!header.text().empty()) return checker.Error(field, "set text or file, not both");
+    if (!header.text().empty()) {
+      checker.Note(checker.Error(field, "set text or file, not both"));
+      continue;
+    }
     absl::StatusOr<std::string> text = ReadBesideDescriptor(path, header.file());
-    if (!text.ok()) return checker.Error(field, text.status().message());
+    if (!text.ok()) {
+      checker.Note(checker.Error(field, text.status().message()));
+      continue;
+    }
     header.set_text(*std::move(text));
   }
   RETURN_IF_ERROR(checker.Check());

@@ -14,7 +14,9 @@
 // enclosing field that is present; it is left out when the field is absent
 // from the file altogether ("x.textproto: reference: must be set").
 //
-// What is checked (one error, the first in this order, is reported):
+// Every check runs, so one error reports every problem at once: each
+// section below contributes its first problem, on a line of its own, in
+// this order:
 //   name            [a-z][a-z0-9_]*
 //   kernel_name     a C++ identifier (optionally qualified with ::)
 //   source          non-empty (files: exactly one of source / source_file;

@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compile_request.h"
@@ -23,6 +26,7 @@ using ::autotune::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Testdata(const std::string& relative) {
   return absl::StrCat(AUTOTUNE_KERNELS_DIR, "/testdata/", relative);
@@ -149,6 +153,37 @@ TEST(ValidateFamilyTest, TheGoodFamilyPasses) {
   EXPECT_OK(ValidateFamily(GoodFamily(), "RegisterKernel"));
 }
 
+// Found: a new user's register took five attempts, one missing field each.
+TEST(ValidateFamilyTest, EveryProblemIsReportedAtOnceOnALineOfItsOwn) {
+  v1::KernelFamily family = GoodFamily();
+  family.clear_reference();
+  family.mutable_tolerances()->RemoveLast();  // fp16's
+  family.clear_bytes_per_call();
+  family.clear_flops_per_call();
+  family.mutable_buffers(0)->set_shape(0, "n + m");
+  const absl::Status status = ValidateFamily(family, "RegisterKernel");
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(absl::StrSplit(status.message(), '\n'),
+              ElementsAre(HasSubstr("RegisterKernel: buffers[0].shape[0]: "),
+                          "RegisterKernel: reference: must be set (results are checked against a "
+                          "reference kernel)",
+                          "RegisterKernel: dtypes[1]: no tolerance for fp16 (add a tolerances "
+                          "entry with rtol and atol)",
+                          HasSubstr("RegisterKernel: bytes_per_call: must be set"),
+                          HasSubstr("RegisterKernel: flops_per_call: must be set")));
+}
+
+TEST(LoadFamilyFileTest, ASourceFileThatCannotBeReadIsReportedWithTheOtherProblems) {
+  ::autotune::testing::TempDir dir;
+  const std::string path = dir.path() + "/f.textproto";
+  ASSERT_OK(WriteFileAtomically(path, "source_file: \"missing.cu\"\nname: \"Bad\"\n"));
+  const absl::StatusOr<v1::KernelFamily> family = LoadFamilyFile(path);
+  ASSERT_FALSE(family.ok());
+  EXPECT_THAT(family.status().message(),
+              AllOf(HasSubstr(":1: source_file: "), HasSubstr(":2: name: 'Bad' must match"),
+                    HasSubstr("params: empty"), Not(HasSubstr("source: must be set"))));
+}
+
 // The allowlist as CheckCompileOption states it.
 #define ALLOWED_OPTIONS                                                                       \
   " (allowed: -D<NAME>[=<value>], -U<NAME>, -std=c++11|c++14|c++17|c++20, -use_fast_math, "   \
@@ -165,12 +200,15 @@ void PrintTo(const MutationCase& c, std::ostream* os) { *os << c.name; }
 
 class ValidateFamilyMutationTest : public ::testing::TestWithParam<MutationCase> {};
 
+// The mutation's problem is the first one reported (a change may cause
+// others: a dtype replaced leaves its tolerance without one).
 TEST_P(ValidateFamilyMutationTest, RejectsWithFieldAndReason) {
   v1::KernelFamily family = GoodFamily();
   GetParam().mutate(family);
-  EXPECT_THAT(ValidateFamily(family, "RegisterKernel"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       absl::StrCat("RegisterKernel: ", GetParam().message)));
+  const absl::Status status = ValidateFamily(family, "RegisterKernel");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  const std::vector<std::string> lines = absl::StrSplit(status.message(), '\n');
+  EXPECT_EQ(lines[0], absl::StrCat("RegisterKernel: ", GetParam().message)) << status;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -142,11 +142,7 @@ class ConfigResolver {
   const v1::LaunchDims& reference_launch() const { return reference_launch_; }
 
   std::vector<std::string> ReferenceOptions() const {
-    std::vector<std::string> options(family_.compile_options().begin(),
-                                     family_.compile_options().end());
-    for (std::string& macro : DTypeMacros(problem_.dtype())) options.push_back(std::move(macro));
-    options.push_back("-DAUTOTUNE_REFERENCE=1");
-    return options;
+    return ReferenceCompileInputs(family_, problem_.dtype()).options;
   }
 
   // Resolves the config with `param_values` (in params order). Returns the
@@ -594,6 +590,15 @@ absl::StatusOr<ConfigPosition> PositionOf(const v1::KernelFamily& family,
 }
 
 }  // namespace
+
+CompileInputs ReferenceCompileInputs(const v1::KernelFamily& family, v1::DType dtype) {
+  CompileInputs inputs;
+  inputs.name_expression = family.reference().kernel_name();
+  inputs.options.assign(family.compile_options().begin(), family.compile_options().end());
+  for (std::string& macro : DTypeMacros(dtype)) inputs.options.push_back(std::move(macro));
+  inputs.options.push_back("-DAUTOTUNE_REFERENCE=1");
+  return inputs;
+}
 
 absl::StatusOr<CompileInputs> CompileInputsFor(const v1::KernelFamily& family,
                                                const v1::Config& config, v1::DType dtype) {

@@ -174,6 +174,10 @@ struct CompileInputs {
 absl::StatusOr<CompileInputs> CompileInputsFor(const v1::KernelFamily& family,
                                                const v1::Config& config, v1::DType dtype);
 
+// How the reference kernel is compiled for `dtype`: its kernel_name, and
+// the options of the binding notes above.
+CompileInputs ReferenceCompileInputs(const v1::KernelFamily& family, v1::DType dtype);
+
 }  // namespace autotune::kernels
 
 #endif  // AUTOTUNE_KERNELS_SEARCH_SPACE_H_

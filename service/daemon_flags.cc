@@ -175,7 +175,7 @@ DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
   if (!options.tls_key.empty()) config.set_tls_key(options.tls_key);
   if (!options.tls_client_ca.empty()) config.set_tls_client_ca(options.tls_client_ca);
   config.set_readers(options.readers);
-  if (!options.kernels_dir.empty()) config.set_kernels(options.kernels_dir);
+  for (const std::string& dir : options.kernels_dirs) config.add_kernels(dir);
   if (!options.worker_path.empty()) config.set_worker(options.worker_path);
   if (!options.profile_worker_path.empty()) config.set_profile_worker(options.profile_worker_path);
   config.set_compile_workers(options.compile_workers);
@@ -276,8 +276,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
   app.add_option("--readers", options.readers, "pooled database read connections")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--kernels", options.kernels_dir,
-                 "directory of built-in kernel families (*.textproto); 'none' to skip (default: "
+  app.add_option("--kernels", options.kernels_dirs,
+                 "a folder of kernel families (*.textproto) to register at start-up besides the "
+                 "built-in ones (repeatable); 'none' leaves the built-in ones out (they are in "
                  "../share/autotune/kernels beside autotuned, or the checkout's kernels/ for a "
                  "build-tree binary)");
   app.add_option("--worker", options.worker_path,

@@ -282,7 +282,8 @@ TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
   given.set_tls_key(file);
   given.set_tls_client_ca(file);
   given.set_readers(9);
-  given.set_kernels("/srv/autotune/kernels");
+  given.add_kernels("/srv/autotune/kernels");
+  given.add_kernels("none");
   given.set_worker("/srv/autotune/worker");
   given.set_profile_worker(file);
   given.set_compile_workers(3);

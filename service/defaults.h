@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "absl/time/time.h"
+
 namespace autotune::service {
 
 // --- The daemon's settings (autotuned's flags and config file) -------------
@@ -48,7 +50,15 @@ inline constexpr double kDefaultHealthIntervalS = 5;
 // past this fails its compile instead of taking the host's memory.
 inline constexpr int64_t kDefaultCompileMemoryMb = 4096;
 
+// How long the token of `autotune admin-url`'s link lets the admin page in.
+inline constexpr absl::Duration kLoginLinkLifetime = absl::Hours(1);
+
 // --- A job's options (v1::JobOptions: 0 = these) ---------------------------
+
+// The architecture a job compiles for on a daemon without a GPU, and the
+// one `autotune check` compiles for: Hopper, without its arch-specific
+// (sm_90a) instructions.
+inline constexpr char kDefaultArch[] = "sm_90";
 
 // One compile: NVRTC takes seconds for most variants; two minutes is a
 // compiler that hangs, not a slow kernel.

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -213,7 +214,9 @@ class Server::Impl {
   void FillStats(v1::StatsResponse* response) const;
   // Checks the database every `interval` until Shutdown(); sets health.
   void WatchDatabase(absl::Duration interval);
-  absl::Status RegisterBuiltinFamilies(const std::string& dir_option);
+  absl::Status RegisterStartupFamilies(const std::vector<std::string>& dirs);
+  // The admin page's address with a new login token of `caller`'s role.
+  absl::StatusOr<v1::CreateLoginLinkResponse> CreateLoginLink(const Caller& caller);
 
   absl::Duration shutdown_grace_;
   absl::Time started_ = absl::Now();
@@ -307,8 +310,12 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   store_options.readers = options.readers;
   ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
   resolver_ = std::make_unique<LookupResolver>(store_.get());
-  admin_ = std::make_unique<CacheAdmin>(store_.get());
-  RETURN_IF_ERROR(RegisterBuiltinFamilies(options.kernels_dir));
+  // RegisterKernel compiles a new family on the job runner's pool; no call
+  // is served before jobs_ exists.
+  admin_ = std::make_unique<CacheAdmin>(store_.get(), [this](const v1::KernelFamily& family) {
+    return jobs_->CheckFamilyCompiles(family);
+  });
+  RETURN_IF_ERROR(RegisterStartupFamilies(options.kernels_dirs));
 
   CompilePoolOptions pool_options;
   pool_options.worker_path =
@@ -398,7 +405,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   }
   service_ = std::make_unique<AutotuneService>(
       resolver_.get(), admin_.get(), jobs_.get(), tune_on_miss_.get(), admission_.get(),
-      audit_.get(), metrics_.get(), [this](v1::StatsResponse* response) { FillStats(response); });
+      audit_.get(), metrics_.get(), [this](v1::StatsResponse* response) { FillStats(response); },
+      [this](const Caller& caller) { return CreateLoginLink(caller); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -470,25 +478,65 @@ void Server::Impl::WatchDatabase(absl::Duration interval) {
   }
 }
 
-absl::Status Server::Impl::RegisterBuiltinFamilies(const std::string& dir_option) {
-  if (dir_option == "none") return absl::OkStatus();
-  KernelsDir found{dir_option, "--kernels"};
-  if (dir_option.empty()) {
-    ASSIGN_OR_RETURN(found, DefaultKernelsDir());
+absl::Status Server::Impl::RegisterStartupFamilies(const std::vector<std::string>& dirs) {
+  struct Folder {
+    KernelsDir where;
+    bool builtin = false;
+  };
+  std::vector<Folder> folders;
+  if (!absl::c_linear_search(dirs, "none")) {
+    ASSIGN_OR_RETURN(KernelsDir builtin, DefaultKernelsDir());
+    folders.push_back({builtin, true});
   }
-  const std::string& dir = found.path;
-  absl::StatusOr<std::vector<v1::KernelFamily>> families = kernels::LoadFamilyDirectory(dir);
-  if (!families.ok()) {
-    return absl::Status(families.status().code(),
-                        absl::StrCat("built-in kernel families: ", families.status().message()));
+  for (const std::string& dir : dirs) {
+    if (dir != "none") folders.push_back({KernelsDir{dir, "--kernels"}, false});
   }
-  for (const v1::KernelFamily& family : *families) {
-    bool changed = false;
-    RETURN_IF_ERROR(store_->PutFamily(family, /*builtin=*/true, &changed).status());
-    if (changed) spdlog::info("kernel family {}: new version registered", family.name());
+  std::map<std::string, std::string> defined_in;  // family name -> folder
+  for (const Folder& folder : folders) {
+    const std::string& dir = folder.where.path;
+    absl::StatusOr<std::vector<v1::KernelFamily>> families = kernels::LoadFamilyDirectory(dir);
+    if (!families.ok()) {
+      return absl::Status(
+          families.status().code(),
+          absl::StrCat(folder.builtin ? "built-in kernel families: " : "--kernels: ",
+                       families.status().message()));
+    }
+    for (const v1::KernelFamily& family : *families) {
+      const auto [it, inserted] = defined_in.emplace(family.name(), dir);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat("--kernels: family '", family.name(),
+                                                       "' is defined both in ", it->second,
+                                                       " and in ", dir));
+      }
+      bool changed = false;
+      RETURN_IF_ERROR(store_->PutFamily(family, folder.builtin, &changed).status());
+      if (changed) spdlog::info("kernel family {}: new version registered", family.name());
+    }
+    spdlog::info("{} {} kernel families from {} ({})", families->size(),
+                 folder.builtin ? "built-in" : "more", dir, folder.where.origin);
   }
-  spdlog::info("{} built-in kernel families from {} ({})", families->size(), dir, found.origin);
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CreateLoginLinkResponse> Server::Impl::CreateLoginLink(const Caller& caller) {
+  if (http_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this daemon serves no admin page: start it with --http-listen 127.0.0.1:PORT");
+  }
+  ASSIGN_OR_RETURN(const std::string token,
+                   auth_->AddLoginToken(caller.role, caller.id, kLoginLinkLifetime));
+  // A wildcard address is reached on loopback.
+  std::string address = http_->address();
+  if (absl::StartsWith(address, "0.0.0.0:")) {
+    address = absl::StrCat("127.0.0.1", address.substr(7));
+  } else if (absl::StartsWith(address, "[::]:")) {
+    address = absl::StrCat("[::1]", address.substr(4));
+  }
+  v1::CreateLoginLinkResponse response;
+  response.set_url(absl::StrCat("http://", address, "/admin#token=", token));
+  response.set_expires_at(
+      absl::FormatTime(absl::RFC3339_sec, absl::Now() + kLoginLinkLifetime, absl::UTCTimeZone()));
+  return response;
 }
 
 void Server::Impl::FillStats(v1::StatsResponse* response) const {

@@ -45,11 +45,13 @@ struct ServerOptions {
   int readers = cache::kDefaultReaders;       // pooled database read connections
   unsigned socket_mode = kDefaultSocketMode;  // Unix sockets; 0660 lets a group in
   absl::Duration shutdown_grace = absl::Seconds(10);
-  // Built-in kernel families (*.textproto), registered at start-up. Empty =
-  // <prefix>/share/autotune/kernels beside this program (installed), else,
-  // for a binary in its build tree, the checkout's kernels/; start-up fails
-  // naming both when neither is there. "none" = skip.
-  std::string kernels_dir;
+  // Folders of kernel families (*.textproto) registered at start-up, in
+  // addition to the built-in ones: those in <prefix>/share/autotune/kernels
+  // beside this program (installed), else, for a binary in its build tree,
+  // the checkout's kernels/ (start-up fails naming both when neither is
+  // there). "none" among them leaves the built-in ones out. A name defined
+  // twice fails the start, naming both files.
+  std::vector<std::string> kernels_dirs;
   // The autotune-worker executable; empty = beside this program.
   std::string worker_path;
   // The program that validates and times kernels on the GPU; empty =

@@ -12,7 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/paths.h"
@@ -54,15 +56,20 @@ struct GlobalFlags {
   }();
 };
 
-// One line, whatever the message holds.
-std::string OneLine(absl::string_view message) {
-  std::string line = absl::StrReplaceAll(message, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
-  return std::string(absl::StripTrailingAsciiWhitespace(line));
+// One line, whatever the message holds; a message of several problems (a
+// family's checks) keeps one per line, each indented under the first.
+std::string ErrorLines(absl::string_view message) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(message, absl::ByAnyChar("\r\n"))) {
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (!line.empty()) lines.push_back(absl::StrReplaceAll(line, {{"\t", " "}}));
+  }
+  return absl::StrJoin(lines, "\n  ");
 }
 
 int ReportError(std::ostream& err, absl::string_view command, const absl::Status& status) {
   err << "autotune: " << command << ": " << absl::StatusCodeToString(status.code()) << ": "
-      << OneLine(WithWarmupFlags(status.message())) << "\n";
+      << ErrorLines(WithWarmupFlags(status.message())) << "\n";
   return status.code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError;
 }
 
@@ -106,7 +113,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       RegisterCommand(app, io),   JobsCommand(app, io),          GcCommand(app, io),
       ExportCommand(app, io),     ImportCommand(app, io),        WarmupCommand(app, io),
       ReportCommand(app, io),     ExportConfigsCommand(app, io), TokenCommand(app, io),
-      BackupCommand(app, io),
+      BackupCommand(app, io),     UnregisterCommand(app, io),    CheckCommand(app, io),
+      AdminUrlCommand(app, io),
   };
 
   try {
@@ -139,14 +147,21 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   if (absl::Status prepared = selected->prepare(); !prepared.ok()) {
-    err << "autotune: " << name << ": " << OneLine(prepared.message()) << "\n";
+    err << "autotune: " << name << ": " << ErrorLines(prepared.message()) << "\n";
     return kExitUsage;
+  }
+  if (selected->run_offline && (!selected->is_offline || selected->is_offline())) {
+    if (absl::Status status = selected->run_offline(); !status.ok()) {
+      out.flush();
+      return ReportError(err, name, status);
+    }
+    return kExitOk;
   }
   ClientOptions client_options = ClientOptionsFromFlags(global);
   if (!global.token_file.empty()) {
     absl::StatusOr<std::string> token = ReadTokenFile(global.token_file);
     if (!token.ok()) {
-      err << "autotune: " << name << ": --token-file: " << OneLine(token.status().message())
+      err << "autotune: " << name << ": --token-file: " << ErrorLines(token.status().message())
           << "\n";
       return kExitUsage;
     }

@@ -21,6 +21,7 @@
 #include "client/cli/cli_format.h"
 #include "client/client.h"
 #include "client/server_configs.h"
+#include "kernels/family_loader.h"
 
 namespace autotune::client {
 
@@ -41,19 +42,69 @@ Command RegisterCommand(CLI::App& root, Streams io) {
   AddJsonFlag(command.app, s->json);
   command.run = [s, io](Client& client) -> absl::Status {
     v1::RegisterKernelRequest request;
-    ASSIGN_OR_RETURN(*request.mutable_family(), ReadFamilyFile(s->file));
+    // Checked here first: every problem of the descriptor, with its line.
+    ASSIGN_OR_RETURN(*request.mutable_family(), kernels::LoadFamilyFile(s->file));
     request.set_replace(s->replace);
-    absl::StatusOr<v1::RegisterKernelResponse> answer = client.RegisterKernel(request);
-    if (absl::IsAlreadyExists(answer.status())) {  // the API's field is this command's flag
-      answer = absl::AlreadyExistsError(absl::StrReplaceAll(
-          answer.status().message(), {{"set replace to", "pass --replace to"}}));
-    }
-    return PrintAnswer(answer, s->json, io.out,
-                       [](const v1::RegisterKernelResponse& response, std::ostream& out) {
+    return PrintAnswer(client.RegisterKernel(request), s->json, io.out,
+                       [io](const v1::RegisterKernelResponse& response, std::ostream& out) {
+                         for (const std::string& warning : response.warnings()) {
+                           io.err << "autotune: register: warning: " << warning << "\n";
+                         }
                          out << "kernel family " << response.kernel().name() << " "
                              << (response.changed() ? "registered" : "unchanged")
                              << " (content hash " << response.kernel().content_hash() << ", "
                              << response.kernel().config_count() << " configs)\n";
+                       });
+  };
+  return command;
+}
+
+Command AdminUrlCommand(CLI::App& root, Streams io) {
+  struct State {
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "admin-url",
+      "Print a link that opens the daemon's admin page signed in with your role on its Unix "
+      "socket; it expires within the hour (the daemon needs --http-listen)");
+  AddJsonFlag(command.app, s->json);
+  command.run = [s, io](Client& client) -> absl::Status {
+    return PrintAnswer(client.CreateLoginLink(v1::CreateLoginLinkRequest()), s->json, io.out,
+                       [](const v1::CreateLoginLinkResponse& response, std::ostream& out) {
+                         out << response.url() << "\n(expires " << response.expires_at() << ")\n";
+                       });
+  };
+  return command;
+}
+
+Command UnregisterCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string family;
+    bool invalidate = false;
+    bool json = false;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "unregister", "Remove a kernel family, every version of it, from the daemon (admin)");
+  command.app->add_option("family", s->family, "The family's name")->required();
+  command.app->add_flag("--invalidate", s->invalidate,
+                        "Remove its entries and measurements too (refused without while it has "
+                        "any)");
+  AddJsonFlag(command.app, s->json);
+  command.run = [s, io](Client& client) -> absl::Status {
+    v1::UnregisterKernelRequest request;
+    request.set_name(s->family);
+    request.set_invalidate(s->invalidate);
+    return PrintAnswer(client.UnregisterKernel(request), s->json, io.out,
+                       [s](const v1::UnregisterKernelResponse& response, std::ostream& out) {
+                         out << "kernel family " << s->family << " unregistered ("
+                             << response.versions_removed() << " versions, "
+                             << response.entries_removed() << " entries, "
+                             << response.measurements_removed()
+                             << " measurements removed; autotune gc frees their cubins)\n";
                        });
   };
   return command;

@@ -30,6 +30,10 @@ struct Command {
   CLI::App* app = nullptr;
   std::function<absl::Status()> prepare = [] { return absl::OkStatus(); };  // nothing to check
   std::function<absl::Status(Client&)> run;
+  // Instead of `run`, for a command that needs no daemon to be running
+  // (check, warmup --local): always, or when `is_offline` says so.
+  std::function<absl::Status()> run_offline;
+  std::function<bool()> is_offline;
 };
 
 // Where command output goes: answers to `out`, progress of long commands to
@@ -84,6 +88,11 @@ Command ImportCommand(CLI::App& root, Streams io);         // import
 Command ExportConfigsCommand(CLI::App& root, Streams io);  // export-configs
 Command BackupCommand(CLI::App& root, Streams io);         // backup
 Command TokenCommand(CLI::App& root, Streams io);          // token new
+Command UnregisterCommand(CLI::App& root, Streams io);     // unregister
+Command AdminUrlCommand(CLI::App& root, Streams io);       // admin-url
+
+// cli_check.cc: a family checked and compiled here, with no daemon.
+Command CheckCommand(CLI::App& root, Streams io);  // check
 
 }  // namespace autotune::client
 

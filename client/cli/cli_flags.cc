@@ -167,26 +167,4 @@ absl::StatusOr<v1::Manifest> ParseManifestText(absl::string_view text, absl::str
   return manifest;
 }
 
-absl::StatusOr<v1::KernelFamily> ReadFamilyFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path, "kernel family"));
-  v1::KernelFamily family;
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &family)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kernel family ", path, ":",
-                     errors.error().empty() ? " cannot be parsed" : errors.error()));
-  }
-  if (!family.source_file().empty() && family.source().empty()) {
-    const size_t slash = path.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-    const std::string source_path =
-        family.source_file()[0] == '/' ? family.source_file() : dir + "/" + family.source_file();
-    ASSIGN_OR_RETURN(*family.mutable_source(),
-                     ReadFile(source_path, absl::StrCat(path, ": source_file")));
-  }
-  return family;
-}
-
 }  // namespace autotune::client

@@ -53,11 +53,6 @@ absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budg
 // no items.
 absl::StatusOr<v1::Manifest> ParseManifestText(absl::string_view text, absl::string_view name);
 
-// A KernelFamily descriptor in protobuf text format, with `source_file`
-// (relative to the descriptor's directory) read into `source`. Only the
-// syntax is checked here; the server validates the family.
-absl::StatusOr<v1::KernelFamily> ReadFamilyFile(const std::string& path);
-
 }  // namespace autotune::client
 
 #endif  // AUTOTUNE_CLIENT_CLI_FLAGS_H_

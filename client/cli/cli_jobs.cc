@@ -17,9 +17,11 @@
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "client/bundle.h"
 #include "client/cli/cli_commands.h"
 #include "client/cli/cli_flags.h"
 #include "client/cli/cli_format.h"
+#include "client/cli/local_daemon.h"
 #include "client/cli/report_html.h"
 #include "client/cli/warmup_report.h"
 #include "client/client.h"
@@ -240,6 +242,10 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     uint64_t seed = 0;
     ReportFiles files;
     bool json = false;
+    // --local: a private daemon (local_daemon.h).
+    bool local = false;
+    LocalDaemonOptions daemon;
+    std::string bundle;
     v1::SubmitJobRequest request;
     // The flags that say how to measure: --compile-only refuses them.
     std::vector<CLI::Option*> measuring;
@@ -247,8 +253,34 @@ Command WarmupCommand(CLI::App& root, Streams io) {
   auto s = std::make_shared<State>();
   Command command;
   command.app = root.add_subcommand(
-      "warmup", "Tune every problem of a manifest (v1.Manifest, text format) and wait");
+      "warmup",
+      "Tune every problem of a manifest (v1.Manifest, text format) and wait; `tune` is the "
+      "same command");
+  command.app->alias("tune");
   command.app->add_option("manifest", s->manifest, "Manifest file")->required();
+  std::vector<CLI::Option*> local_only;
+  command.app->add_flag("--local", s->local,
+                        "Tune on a private daemon of this run, in a temporary folder, instead of "
+                        "--server: it registers the built-in families and those of --kernels, "
+                        "and is stopped when the warmup ends (for CI)");
+  local_only.push_back(command.app->add_option(
+      "--kernels", s->daemon.kernels_dirs,
+      "With --local: a folder of kernel families (*.textproto) to register besides the "
+      "built-in ones (repeatable)"));
+  local_only.push_back(command.app->add_option(
+      "--gpus", s->daemon.gpus, "With --local: the GPUs to tune on (autotuned --gpus)"));
+  local_only.push_back(
+      command.app
+          ->add_option("--compile-workers", s->daemon.compile_workers,
+                       "With --local: compile processes at most (autotuned --compile-workers; "
+                       "default one per core)")
+          ->check(CLI::PositiveNumber));
+  local_only.push_back(command.app->add_option(
+      "--bundle", s->bundle,
+      "With --local: export what was tuned to this bundle file (autotune import reads it)"));
+  local_only.push_back(command.app->add_flag(
+      "--keep", s->daemon.keep,
+      "With --local: keep the daemon's folder (its log and database) and print where"));
   command.app->add_option("--shard", s->shard, "Tune only shard I of N (0-based), e.g. 0/4");
   command.app->add_flag("--compile-only", s->compile_only, "Compile the variants; measure nothing");
   command.app->add_flag("--retune", s->retune, "Tune again problems that have cached entries");
@@ -314,8 +346,16 @@ Command WarmupCommand(CLI::App& root, Streams io) {
   AddReportFileOptions(command.app, s->files);
   command.app->add_flag("--json", s->json,
                         "Print the finished job as protobuf JSON; progress goes to stderr");
-  command.prepare = [s]() -> absl::Status {
+  command.prepare = [s, local_only]() -> absl::Status {
     RETURN_IF_ERROR(CheckReportFileOptions(s->files));
+    if (!s->local) {
+      for (const CLI::Option* option : local_only) {
+        if (option->count() > 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(option->get_name(), " goes with --local (a private daemon)"));
+        }
+      }
+    }
     v1::JobOptions& options = *s->request.mutable_spec()->mutable_options();
     v1::SearchOptions search;
     RETURN_IF_ERROR(ParseSearchFlags(s->search, s->budget, s->seed, search));
@@ -351,7 +391,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     options.set_candidate_band(s->candidate_band);
     return absl::OkStatus();
   };
-  command.run = [s, io](Client& client) -> absl::Status {
+  const auto run = [s, io](Client& client) -> absl::Status {
     ASSIGN_OR_RETURN(std::string text, ReadFile(s->manifest, "manifest"));
     ASSIGN_OR_RETURN(*s->request.mutable_spec()->mutable_manifest(),
                      ParseManifestText(text, s->manifest));
@@ -377,22 +417,9 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     RETURN_IF_ERROR(WriteReportFiles(client, job, s->files));
     switch (job.state()) {
       case v1::SUCCEEDED:
-        // A variant that was expected to compile and did not fails the run.
-        if (job.counts().compile_errors() > 0) {
-          return absl::AbortedError(absl::StrCat("job ", job.id(), ": ",
-                                                 job.counts().compile_errors(),
-                                                 " variants failed to compile"));
-        }
-        // A problem left without a valid config fails the run too; variants
-        // that were rejected (wrong result, timeout...) do not, since
-        // rejecting them is the point of validating.
-        if (!s->compile_only && job.results_size() < job.counts().problems()) {
-          return absl::AbortedError(
-              absl::StrCat("job ", job.id(), ": ", job.counts().problems() - job.results_size(),
-                           " of ", job.counts().problems(), " problems have no valid config",
-                           job.error().empty() ? "" : ": ", job.error()));
-        }
         return absl::OkStatus();
+      // The daemon fails a job in which a variant did not compile or a
+      // problem was left without a valid config, and says why in its error.
       case v1::FAILED:
         return absl::AbortedError(absl::StrCat("job ", job.id(), " failed",
                                                job.error().empty() ? "" : ": ", job.error()));
@@ -403,6 +430,25 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                                                " was still ", v1::JobState_Name(job.state()),
                                                "; `autotune jobs` shows how it goes on"));
     }
+  };
+  command.run = run;
+  command.is_offline = [s] { return s->local; };
+  command.run_offline = [s, io, run]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<LocalDaemon> daemon, LocalDaemon::Start(s->daemon));
+    std::ostream& progress_out = s->json ? io.err : io.out;
+    progress_out << "local daemon in " << daemon->folder() << "\n";
+    ClientOptions options;
+    options.address = daemon->address();
+    ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+    const absl::Status tuned = run(*client);
+    if (!s->bundle.empty()) {
+      absl::StatusOr<v1::CacheBundle> bundle = client->Export(v1::ExportRequest());
+      absl::Status written = bundle.ok() ? WriteBundleFile(s->bundle, *bundle) : bundle.status();
+      if (!written.ok()) return written;
+      progress_out << "bundle " << s->bundle << ": " << bundle->entries_size() << " entries\n";
+    }
+    if (s->daemon.keep) progress_out << "kept " << daemon->folder() << "\n";
+    return tuned;
   };
   return command;
 }

@@ -207,12 +207,15 @@ TEST_F(CliTest, ServerErrorExitsOneWithCodeAndMessage) {
   EXPECT_EQ(result.err, "autotune: lookup: NOT_FOUND: unknown family 'foo'\n");
 }
 
-TEST_F(CliTest, MultiLineServerMessageStaysOneLine) {
+// A message of several problems (a family's checks) keeps a line for each,
+// indented: no text of the server starts a line of its own.
+TEST_F(CliTest, AMultiLineServerMessageKeepsItsLinesIndented) {
   server_.answers().status =
-      grpc::Status(grpc::StatusCode::INTERNAL, "compile failed:\nline 3: error\n");
+      grpc::Status(grpc::StatusCode::INTERNAL, "compile failed:\r\nline 3: error\n\n\tautotune: x\n");
   const CliResult result = Run({"stats"});
   EXPECT_EQ(result.exit_code, kExitError);
-  EXPECT_EQ(result.err, "autotune: stats: INTERNAL: compile failed: line 3: error\n");
+  EXPECT_EQ(result.err,
+            "autotune: stats: INTERNAL: compile failed:\n  line 3: error\n   autotune: x\n");
 }
 
 TEST_F(CliTest, UnreachableServerExitsThree) {
@@ -650,6 +653,8 @@ TEST_F(WarmupTest, FailedJobExitsOne) {
   EXPECT_THAT(result.err, HasSubstr("job job-7 failed: no GPU found"));
 }
 
+// The daemon fails a job that left a problem without a valid config; the
+// CLI exits with its state and says why.
 TEST_F(WarmupTest, MeasuringJobWithRejectedVariantsSucceedsButOneWithoutAConfigFails) {
   AddProgress(v1::SUCCEEDED);
   v1::Job* job = server_.answers().progress.back().mutable_job();
@@ -663,10 +668,11 @@ TEST_F(WarmupTest, MeasuringJobWithRejectedVariantsSucceedsButOneWithoutAConfigF
   EXPECT_THAT(result.out, HasSubstr("10 measured: 6 ok, 4 wrong result"));
 
   job->mutable_results()->RemoveLast();
+  job->set_state(v1::FAILED);
   job->set_error("1 problems have no valid variant; first: transpose n=8192 fp32: ...");
   result = Run({"warmup", manifest_});
   EXPECT_EQ(result.exit_code, kExitError);
-  EXPECT_THAT(result.err, HasSubstr("1 of 2 problems have no valid config"));
+  EXPECT_THAT(result.err, HasSubstr("failed: 1 problems have no valid variant"));
   EXPECT_THAT(result.err, HasSubstr("transpose n=8192 fp32"));
 }
 

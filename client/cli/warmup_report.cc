@@ -228,10 +228,25 @@ std::string ScreenTimeLine(const v1::Job& job) {
                       " (storing ", ms(sum.store_s()), " alongside)");
 }
 
+// What a compile-only job did and did not do, and what lookups answer after
+// it; "" for a job that measured.
+std::string CompileOnlyLine(const v1::Job& job) {
+  if (!job.spec().options().compile_only()) return "";
+  const v1::JobCounts& counts = job.counts();
+  return absl::StrCat(
+      "compile-only", job.arch().empty() ? "" : absl::StrCat(" for ", job.arch()), ": ",
+      FormatCount(counts.compiled()), " variants compiled, ",
+      FormatCount(counts.compile_cache_hits()), " found compiled before, ",
+      FormatCount(counts.compile_errors()),
+      " failed; nothing was measured, so no entry was added or changed: lookups answer as "
+      "before (MISS no-entry for a problem never measured here), and a warmup that measures "
+      "reuses these compiles");
+}
+
 std::vector<std::string> SummaryLines(const v1::Job& job) {
   std::vector<std::string> lines;
-  for (std::string line :
-       {StatusLine(job), SearchLine(job), ScreenTimeLine(job), TimingLine(job)}) {
+  for (std::string line : {CompileOnlyLine(job), StatusLine(job), SearchLine(job),
+                           ScreenTimeLine(job), TimingLine(job)}) {
     if (!line.empty()) lines.push_back(std::move(line));
   }
   return lines;
@@ -304,7 +319,9 @@ std::string CsvBool(bool value) { return value ? "true" : "false"; }
 
 std::string RenderReportText(const v1::Job& job) {
   std::ostringstream out;
-  const Table summary = SummaryTable(job);
+  // A compile-only job has nothing per problem to show but its errors.
+  Table summary = SummaryTable(job);
+  if (job.spec().options().compile_only()) summary.rows.clear();
   if (!summary.rows.empty()) PrintText(summary, out);
   const Table changes = ChangesTable(job);
   if (!changes.rows.empty()) {
@@ -325,7 +342,9 @@ std::string RenderReportMarkdown(const v1::Job& job) {
   if (!job.error().empty()) out << "\n**Error:** " << MarkdownText(job.error()) << "\n";
   const Table summary = SummaryTable(job);
   out << "\n";
-  if (summary.rows.empty()) {
+  if (job.spec().options().compile_only()) {
+    // Nothing was measured: the summary lines say what was compiled.
+  } else if (summary.rows.empty()) {
     out << "No per-problem reports.\n";
   } else {
     PrintMarkdown(summary, out);

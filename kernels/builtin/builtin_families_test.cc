@@ -32,6 +32,7 @@
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/family_check.h"
 #include "kernels/family_loader.h"
 #include "kernels/gpu/compiler.h"
 #include "kernels/manifest.h"
@@ -40,6 +41,7 @@
 namespace autotune::kernels {
 namespace {
 
+using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAreArray;
 
 constexpr char kKernelsDir[] = AUTOTUNE_KERNELS_DIR;
@@ -471,6 +473,38 @@ void CheckCompiled(const char* family, const std::vector<CompileJob>& jobs) {
   std::printf("%s: at most %lld registers per thread\n", family,
               static_cast<long long>(most_registers));
   EXPECT_EQ(failures, 0) << "of " << jobs.size() << " compiles";
+}
+
+// What `autotune check` and RegisterKernel run: the reference and the
+// default config of each dtype compile, and their parameters are the
+// buffers, tensor maps and scalars the service passes.
+TEST_P(BuiltinFamilyTest, PassesTheCompileCheckOfRegister) {
+  const BuiltinFamily& builtin = GetParam();
+  ASSERT_OK_AND_ASSIGN(const Nvrtc* nvrtc, Nvrtc::Load());
+  ASSERT_OK_AND_ASSIGN(LoadedFamily loaded, LoadBuiltin(builtin.name));
+  EXPECT_THAT(FamilyWarnings(loaded.family), IsEmpty());
+  ASSERT_OK_AND_ASSIGN(std::vector<CheckCompile> compiles,
+                       CheckCompiles(loaded.family, loaded.manifest_arch));
+  std::vector<CompileJob> jobs;
+  for (const CheckCompile& compile : compiles) {
+    jobs.push_back(CompileJob{.what = compile.part,
+                              .request = compile.request,
+                              .param_values = {},
+                              .max_block_threads = 0,
+                              .result = {}});
+  }
+  CompileAll(*nvrtc, jobs, CompileThreads());
+  std::vector<CheckFinding> findings;
+  for (size_t i = 0; i < compiles.size(); ++i) {
+    const CompileResult& result = jobs[i].result;
+    AddFindings(loaded.family, compiles[i],
+                CompileOutput{.compiled = result.status == CompileStatus::kOk,
+                              .log = result.log,
+                              .cubin = result.cubin,
+                              .lowered_name = result.lowered_name},
+                findings);
+  }
+  EXPECT_OK(FindingsStatus(findings, builtin.name));
 }
 
 TEST_P(BuiltinFamilyTest, EveryDistinctVariantCompilesForItsManifestsArch) {

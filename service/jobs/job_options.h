@@ -49,7 +49,7 @@ struct JobRunnerOptions {
   int compile_ahead = kDefaultCompileAhead;
   // When the job gives none.
   absl::Duration compile_timeout = absl::Seconds(kDefaultCompileTimeoutS);
-  std::string default_arch = "sm_90";  // when there is no GPU
+  std::string default_arch = kDefaultArch;  // when there is no GPU
   // GPU workers: worker_path empty = profiling is off (`profile_off_reason`
   // says why).
   ProfilePoolOptions profile;

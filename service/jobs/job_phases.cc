@@ -80,7 +80,7 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
       }
       if (compile_failed) {
         counts->set_compile_errors(counts->compile_errors() + 1);
-        if (running->first_compile_error.empty()) running->first_compile_error = last.detail();
+        running->compile_errors.Add(FirstErrorLine(end.log), last.detail());
       }
       if (end.status == v1::COMPILE_TIMEOUT) {
         counts->set_compile_timeouts(counts->compile_timeouts() + 1);

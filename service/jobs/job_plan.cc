@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/compile_request.h"
+#include "kernels/family_check.h"
 #include "kernels/manifest.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
@@ -212,11 +213,17 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu) {
   return limits;
 }
 
+const std::string& SourceOf(const CompileUnit& unit) {
+  const v1::KernelFamily& family = unit.record->family;
+  return unit.reference && !family.reference().source().empty() ? family.reference().source()
+                                                                : family.source();
+}
+
 worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit) {
   worker::v1::CompileTask task;
   task.set_task_id(unit.key);
-  task.set_source(unit.record->family.source());
-  task.set_program_name(unit.record->family.name() + ".cu");
+  task.set_source(SourceOf(unit));
+  task.set_program_name(kernels::ProgramName(unit.record->family));
   task.set_name_expression(unit.name_expression);
   for (const std::string& option : unit.options) task.add_options(option);
   task.set_arch(unit.arch);
@@ -276,6 +283,7 @@ absl::StatusOr<JobPlan> PlanJob(
     unit.arch = target.arch;
     unit.problem = problem;
     if (config != nullptr) unit.config = *config;
+    unit.reference = config == nullptr;
     plan.units.push_back(std::move(unit));
     return key;
   };
@@ -305,8 +313,15 @@ absl::StatusOr<JobPlan> PlanJob(
     planned.problem = std::move(item.problem);
     const kernels::CompileKeyer keyer(record->family.source(), target.arch, target.nvrtc_version,
                                       HeadersOf(record->family));
-    planned.reference_key = add(record, keyer, planned.problem, space->reference_name,
-                                space->reference_compile_options, nullptr);
+    // A reference with a source of its own is keyed by that source.
+    const std::string& reference_source = record->family.reference().source();
+    planned.reference_key =
+        add(record,
+            reference_source.empty()
+                ? keyer
+                : kernels::CompileKeyer(reference_source, target.arch, target.nvrtc_version,
+                                        HeadersOf(record->family)),
+            planned.problem, space->reference_name, space->reference_compile_options, nullptr);
     planned.variant_keys.reserve(space->variants.size());
     for (const kernels::Variant& variant : space->variants) {
       planned.variant_keys.push_back(add(record, keyer, planned.problem, variant.name_expression,

@@ -45,10 +45,17 @@ struct CompileUnit {
   std::string arch;
   v1::Problem problem;  // the first problem that needs it, for reports
   v1::Config config;    // empty for a reference kernel
+  // The reference kernel, compiled from reference.source when the family
+  // gives one (else from the family's source, as every variant).
+  bool reference = false;
 };
 
-// The worker's task for `unit`: its record's source and headers, its name
-// expression, options and arch; task_id = key, program_name "<family>.cu".
+// The source a unit compiles: its family's, or its reference's own.
+const std::string& SourceOf(const CompileUnit& unit);
+
+// The worker's task for `unit`: SourceOf(unit) and the record's headers, its
+// name expression, options and arch; task_id = key, program_name
+// kernels::ProgramName (the file the family's author wrote).
 worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit);
 
 // One problem of the job, with its variants.

@@ -243,6 +243,34 @@ TEST_F(JobPlanTest, VariantsCompiledTheSameWayInSeveralProblemsAreCompiledOnce) 
   for (const CompileUnit& unit : plan.units) EXPECT_EQ(unit.arch, "sm_90");
 }
 
+// Found: reference.source was checked and then ignored; the reference was
+// compiled from the family's source.
+TEST_F(JobPlanTest, AReferenceWithASourceOfItsOwnIsCompiledAndKeyedFromIt) {
+  ASSERT_OK_AND_ASSIGN(JobPlan shared, PlanJob(Spec({1024}), families_, target_));
+  auto record = std::make_shared<cache::FamilyRecord>(*families_["axpy"]);
+  const std::string reference_source =
+      "extern \"C\" __global__ void axpy_reference(const float* x, float* y, float a, long "
+      "long n) {}\n";
+  record->family.mutable_reference()->set_source(reference_source);
+  families_["axpy"] = record;
+  ASSERT_OK_AND_ASSIGN(JobPlan own, PlanJob(Spec({1024}), families_, target_));
+  ASSERT_EQ(own.problems.size(), 1u);
+  const std::string& key = own.problems[0].reference_key;
+  EXPECT_NE(key, shared.problems[0].reference_key);
+  int references = 0;
+  for (const CompileUnit& unit : own.units) {
+    const worker::v1::CompileTask task = CompileTaskOf(unit);
+    if (unit.key == key) {
+      ++references;
+      EXPECT_TRUE(unit.reference);
+      EXPECT_EQ(task.source(), reference_source);
+    } else {
+      EXPECT_EQ(task.source(), record->family.source());
+    }
+  }
+  EXPECT_EQ(references, 1);
+}
+
 TEST_F(JobPlanTest, TheGpusReportedLimitsShapeTheSearchSpace) {
   worker::v1::DeviceInfo small;
   small.set_max_threads_per_block(256);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/timestamp.h"
+#include "kernels/family_check.h"
 #include "proto/problem.h"
 #include "service/jobs/choice.h"
 #include "service/jobs/job_options.h"
@@ -354,6 +356,7 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
     absl::MutexLock lock(&raw->mu);
     raw->submitted_by = job.submitted_by();
     raw->job = std::move(job);
+    raw->job.set_arch(work->plan.arch);
     raw->latest.set_message("queued");
     *raw->latest.mutable_job() = raw->job;
     id = raw->job.id();
@@ -443,21 +446,21 @@ void JobRunner::Run(Running* running) {
       running->job.set_state(v1::CANCELLED);
       running->job.set_error("cancelled");
     } else {
-      running->job.set_state(running->store_error.empty() ? v1::SUCCEEDED : v1::FAILED);
+      // Whatever did not go as asked fails the job, so every view of it (the
+      // CLI's exit status, `autotune jobs`, the API, the admin page) says so.
       std::vector<std::string> errors;
       if (!running->store_error.empty()) {
         errors.push_back(absl::StrCat("the store failed: ", running->store_error));
       }
       if (counts.compile_errors() > 0) {
-        errors.push_back(
-            absl::StrCat(counts.compile_errors(),
-                         " variants failed to compile; first: ", running->first_compile_error));
+        errors.push_back(running->compile_errors.Describe(counts.compile_errors()));
       }
       if (running->problems_failed > 0) {
         errors.push_back(
             absl::StrCat(running->problems_failed,
                          " problems have no valid variant; first: ", running->first_problem_error));
       }
+      running->job.set_state(errors.empty() ? v1::SUCCEEDED : v1::FAILED);
       running->job.set_error(absl::StrJoin(errors, "\n"));
     }
     message = absl::StrCat("compiled ", counts.compiled(), ", cache hits ",
@@ -496,6 +499,59 @@ void JobRunner::Run(Running* running) {
   // mark (bench/run_memory_bench.sh measures it).
   malloc_trim(0);
   running->ended = true;
+}
+
+absl::Status JobRunner::CheckFamilyCompiles(const v1::KernelFamily& family) {
+  ASSIGN_OR_RETURN(CompilePool * pool, Pool());
+  std::string arch = options_.default_arch;
+  if (gpus_mu_.TryLock()) {  // never wait for GPU workers that are starting
+    if (gpus_ != nullptr && !gpus_->devices().empty()) {
+      arch = absl::StrCat("sm_", gpus_->devices().front().compute_capability());
+    }
+    gpus_mu_.Unlock();
+  }
+  ASSIGN_OR_RETURN(const std::vector<kernels::CheckCompile> compiles,
+                   kernels::CheckCompiles(family, arch));
+  std::vector<worker::v1::CompileOutcome> outcomes(compiles.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < compiles.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const kernels::CompileRequest& request = compiles[i].request;
+        worker::v1::CompileTask task;
+        task.set_task_id(absl::StrCat("check-", i));
+        task.set_source(request.source);
+        task.set_program_name(request.program_name);
+        task.set_name_expression(request.name_expression);
+        for (const std::string& option : request.options) task.add_options(option);
+        task.set_arch(request.arch);
+        for (const kernels::SourceHeader& header : request.headers) {
+          v1::SourceHeader* added = task.add_headers();
+          added->set_name(header.name);
+          added->set_text(header.text);
+        }
+        outcomes[i] = pool->Compile(task, options_.compile_timeout);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  std::vector<kernels::CheckFinding> findings;
+  for (size_t i = 0; i < compiles.size(); ++i) {
+    const worker::v1::CompileOutcome& outcome = outcomes[i];
+    kernels::CompileOutput output;
+    output.compiled = outcome.status() == worker::v1::CompileOutcome::OK;
+    output.log = outcome.log();
+    if (outcome.status() == worker::v1::CompileOutcome::TIMEOUT) {
+      output.log = absl::StrCat("the compile took longer than ",
+                                absl::FormatDuration(options_.compile_timeout));
+    } else if (outcome.status() == worker::v1::CompileOutcome::WORKER_LOST) {
+      output.log = absl::StrCat("the compile worker died: ", outcome.log());
+    }
+    output.cubin = outcome.cubin();
+    output.lowered_name = outcome.lowered_name();
+    kernels::AddFindings(family, compiles[i], output, findings);
+  }
+  return kernels::FindingsStatus(findings, absl::StrCat("family (compiled for ", arch, ")"));
 }
 
 absl::StatusOr<std::vector<worker::v1::DeviceInfo>> JobRunner::Devices() {

@@ -105,6 +105,14 @@ class JobRunner {
   // job already stored are not measured again.
   absl::StatusOr<int> ResumeUnfinished();
 
+  // The compile check of a family version before RegisterKernel stores it
+  // (kernels/family_check.h): its reference and default config, in each of
+  // its dtypes, compiled on the compile pool at once, for the arch jobs
+  // default to (the GPU's when the GPU workers run, else default_arch).
+  // INVALID_ARGUMENT with every finding; FAILED_PRECONDITION when this
+  // daemon cannot compile.
+  absl::Status CheckFamilyCompiles(const v1::KernelFamily& family);
+
   // The GPUs jobs measure on (their workers are started on first use).
   // FAILED_PRECONDITION with the reason when there is no usable GPU.
   absl::StatusOr<std::vector<worker::v1::DeviceInfo>> Devices();

@@ -647,7 +647,7 @@ TEST_F(ScreenJobTest, WithoutACompiledReferenceEveryVariantEndsUnsupportedAndThe
   spec.mutable_manifest()->mutable_items(0)->set_family("modes_no_reference");
   spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
   const v1::Job job = Run(spec);
-  ASSERT_EQ(job.state(), v1::SUCCEEDED);
+  ASSERT_EQ(job.state(), v1::FAILED);
   EXPECT_EQ(job.counts().compile_errors(), 1);  // the reference
   EXPECT_EQ(job.counts().unsupported(), 8);
   EXPECT_THAT(job.results(), SizeIs(0));
@@ -769,7 +769,7 @@ TEST_F(ScreenJobTest, AGpuThatStaysBusyFailsTheProblemUnlessForced) {
   spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
   spec.mutable_options()->set_quiet_wait_s(1.5);
   const v1::Job waited = Run(spec);
-  ASSERT_EQ(waited.state(), v1::SUCCEEDED) << waited.error();
+  ASSERT_EQ(waited.state(), v1::FAILED) << waited.error();
   EXPECT_THAT(waited.results(), SizeIs(0));
   EXPECT_THAT(waited.error(), HasSubstr("not quiet for the serial phase within 1.5s"));
   EXPECT_THAT(waited.error(), HasSubstr("pid 4121"));

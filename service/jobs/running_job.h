@@ -23,6 +23,7 @@
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
 #include "service/jobs/job_runner.h"
+#include "service/jobs/job_text.h"
 
 namespace autotune::service {
 
@@ -59,7 +60,9 @@ struct JobRunner::Running {
   std::string first_problem_error ABSL_GUARDED_BY(mu);
   // The first store error: the job ends FAILED with it.
   std::string store_error ABSL_GUARDED_BY(mu);
-  std::string first_compile_error ABSL_GUARDED_BY(mu);
+  // Variants that failed to compile, grouped by the compiler's first error
+  // line, in the order first seen (CompileErrorGroups).
+  CompileErrorGroups compile_errors ABSL_GUARDED_BY(mu);
   // One per problem measured, as each ends (the cached ones are in Work).
   std::vector<v1::ProblemReport> reports ABSL_GUARDED_BY(mu);
   // Progress of the phase running now (JobTiming).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "kernels/family_check.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
 #include "kernels/search_space.h"
@@ -130,18 +131,57 @@ absl::StatusOr<v1::RegisterKernelResponse> CacheAdmin::RegisterKernel(
   if (existing.ok() && existing->content_hash != hash && !request.replace()) {
     return absl::AlreadyExistsError(absl::StrCat(
         "family '", request.family().name(), "' is registered with another content hash (",
-        existing->content_hash.substr(0, 12), "...); set replace to make this version current"));
+        existing->content_hash.substr(0, 12),
+        "...); register with replace (autotune register --replace) to make this "
+        "version current"));
   }
   if (!existing.ok() && !absl::IsNotFound(existing.status())) return existing.status();
+  v1::RegisterKernelResponse response;
+  for (std::string& warning : kernels::FamilyWarnings(request.family())) {
+    response.add_warnings(std::move(warning));
+  }
+  const bool stored = existing.ok() && existing->content_hash == hash;
+  if (!stored && compile_check_) {
+    absl::Status compiled = compile_check_(request.family());
+    if (absl::IsFailedPrecondition(compiled)) {
+      response.add_warnings(absl::StrCat("not compiled before storing it: ", compiled.message()));
+    } else if (!compiled.ok()) {
+      return compiled;
+    }
+  }
   bool changed = false;
   ASSIGN_OR_RETURN(cache::FamilyRecord record,
                    store_->PutFamily(request.family(), /*builtin=*/false, &changed));
   ASSIGN_OR_RETURN(std::vector<v1::KernelSummary> kernels, store_->ListFamilies());
-  v1::RegisterKernelResponse response;
   for (v1::KernelSummary& kernel : kernels) {
     if (kernel.name() == record.family.name()) *response.mutable_kernel() = std::move(kernel);
   }
   response.set_changed(changed);
+  return response;
+}
+
+absl::StatusOr<v1::UnregisterKernelResponse> CacheAdmin::UnregisterKernel(
+    const v1::UnregisterKernelRequest& request) {
+  if (request.name().empty()) return absl::InvalidArgumentError("name: must be set");
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
+  for (const v1::Job& job : jobs) {
+    if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED) {
+      continue;
+    }
+    for (const v1::ManifestItem& item : job.spec().manifest().items()) {
+      if (item.family() == request.name()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", job.id(), " (", v1::JobState_Name(job.state()), ") tunes family '",
+                         request.name(), "'; cancel it or let it end first"));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(const cache::Store::RemovedFamily removed,
+                   store_->RemoveFamily(request.name(), request.invalidate()));
+  v1::UnregisterKernelResponse response;
+  response.set_versions_removed(removed.versions);
+  response.set_entries_removed(removed.entries);
+  response.set_measurements_removed(removed.measurements);
   return response;
 }
 

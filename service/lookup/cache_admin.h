@@ -6,7 +6,9 @@
 #define AUTOTUNE_SERVICE_CACHE_ADMIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -27,17 +29,30 @@ inline constexpr int kMaxConcurrentImports = 2;
 // "all entries" when empty.
 std::string DescribeFilter(const v1::EntryFilter& filter);
 
+// What RegisterKernel runs on a new family version beyond its descriptor's
+// checks: the compile check of kernels/family_check.h (the daemon's runs it
+// on the compile pool). INVALID_ARGUMENT with its findings refuses the
+// family; FAILED_PRECONDITION means it could not run (no compiler here),
+// and the family is stored with that said in the answer's warnings.
+using FamilyCompileCheck = std::function<absl::Status(const v1::KernelFamily&)>;
+
 class CacheAdmin {
  public:
-  explicit CacheAdmin(cache::Store* store) : store_(store) {}
+  explicit CacheAdmin(cache::Store* store, FamilyCompileCheck compile_check = nullptr)
+      : store_(store), compile_check_(std::move(compile_check)) {}
 
   absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
-  // Checks the descriptor (kernels::ValidateFamily) and stores it. A name
-  // that already has another content hash needs `replace`
+  // Checks the descriptor (kernels::ValidateFamily, every problem at once),
+  // then, for a version not stored yet, compiles it (FamilyCompileCheck), and
+  // stores it. A name that already has another content hash needs `replace`
   // (ALREADY_EXISTS otherwise); entries of the old version stay, reachable
   // by its hash.
   absl::StatusOr<v1::RegisterKernelResponse> RegisterKernel(
       const v1::RegisterKernelRequest& request);
+  // Removes every version of a family (Store::RemoveFamily). Refused
+  // (FAILED_PRECONDITION) while a job that has not ended names it.
+  absl::StatusOr<v1::UnregisterKernelResponse> UnregisterKernel(
+      const v1::UnregisterKernelRequest& request);
   absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request) const;
   // The entry and every measurement of its family version x problem x device.
   absl::StatusOr<v1::GetEntryResponse> GetEntry(const v1::GetEntryRequest& request) const;
@@ -75,6 +90,7 @@ class CacheAdmin {
                                                 absl::string_view field) const;
 
   cache::Store* store_;
+  FamilyCompileCheck compile_check_;
 };
 
 }  // namespace autotune::service

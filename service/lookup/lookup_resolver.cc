@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
+#include "kernels/family_check.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
 
@@ -382,7 +383,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
       v1::CompileRecipe* recipe = response.mutable_recipe();
       recipe->set_source_sha256(family->source_sha256);
       recipe->set_source(family->source);
-      recipe->set_program_name(family->family.name() + ".cu");
+      recipe->set_program_name(kernels::ProgramName(family->family));
       recipe->set_name_expression(std::move(inputs->name_expression));
       for (std::string& option : inputs->options) recipe->add_options(std::move(option));
       *recipe->mutable_headers() = family->family.headers();

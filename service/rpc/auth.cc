@@ -70,15 +70,16 @@ absl::StatusOr<Role> ParseRole(absl::string_view text) {
 
 const std::map<std::string, Role>& MethodRoles() {
   static const auto* const roles = new std::map<std::string, Role>{
-      {"Lookup", Role::kReader},       {"BatchLookup", Role::kReader},
-      {"ListKernels", Role::kReader},  {"GetJob", Role::kReader},
-      {"ListJobs", Role::kReader},     {"ListEntries", Role::kReader},
-      {"GetEntry", Role::kReader},     {"Stats", Role::kReader},
-      {"Export", Role::kReader},       {"SubmitJob", Role::kTuner},
-      {"CancelJob", Role::kTuner},     {"Import", Role::kTuner},
-      {"RequestTuning", Role::kTuner}, {"RegisterKernel", Role::kAdmin},
-      {"Invalidate", Role::kAdmin},    {"GarbageCollect", Role::kAdmin},
-      {"Backup", Role::kAdmin},        {"GetBinaries", Role::kReader},
+      {"Lookup", Role::kReader},          {"BatchLookup", Role::kReader},
+      {"ListKernels", Role::kReader},     {"GetJob", Role::kReader},
+      {"ListJobs", Role::kReader},        {"ListEntries", Role::kReader},
+      {"GetEntry", Role::kReader},        {"Stats", Role::kReader},
+      {"Export", Role::kReader},          {"SubmitJob", Role::kTuner},
+      {"CancelJob", Role::kTuner},        {"Import", Role::kTuner},
+      {"RequestTuning", Role::kTuner},    {"RegisterKernel", Role::kAdmin},
+      {"Invalidate", Role::kAdmin},       {"GarbageCollect", Role::kAdmin},
+      {"Backup", Role::kAdmin},           {"GetBinaries", Role::kReader},
+      {"UnregisterKernel", Role::kAdmin}, {"CreateLoginLink", Role::kReader},
   };
   return *roles;
 }
@@ -266,6 +267,20 @@ void Authenticator::AddPeer(int fd, const PeerCredentials& peer) {
   peers_[fd] = peer;
 }
 
+absl::StatusOr<std::string> Authenticator::AddLoginToken(Role role, absl::string_view id,
+                                                         absl::Duration lifetime) {
+  ASSIGN_OR_RETURN(std::string token, NewToken());
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  // Expired ones go, so a daemon asked for many links keeps few.
+  std::erase_if(login_tokens_, [now](const TokenRecord& record) { return *record.expires <= now; });
+  login_tokens_.push_back({.role = role,
+                           .id = absl::StrCat("login:", id),
+                           .hash = TokenHash(token),
+                           .expires = now + lifetime});
+  return token;
+}
+
 absl::StatusOr<Caller> Authenticator::Identify(const CallInfo& call) const {
   Caller caller;
   if (!call.authorization.empty()) {
@@ -276,9 +291,11 @@ absl::StatusOr<Caller> Authenticator::Identify(const CallInfo& call) const {
     const std::string hash = TokenHash(presented);
     absl::MutexLock lock(&mu_);
     const TokenRecord* match = nullptr;
-    for (const TokenRecord& record : tokens_) {
-      // Every stored hash is compared, so the time says nothing of which.
-      if (ConstantTimeEqual(record.hash, hash) && match == nullptr) match = &record;
+    for (const std::vector<TokenRecord>* records : {&tokens_, &login_tokens_}) {
+      for (const TokenRecord& record : *records) {
+        // Every stored hash is compared, so the time says nothing of which.
+        if (ConstantTimeEqual(record.hash, hash) && match == nullptr) match = &record;
+      }
     }
     if (match == nullptr) {
       return absl::UnauthenticatedError(

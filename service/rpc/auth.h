@@ -121,6 +121,12 @@ class Authenticator {
   // the tokens loaded before stay. At start-up (Create) any bad line fails.
   absl::StatusOr<int> Reload();
 
+  // A new token of `role` that expires after `lifetime`, named
+  // "login:<id>" in the audit log, held in memory only (a restart or its
+  // expiry ends it; Reload keeps it). For the admin page's login link.
+  absl::StatusOr<std::string> AddLoginToken(Role role, absl::string_view id,
+                                            absl::Duration lifetime);
+
   // A Unix connection accepted as file descriptor `fd` (peer "fd:<fd>").
   void AddPeer(int fd, const PeerCredentials& peer);
 
@@ -144,6 +150,7 @@ class Authenticator {
   Role anonymous_ = Role::kNone;
   mutable absl::Mutex mu_;
   std::vector<TokenRecord> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenRecord> login_tokens_ ABSL_GUARDED_BY(mu_);  // AddLoginToken
   std::map<int, PeerCredentials> peers_ ABSL_GUARDED_BY(mu_);
 };
 

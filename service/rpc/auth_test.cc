@@ -155,6 +155,25 @@ TEST_F(AuthenticatorTest, ATokenNamesItsRoleAndItsHolder) {
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("Bearer")));
 }
 
+// `autotune admin-url`: a token of the caller's own role, in memory, that
+// expires, and that a reload of the token file keeps.
+TEST_F(AuthenticatorTest, ALoginTokenHasTheCallersRoleUntilItExpires) {
+  auto auth = Make({});
+  ASSERT_OK_AND_ASSIGN(const std::string token,
+                       auth->AddLoginToken(Role::kTuner, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(Caller caller, auth->Authorize(Bearer(token), "SubmitJob"));
+  EXPECT_EQ(caller.role, Role::kTuner);
+  EXPECT_EQ(caller.id, "token:login:uid:1000");
+  EXPECT_THAT(auth->Authorize(Bearer(token), "Invalidate"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("needs the admin role")));
+  ASSERT_OK(auth->Reload().status());
+  EXPECT_OK(auth->Authorize(Bearer(token), "Lookup").status());
+  ASSERT_OK_AND_ASSIGN(const std::string gone,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::ZeroDuration()));
+  EXPECT_THAT(auth->Authorize(Bearer(gone), "Lookup"),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("expired")));
+}
+
 TEST_F(AuthenticatorTest, AWrongTokenIsRefusedEvenFromTheSocketsOwner) {
   auto auth = Make({});
   auth->AddPeer(7, PeerCredentials{.pid = 1, .uid = 1000, .gid = 1000});

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/bundle_parts.h"
@@ -31,7 +32,8 @@ grpc::Status Answer(absl::StatusOr<T> result, T* response) {
 AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                                  TuneOnMiss* tune_on_miss, const Admission* admission,
                                  AuditLog* audit, Metrics* metrics,
-                                 std::function<void(v1::StatsResponse*)> fill_stats)
+                                 std::function<void(v1::StatsResponse*)> fill_stats,
+                                 LoginLinkMaker login_link)
     : resolver_(resolver),
       admin_(admin),
       jobs_(jobs),
@@ -39,7 +41,8 @@ AutotuneService::AutotuneService(const LookupResolver* resolver, CacheAdmin* adm
       admission_(admission),
       audit_(audit),
       metrics_(metrics),
-      fill_stats_(std::move(fill_stats)) {}
+      fill_stats_(std::move(fill_stats)),
+      login_link_(std::move(login_link)) {}
 
 void AutotuneService::Audit(const Caller& caller, const std::string& method,
                             const std::string& target, const absl::Status& result,
@@ -106,6 +109,35 @@ grpc::Status AutotuneService::RegisterKernel(grpc::ServerContext* context,
         result.status(),
         result.ok() ? absl::StrCat(result->changed() ? "new version " : "unchanged ",
                                    result->kernel().content_hash())
+                    : "");
+  return Answer(std::move(result), response);
+}
+
+grpc::Status AutotuneService::CreateLoginLink(grpc::ServerContext* context,
+                                              const v1::CreateLoginLinkRequest*,
+                                              v1::CreateLoginLinkResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "CreateLoginLink");
+  absl::StatusOr<v1::CreateLoginLinkResponse> result =
+      absl::StartsWith(caller->id, "uid:")
+          ? login_link_(*caller)
+          : absl::FailedPreconditionError(
+                absl::StrCat("a login link is for a caller of the daemon's Unix socket; ",
+                             caller->id, " holds its credentials already"));
+  Audit(*caller, "CreateLoginLink", RoleName(caller->role), result.status(),
+        result.ok() ? absl::StrCat("expires ", result->expires_at()) : "");
+  return Answer(std::move(result), response);
+}
+
+grpc::Status AutotuneService::UnregisterKernel(grpc::ServerContext* context,
+                                               const v1::UnregisterKernelRequest* request,
+                                               v1::UnregisterKernelResponse* response) {
+  AUTHORIZE_OR_RETURN(caller, context, "UnregisterKernel");
+  absl::StatusOr<v1::UnregisterKernelResponse> result = admin_->UnregisterKernel(*request);
+  Audit(*caller, "UnregisterKernel",
+        absl::StrCat(request->name(), request->invalidate() ? " (invalidate)" : ""),
+        result.status(),
+        result.ok() ? absl::StrCat(result->versions_removed(), " versions, ",
+                                   result->entries_removed(), " entries")
                     : "");
   return Answer(std::move(result), response);
 }

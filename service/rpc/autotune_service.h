@@ -33,9 +33,14 @@ class AutotuneService final : public AutotuneServiceBase {
   // `fill_stats` adds what only the server knows (uptime, addresses).
   // Every call is admitted by `admission` before anything else; mutating calls are recorded in
   // `audit` (may be null: none); lookups are timed into `metrics` (may be null).
+  // `login_link` makes the admin page's login link for a caller
+  // (CreateLoginLink).
+  using LoginLinkMaker =
+      std::function<absl::StatusOr<v1::CreateLoginLinkResponse>(const Caller& caller)>;
   AutotuneService(const LookupResolver* resolver, CacheAdmin* admin, JobRunner* jobs,
                   TuneOnMiss* tune_on_miss, const Admission* admission, AuditLog* audit,
-                  Metrics* metrics, std::function<void(v1::StatsResponse*)> fill_stats);
+                  Metrics* metrics, std::function<void(v1::StatsResponse*)> fill_stats,
+                  LoginLinkMaker login_link);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
@@ -51,6 +56,14 @@ class AutotuneService final : public AutotuneServiceBase {
   grpc::Status RegisterKernel(grpc::ServerContext* context,
                               const v1::RegisterKernelRequest* request,
                               v1::RegisterKernelResponse* response) override;
+  // Only for a caller of a Unix socket (one known by its uid): a token
+  // holder has its token already. The link's token has the caller's role.
+  grpc::Status CreateLoginLink(grpc::ServerContext* context,
+                               const v1::CreateLoginLinkRequest* request,
+                               v1::CreateLoginLinkResponse* response) override;
+  grpc::Status UnregisterKernel(grpc::ServerContext* context,
+                                const v1::UnregisterKernelRequest* request,
+                                v1::UnregisterKernelResponse* response) override;
   grpc::Status ListKernels(grpc::ServerContext* context, const v1::ListKernelsRequest* request,
                            v1::ListKernelsResponse* response) override;
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
@@ -94,6 +107,7 @@ class AutotuneService final : public AutotuneServiceBase {
   AuditLog* audit_;
   Metrics* metrics_;  // null: none
   std::function<void(v1::StatsResponse*)> fill_stats_;
+  LoginLinkMaker login_link_;
 
   void Audit(const Caller& caller, const std::string& method, const std::string& target,
              const absl::Status& result, const std::string& detail = "");

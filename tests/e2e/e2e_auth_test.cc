@@ -129,6 +129,16 @@ std::map<std::string, Call> EveryMethod() {
     v1::BackupResponse response;
     return s.Backup(&c, request, &response);
   };
+  calls["UnregisterKernel"] = [](Stub& s, grpc::ClientContext& c) {
+    v1::UnregisterKernelRequest request;  // no such family: refused once authorized
+    request.set_name("nope");
+    v1::UnregisterKernelResponse response;
+    return s.UnregisterKernel(&c, request, &response);
+  };
+  calls["CreateLoginLink"] = [](Stub& s, grpc::ClientContext& c) {
+    v1::CreateLoginLinkResponse response;  // no admin page here: refused once authorized
+    return s.CreateLoginLink(&c, {}, &response);
+  };
   calls["GarbageCollect"] = [](Stub& s, grpc::ClientContext& c) {
     v1::GarbageCollectRequest request;
     request.set_dry_run(true);
@@ -141,11 +151,11 @@ std::map<std::string, Call> EveryMethod() {
 // The role each method needs, as the operations guide states it.
 int NeededLevel(const std::string& method) {
   static const std::map<std::string, int> levels = {
-      {"Lookup", 1},         {"BatchLookup", 1},   {"GetBinaries", 1},    {"ListKernels", 1},
-      {"GetJob", 1},         {"ListJobs", 1},      {"ListEntries", 1},    {"GetEntry", 1},
-      {"Stats", 1},          {"Export", 1},        {"SubmitJob", 2},      {"CancelJob", 2},
-      {"Import", 2},         {"RequestTuning", 2}, {"RegisterKernel", 3}, {"Invalidate", 3},
-      {"GarbageCollect", 3}, {"Backup", 3}};
+      {"Lookup", 1},         {"BatchLookup", 1},   {"GetBinaries", 1},      {"ListKernels", 1},
+      {"GetJob", 1},         {"ListJobs", 1},      {"ListEntries", 1},      {"GetEntry", 1},
+      {"Stats", 1},          {"Export", 1},        {"SubmitJob", 2},        {"CancelJob", 2},
+      {"Import", 2},         {"RequestTuning", 2}, {"RegisterKernel", 3},   {"Invalidate", 3},
+      {"GarbageCollect", 3}, {"Backup", 3},        {"UnregisterKernel", 3}, {"CreateLoginLink", 1}};
   auto it = levels.find(method);
   return it == levels.end() ? 99 : it->second;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -147,6 +148,34 @@ TEST(MetricsEndToEndTest, APortThatIsTakenStopsTheStartWithTheFlagNamed) {
   EXPECT_FALSE(started.ok());
   EXPECT_THAT(started.message(), HasSubstr("--http-listen 127.0.0.1:"));
   EXPECT_EQ(first.Stop(), 0);
+}
+
+// `autotune admin-url` gives the daemon's own user a link into the admin
+// page with a token of its role; without the link the page's API answers 401.
+TEST(AdminUrlEndToEndTest, TheLinkSignsTheSocketsOwnerIntoTheAdminPage) {
+  TempDir dir;
+  Daemon daemon(dir.path(), {"--kernels", "none", "--gpus", "none", "--http-listen", "127.0.0.1:0",
+                             "--anonymous-role", "none"});
+  ASSERT_OK(daemon.Start());
+  const int port = MetricsPort(daemon);
+  ASSERT_GT(port, 0) << daemon.Stderr();
+  EXPECT_NE(HttpCall(port, "GET", "/api/entries").status, 200);
+
+  CommandResult link = RunCommand({AutotuneCliPath(), "--server", daemon.address(), "admin-url"});
+  ASSERT_EQ(link.exit_code, 0) << link.err;
+  const std::string prefix = absl::StrCat("http://127.0.0.1:", port, "/admin#token=");
+  ASSERT_TRUE(absl::StartsWith(link.out, prefix)) << link.out;
+  const std::string token = link.out.substr(prefix.size(), link.out.find('\n') - prefix.size());
+  EXPECT_THAT(link.out, HasSubstr("(expires 20"));
+  const HttpAnswer who =
+      HttpCall(port, "GET", "/api/whoami", {absl::StrCat("Authorization: Bearer ", token)});
+  EXPECT_EQ(who.status, 200) << who.body;
+  EXPECT_THAT(who.body, HasSubstr("\"admin\""));
+  EXPECT_THAT(who.body, HasSubstr("token:login:uid:"));
+  EXPECT_EQ(
+      HttpCall(port, "GET", "/api/entries", {absl::StrCat("Authorization: Bearer ", token)}).status,
+      200);
+  EXPECT_EQ(daemon.Stop(), 0);
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // End to end: kernel families registered through the CLI and compile-only
 // warmup jobs run by the real daemon and its autotune-worker processes,
 // with the real NVRTC.
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -83,6 +86,15 @@ TEST_F(WarmupEndToEndTest, CompilesEveryVariantOnceThenHitsTheCache) {
   EXPECT_EQ(first.counts().compiled(), first.counts().compiles());
   EXPECT_EQ(first.counts().compile_errors(), 0);
 
+  EXPECT_EQ(first.arch(), "sm_90");
+
+  // Without --json the report says what a compile-only job did and did not.
+  CommandResult again_text = Cli({"warmup", Path("axpy.manifest"), "--compile-only"});
+  EXPECT_EQ(again_text.exit_code, 0) << again_text.err;
+  EXPECT_THAT(again_text.out, HasSubstr("compile-only for sm_90: 0 variants compiled, 40 found "
+                                        "compiled before, 0 failed; nothing was measured"));
+  EXPECT_THAT(again_text.out, Not(HasSubstr("MEDIAN_US")));
+
   v1::Job again = Warmup();
   EXPECT_EQ(again.state(), v1::SUCCEEDED);
   EXPECT_EQ(again.counts().compiled(), 0);
@@ -151,7 +163,7 @@ TEST_F(WarmupEndToEndTest, ANewSourceGetsNewBinariesAndTheOldOnesStay) {
   CommandResult refused = Cli({"register", Path("axpy.textproto")});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("ALREADY_EXISTS"));
-  EXPECT_THAT(refused.err, HasSubstr("pass --replace to make this version current"));
+  EXPECT_THAT(refused.err, HasSubstr("(autotune register --replace) to make this version current"));
   CommandResult replaced = Cli({"register", Path("axpy.textproto"), "--replace"});
   ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
 
@@ -184,13 +196,80 @@ TEST_F(WarmupEndToEndTest, BadDescriptorsAreRefusedNamingTheField) {
   EXPECT_THAT(kernels.out, Not(HasSubstr("axpy")));
 }
 
-TEST_F(WarmupEndToEndTest, ASourceThatDoesNotCompileFailsTheRunWithTheLog) {
+// Register compiles a new version's reference and default config first, so
+// a source that does not compile, or a kernel that takes other arguments
+// than the descriptor says, is refused before anything is stored.
+TEST_F(WarmupEndToEndTest, RegisterRefusesASourceThatDoesNotCompileOrTakesOtherArguments) {
   WriteText(Path("axpy.cu"), ReadText(Path("axpy.cu")) + "\nthis is not C++;\n");
+  CommandResult broken = Cli({"register", Path("axpy.textproto")});
+  EXPECT_EQ(broken.exit_code, 1);
+  EXPECT_THAT(broken.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(broken.err, HasSubstr("reference (fp32, fp16): does not compile"));
+  EXPECT_THAT(broken.err, HasSubstr("axpy.cu("));
+
+  WriteText(Path("axpy.cu"), ReadText(AUTOTUNE_KERNELS_TESTDATA "/good/axpy.cu"));
+  WriteText(Path("int32.textproto"),
+            absl::StrReplaceAll(ReadText(Path("axpy.textproto")),
+                                {{"dtype: INT64 value: \"n\"", "dtype: INT32 value: \"n\""}}));
+  CommandResult mismatch = Cli({"register", Path("int32.textproto")});
+  EXPECT_EQ(mismatch.exit_code, 1);
+  EXPECT_THAT(mismatch.err, HasSubstr("parameter 3 of the kernel is 8 bytes; the service passes "
+                                      "scalar 'count' (int32) there, 4 bytes"));
+  EXPECT_THAT(Cli({"kernels"}).out, Not(HasSubstr("axpy")));
+
+  // What register refuses, check finds with no daemon.
+  CommandResult checked = RunCommand({AutotuneCliPath(), "--server", "unix:///nonexistent/sock",
+                                      "check", Path("int32.textproto")});
+  EXPECT_EQ(checked.exit_code, 1);
+  EXPECT_THAT(checked.err, HasSubstr("scalar 'count' (int32) there, 4 bytes"));
+  CommandResult good = RunCommand({AutotuneCliPath(), "check", Path("axpy.textproto")});
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_THAT(good.err, HasSubstr("warning: default_config: not set"));
+  EXPECT_THAT(good.out, HasSubstr("compiled for sm_90"));
+
+  CommandResult registered = Cli({"register", Path("axpy.textproto")});
+  ASSERT_EQ(registered.exit_code, 0) << registered.err;
+  EXPECT_THAT(registered.err, HasSubstr("warning: default_config: not set"));
+}
+
+// A variant that does not compile fails alone; the job says so with the log.
+TEST_F(WarmupEndToEndTest, AVariantThatDoesNotCompileFailsTheRunWithTheLog) {
+  WriteText(Path("axpy.cu"),
+            "#if !defined(AUTOTUNE_REFERENCE) && ELEMS == 8\nthis is not C++;\n"
+            "#endif\n" +
+                ReadText(Path("axpy.cu")));
   ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
   v1::Job job = Warmup({}, /*expected_exit=*/1);
-  EXPECT_EQ(job.counts().compile_errors(), job.counts().compiles());
-  EXPECT_THAT(job.error(), HasSubstr("axpy.cu("));
+  // The job says it failed everywhere: its state, its error, the CLI.
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_GT(job.counts().compile_errors(), 0);
+  EXPECT_LT(job.counts().compile_errors(), job.counts().compiles());
+  // One error shared by every failing variant is said once, with its count.
+  EXPECT_THAT(job.error(), HasSubstr(absl::StrCat(job.counts().compile_errors(),
+                                                  " variants failed to compile:\n  ",
+                                                  job.counts().compile_errors(), " x axpy.cu(2)")));
   EXPECT_THAT(last_err_, HasSubstr("COMPILE_ERROR"));
+  EXPECT_THAT(last_err_, HasSubstr("FAILED"));
+  CommandResult jobs = Cli({"jobs"});
+  EXPECT_THAT(jobs.out, HasSubstr("FAILED"));
+}
+
+// Unregister removes every version; it is refused while entries or
+// measurements exist, unless told to invalidate them, and for a built-in.
+TEST_F(WarmupEndToEndTest, UnregisterRemovesAFamilyAndItsCompiles) {
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  ASSERT_EQ(Warmup().counts().compile_errors(), 0);
+  CommandResult removed = Cli({"unregister", "axpy"});
+  ASSERT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_THAT(removed.out, HasSubstr("kernel family axpy unregistered (1 versions, 0 entries"));
+  EXPECT_THAT(Cli({"kernels"}).out, Not(HasSubstr("axpy")));
+  CommandResult again = Cli({"unregister", "axpy"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.err, HasSubstr("NOT_FOUND: unknown family 'axpy'"));
+  // Its compiles went with it: registered again, every variant compiles anew.
+  ASSERT_EQ(Cli({"register", Path("axpy.textproto")}).exit_code, 0);
+  v1::Job fresh = Warmup();
+  EXPECT_EQ(fresh.counts().compile_cache_hits(), 0);
 }
 
 TEST_F(WarmupEndToEndTest, ACompilePastItsDeadlineIsATimeoutAndIsNotCached) {
@@ -259,6 +338,69 @@ TEST(ResumeEndToEndTest, AJobCutShortByACrashIsFinishedAfterTheRestart) {
   EXPECT_EQ(finished.counts().compiled() + finished.counts().compile_cache_hits(),
             finished.counts().compiles());
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Stderr();
+}
+
+// CI for one's own kernels: `tune --local` runs a private daemon that
+// registers the families of --kernels beside the built-in ones, tunes, writes
+// the bundle and goes; the exit status is the warmup's.
+TEST_F(WarmupEndToEndTest, TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon) {
+  ASSERT_EQ(mkdir(Path("mine").c_str(), 0700), 0);
+  WriteText(Path("mine/axpy.textproto"), ReadText(Path("axpy.textproto")));
+  WriteText(Path("mine/axpy.cu"), ReadText(Path("axpy.cu")));
+  CommandResult refused = Cli({"warmup", Path("axpy.manifest"), "--kernels", Path("mine")});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("--kernels goes with --local"));
+
+  CommandResult tuned = RunCommand(
+      {AutotuneCliPath(), "tune", "--local", Path("axpy.manifest"), "--kernels", Path("mine"),
+       "--compile-only", "--compile-workers", "2", "--bundle", Path("out.bundle.json")},
+      absl::Minutes(5));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err << tuned.out;
+  EXPECT_THAT(tuned.out, HasSubstr("local daemon in "));
+  EXPECT_THAT(tuned.out, HasSubstr("compile-only for sm_90: 40 variants compiled"));
+  EXPECT_THAT(tuned.out, HasSubstr("bundle " + Path("out.bundle.json") + ": 0 entries"));
+  EXPECT_FALSE(ReadText(Path("out.bundle.json")).empty());
+  // The private daemon and its folder are gone; the daemon of the test
+  // never saw the family.
+  const std::string folder =
+      tuned.out.substr(tuned.out.find("local daemon in ") + 16, tuned.out.find('\n') - 16);
+  EXPECT_FALSE(std::filesystem::exists(folder)) << folder;
+  EXPECT_THAT(Cli({"kernels"}).out, Not(HasSubstr("axpy")));
+
+  // A family that does not compile fails the run with the warmup's status.
+  WriteText(Path("mine/axpy.cu"),
+            "#if !defined(AUTOTUNE_REFERENCE) && ELEMS == 8\nnot C++;\n"
+            "#endif\n" +
+                ReadText(Path("axpy.cu")));
+  CommandResult failed = RunCommand({AutotuneCliPath(), "tune", "--local", Path("axpy.manifest"),
+                                     "--kernels", Path("mine"), "--compile-only"},
+                                    absl::Minutes(5));
+  EXPECT_EQ(failed.exit_code, 1) << failed.err;
+  EXPECT_THAT(failed.err, HasSubstr("variants failed to compile"));
+}
+
+// A daemon's --kernels folders add to the built-in families.
+TEST_F(WarmupEndToEndTest, KernelsFoldersAddToTheBuiltInFamilies) {
+  StopDaemon();
+  ASSERT_EQ(mkdir(Path("mine").c_str(), 0700), 0);
+  WriteText(Path("mine/axpy.textproto"), ReadText(Path("axpy.textproto")));
+  WriteText(Path("mine/axpy.cu"), ReadText(Path("axpy.cu")));
+  ASSERT_OK(StartDaemon({"--kernels", Path("mine"), "--gpus", "none"}));
+  const std::string listed = Cli({"kernels"}).out;
+  EXPECT_THAT(listed, HasSubstr("axpy"));
+  EXPECT_THAT(listed, HasSubstr("rmsnorm"));
+  StopDaemon();
+  // The same name twice fails the start, naming both folders.
+  ASSERT_EQ(mkdir(Path("again").c_str(), 0700), 0);
+  WriteText(Path("again/axpy.textproto"), ReadText(Path("axpy.textproto")));
+  WriteText(Path("again/axpy.cu"), ReadText(Path("axpy.cu")));
+  daemon_ = std::make_unique<Daemon>(
+      dir_.path(), std::vector<std::string>{"--kernels", "none", "--kernels", Path("mine"),
+                                            "--kernels", Path("again")});
+  EXPECT_FALSE(daemon_->Start().ok());
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("family 'axpy' is defined both in"));
+  daemon_.reset();
+  ASSERT_OK(StartDaemon({"--kernels", "none", "--compile-workers", "2"}));
 }
 
 }  // namespace

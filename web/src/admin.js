@@ -527,8 +527,18 @@
     $('token').placeholder = token ? 'token in use' : 'bearer token';
   }
 
+  // A login link (`autotune admin-url`) carries its token in the fragment,
+  // which no request sends: taken into this tab's storage, then dropped
+  // from the address bar and the history.
+  function tokenFromLink() {
+    const match = /^#token=([^&]+)$/.exec(location.hash);
+    if (!match) return '';
+    history.replaceState(null, '', location.pathname + location.search);
+    return decodeURIComponent(match[1]);
+  }
+
   function start() {
-    setToken(sessionStorage.getItem(TOKEN_KEY) || '');
+    setToken(tokenFromLink() || sessionStorage.getItem(TOKEN_KEY) || '');
     $('token-form').addEventListener('submit', (event) => {
       event.preventDefault();
       const token = $('token').value.trim();

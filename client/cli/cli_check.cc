@@ -1,0 +1,86 @@
+// `autotune check FAMILY.textproto`: what RegisterKernel would refuse, found
+// on the author's machine with no daemon and no GPU. The descriptor's checks
+// (kernels/family_loader.h, every problem at once), then NVRTC compiles the
+// reference and the default config in each dtype and the compiled kernels'
+// parameters are compared with what the service passes them
+// (kernels/family_check.h).
+#include <chrono>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "client/cli/cli_commands.h"
+#include "client/cli/cli_format.h"
+#include "kernels/family_check.h"
+#include "kernels/family_loader.h"
+#include "kernels/gpu/compiler.h"
+#include "proto/problem.h"
+#include "service/defaults.h"
+
+namespace autotune::client {
+
+Command CheckCommand(CLI::App& root, Streams io) {
+  struct State {
+    std::string file;
+    std::string arch = service::kDefaultArch;
+  };
+  auto s = std::make_shared<State>();
+  Command command;
+  command.app = root.add_subcommand(
+      "check",
+      "Check a kernel family without a daemon: its descriptor, then NVRTC compiles its "
+      "reference and default config in each dtype and compares the kernels' parameters with "
+      "the buffers, tensor maps and scalars the service passes");
+  command.app->add_option("file", s->file, "Descriptor file; source_file is read beside it")
+      ->required();
+  command.app
+      ->add_option("--arch", s->arch,
+                   "Architecture to compile for, e.g. sm_80, sm_90a (jobs on a daemon without a "
+                   "GPU compile for the default)")
+      ->capture_default_str();
+  command.run_offline = [s, io]() -> absl::Status {
+    ASSIGN_OR_RETURN(const v1::KernelFamily family, kernels::LoadFamilyFile(s->file));
+    for (const std::string& warning : kernels::FamilyWarnings(family)) {
+      io.err << "autotune: check: warning: " << warning << "\n";
+    }
+    io.out << s->file << ": the descriptor of " << family.name() << " is valid\n";
+    ASSIGN_OR_RETURN(const kernels::Nvrtc* nvrtc, kernels::Nvrtc::Load());
+    ASSIGN_OR_RETURN(const std::vector<kernels::CheckCompile> compiles,
+                     kernels::CheckCompiles(family, s->arch));
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<kernels::CheckFinding> findings;
+    for (const kernels::CheckCompile& compile : compiles) {
+      const kernels::CompileResult result = kernels::Compile(*nvrtc, compile.request);
+      kernels::CompileOutput output{.compiled = result.status == kernels::CompileStatus::kOk,
+                                    .log = result.log,
+                                    .cubin = result.cubin,
+                                    .lowered_name = result.lowered_name};
+      kernels::AddFindings(family, compile, output, findings);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RETURN_IF_ERROR(
+        kernels::FindingsStatus(findings, absl::StrCat(s->file, " (compiled for ", s->arch, ")")));
+    std::vector<std::string> dtypes;
+    for (int d = 0; d < family.dtypes_size(); ++d) dtypes.push_back(DTypeName(family.dtypes(d)));
+    io.out << absl::StrFormat(
+        "compiled for %s with NVRTC %s in %.1f s: the reference and the %s, in %s; each takes "
+        "%d buffers, %d tensor maps (the tuned kernel) and %d scalars, as passed\n",
+        s->arch, nvrtc->version(), seconds, compiles.size() > 1 ? compiles[1].part : "",
+        absl::StrJoin(dtypes, ", "), family.buffers_size(), family.tensor_maps_size(),
+        family.scalars_size());
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+}  // namespace autotune::client

@@ -1,0 +1,231 @@
+#include "kernels/family_check.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/status_macros.h"
+#include "kernels/cubin.h"
+#include "kernels/search_space.h"
+#include "proto/problem.h"
+
+namespace autotune::kernels {
+namespace {
+
+// Compiler logs are cut to this many lines per finding.
+constexpr int kMaxLogLines = 30;
+// Pointers and tensor maps as the worker and the loader pass them.
+constexpr int64_t kPointerBytes = 8;
+constexpr int64_t kTensorMapBytes = 128;
+
+struct Argument {
+  std::string what;  // "buffer 'x'", "scalar 'n' (int32)"
+  int64_t bytes = 0;
+};
+
+std::vector<Argument> ArgumentsOf(const v1::KernelFamily& family, const CheckCompile& compile) {
+  std::vector<Argument> arguments;
+  for (const v1::Buffer& buffer : family.buffers()) {
+    arguments.push_back({absl::StrCat("buffer '", buffer.name(), "'"), kPointerBytes});
+  }
+  if (!compile.reference) {
+    for (const v1::TensorMap& map : family.tensor_maps()) {
+      arguments.push_back({absl::StrCat("tensor map over '", map.buffer(), "'"), kTensorMapBytes});
+    }
+  }
+  for (const v1::ScalarArgument& scalar : family.scalars()) {
+    const v1::DType dtype =
+        scalar.dtype() == v1::DTYPE_UNSPECIFIED ? compile.dtype : scalar.dtype();
+    arguments.push_back(
+        {absl::StrCat("scalar '", scalar.name(), "' (", DTypeName(dtype), ")"), DTypeBytes(dtype)});
+  }
+  return arguments;
+}
+
+// The parameter-list finding, or "" when the kernel takes what it is passed.
+std::string CompareArguments(const std::vector<int64_t>& sizes,
+                             const std::vector<Argument>& arguments) {
+  const auto listed = [](const std::vector<Argument>& all) {
+    std::vector<std::string> parts;
+    for (const Argument& argument : all) {
+      parts.push_back(absl::StrCat(argument.what, " ", argument.bytes, " B"));
+    }
+    return absl::StrJoin(parts, ", ");
+  };
+  if (sizes.size() != arguments.size()) {
+    return absl::StrCat("the kernel takes ", sizes.size(), " parameters (",
+                        absl::StrJoin(sizes, ", "), " bytes); the service passes ",
+                        arguments.size(), ": ", listed(arguments),
+                        " (buffers, then tensor maps, then scalars)");
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] != arguments[i].bytes) {
+      return absl::StrCat("parameter ", i, " of the kernel is ", sizes[i],
+                          " bytes; the service passes ", arguments[i].what, " there, ",
+                          arguments[i].bytes, " bytes");
+    }
+  }
+  return "";
+}
+
+// The compiler's messages, without blank lines and the closing count, cut
+// to kMaxLogLines; with a hint for a header that is not shipped.
+std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& compile,
+                           absl::string_view log) {
+  std::vector<std::string> lines;
+  int kept = 0;
+  int cut = 0;
+  std::string hint;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    if (absl::StrContains(line, " detected in the compilation of ")) continue;
+    if (absl::StrContains(line, "cannot open source file") && hint.empty()) {
+      hint =
+          "sources are single files: a header of your own goes into the descriptor "
+          "(headers { name: \"x.h\" file: \"x.h\" }), and only the toolkit's headers are found "
+          "besides";
+    }
+    if (kept < kMaxLogLines) {
+      lines.emplace_back(line);
+      ++kept;
+    } else {
+      ++cut;
+    }
+  }
+  if (cut > 0) lines.push_back(absl::StrCat("... ", cut, " more lines"));
+  const std::string& name =
+      compile.reference ? family.reference().kernel_name() : family.kernel_name();
+  absl::string_view base = absl::string_view(name).substr(0, name.find('<'));
+  if (const size_t colon = base.rfind(':'); colon != base.npos) base.remove_prefix(colon + 1);
+  const absl::string_view unqualified = base;
+  bool named = absl::StrContains(family.source(), unqualified);
+  for (const v1::SourceHeader& header : family.headers()) {
+    named = named || absl::StrContains(header.text(), unqualified);
+  }
+  if (!named) {
+    hint = absl::StrCat(compile.reference ? "reference.kernel_name" : "kernel_name", " '", name,
+                        "' does not appear in ", ProgramName(family));
+  }
+  std::string message = absl::StrCat("does not compile:\n  ", absl::StrJoin(lines, "\n  "));
+  if (!hint.empty()) absl::StrAppend(&message, "\n  (", hint, ")");
+  return message;
+}
+
+void Add(CheckFinding finding, std::vector<CheckFinding>& findings) {
+  for (CheckFinding& found : findings) {
+    if (found.part == finding.part && found.message == finding.message) {
+      found.dtypes.insert(found.dtypes.end(), finding.dtypes.begin(), finding.dtypes.end());
+      return;
+    }
+  }
+  findings.push_back(std::move(finding));
+}
+
+}  // namespace
+
+std::string ProgramName(const v1::KernelFamily& family) {
+  if (!family.source_file().empty()) {
+    return std::filesystem::path(family.source_file()).filename().string();
+  }
+  return absl::StrCat(family.name(), ".cu");
+}
+
+std::vector<std::string> FamilyWarnings(const v1::KernelFamily& family) {
+  std::vector<std::string> warnings;
+  if (!family.has_default_config()) {
+    warnings.push_back(
+        "default_config: not set; a lookup that misses has no config to fall back on, and "
+        "reports cannot say how much tuning gained (give each param the value you would "
+        "choose by hand)");
+  }
+  return warnings;
+}
+
+absl::StatusOr<std::vector<CheckCompile>> CheckCompiles(const v1::KernelFamily& family,
+                                                        const std::string& arch) {
+  v1::Config config;
+  std::string part;
+  if (family.has_default_config()) {
+    config = family.default_config();
+    part = "default config";
+  } else {
+    for (const v1::TunableParameter& param : family.params()) {
+      if (param.values_size() > 0) (*config.mutable_params())[param.name()] = param.values(0);
+    }
+    part = "first values";
+  }
+  std::vector<std::string> values;
+  for (const v1::TunableParameter& param : family.params()) {
+    const auto it = config.params().find(param.name());
+    if (it != config.params().end()) values.push_back(absl::StrCat(param.name(), "=", it->second));
+  }
+  absl::StrAppend(&part, " ", absl::StrJoin(values, ", "));
+
+  std::vector<SourceHeader> headers;
+  for (const v1::SourceHeader& header : family.headers()) {
+    headers.push_back({header.name(), header.text()});
+  }
+  std::vector<CheckCompile> compiles;
+  for (int d = 0; d < family.dtypes_size(); ++d) {
+    const v1::DType dtype = family.dtypes(d);
+    const CompileInputs reference = ReferenceCompileInputs(family, dtype);
+    CheckCompile check{.part = "reference", .dtype = dtype, .reference = true, .request = {}};
+    check.request =
+        CompileRequest{.source = family.reference().source().empty() ? family.source()
+                                                                     : family.reference().source(),
+                       .program_name = ProgramName(family),
+                       .name_expression = reference.name_expression,
+                       .options = reference.options,
+                       .arch = arch,
+                       .headers = headers};
+    compiles.push_back(std::move(check));
+
+    ASSIGN_OR_RETURN(const CompileInputs tuned, CompileInputsFor(family, config, dtype));
+    CheckCompile variant{.part = part, .dtype = dtype, .reference = false, .request = {}};
+    variant.request = CompileRequest{.source = family.source(),
+                                     .program_name = ProgramName(family),
+                                     .name_expression = tuned.name_expression,
+                                     .options = tuned.options,
+                                     .arch = arch,
+                                     .headers = headers};
+    compiles.push_back(std::move(variant));
+  }
+  return compiles;
+}
+
+void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
+                 const CompileOutput& output, std::vector<CheckFinding>& findings) {
+  CheckFinding finding{.part = compile.part, .dtypes = {compile.dtype}, .message = {}};
+  if (!output.compiled) {
+    finding.message = CompileFailure(family, compile, output.log);
+    Add(std::move(finding), findings);
+    return;
+  }
+  absl::StatusOr<std::vector<int64_t>> sizes =
+      KernelParameterSizes(output.cubin, output.lowered_name);
+  if (!sizes.ok()) {
+    finding.message = std::string(sizes.status().message());
+  } else {
+    finding.message = CompareArguments(*sizes, ArgumentsOf(family, compile));
+  }
+  if (!finding.message.empty()) Add(std::move(finding), findings);
+}
+
+absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin) {
+  if (findings.empty()) return absl::OkStatus();
+  std::vector<std::string> lines;
+  for (const CheckFinding& finding : findings) {
+    std::vector<std::string> dtypes;
+    for (v1::DType dtype : finding.dtypes) dtypes.push_back(DTypeName(dtype));
+    lines.push_back(absl::StrCat(origin, ": ", finding.part, " (", absl::StrJoin(dtypes, ", "),
+                                 "): ", finding.message));
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+}  // namespace autotune::kernels
