@@ -210,8 +210,8 @@ TEST_F(CliTest, ServerErrorExitsOneWithCodeAndMessage) {
 // A message of several problems (a family's checks) keeps a line for each,
 // indented: no text of the server starts a line of its own.
 TEST_F(CliTest, AMultiLineServerMessageKeepsItsLinesIndented) {
-  server_.answers().status =
-      grpc::Status(grpc::StatusCode::INTERNAL, "compile failed:\r\nline 3: error\n\n\tautotune: x\n");
+  server_.answers().status = grpc::Status(grpc::StatusCode::INTERNAL,
+                                          "compile failed:\r\nline 3: error\n\n\tautotune: x\n");
   const CliResult result = Run({"stats"});
   EXPECT_EQ(result.exit_code, kExitError);
   EXPECT_EQ(result.err,
