@@ -170,30 +170,28 @@ absl::StatusOr<std::vector<CheckCompile>> CheckCompiles(const v1::KernelFamily& 
   for (const v1::SourceHeader& header : family.headers()) {
     headers.push_back({header.name(), header.text()});
   }
+  const auto add = [&](std::string what, v1::DType dtype, bool reference, const std::string& source,
+                       CompileInputs inputs, std::vector<CheckCompile>& compiles) {
+    compiles.push_back(
+        CheckCompile{.part = std::move(what),
+                     .dtype = dtype,
+                     .reference = reference,
+                     .request = {.source = source,
+                                 .program_name = ProgramName(family),
+                                 .name_expression = std::move(inputs.name_expression),
+                                 .options = std::move(inputs.options),
+                                 .arch = arch,
+                                 .headers = headers}});
+  };
+  const std::string& reference_source =
+      family.reference().source().empty() ? family.source() : family.reference().source();
   std::vector<CheckCompile> compiles;
   for (int d = 0; d < family.dtypes_size(); ++d) {
     const v1::DType dtype = family.dtypes(d);
-    const CompileInputs reference = ReferenceCompileInputs(family, dtype);
-    CheckCompile check{.part = "reference", .dtype = dtype, .reference = true, .request = {}};
-    check.request =
-        CompileRequest{.source = family.reference().source().empty() ? family.source()
-                                                                     : family.reference().source(),
-                       .program_name = ProgramName(family),
-                       .name_expression = reference.name_expression,
-                       .options = reference.options,
-                       .arch = arch,
-                       .headers = headers};
-    compiles.push_back(std::move(check));
-
-    ASSIGN_OR_RETURN(const CompileInputs tuned, CompileInputsFor(family, config, dtype));
-    CheckCompile variant{.part = part, .dtype = dtype, .reference = false, .request = {}};
-    variant.request = CompileRequest{.source = family.source(),
-                                     .program_name = ProgramName(family),
-                                     .name_expression = tuned.name_expression,
-                                     .options = tuned.options,
-                                     .arch = arch,
-                                     .headers = headers};
-    compiles.push_back(std::move(variant));
+    add("reference", dtype, true, reference_source, ReferenceCompileInputs(family, dtype),
+        compiles);
+    ASSIGN_OR_RETURN(CompileInputs tuned, CompileInputsFor(family, config, dtype));
+    add(part, dtype, false, family.source(), std::move(tuned), compiles);
   }
   return compiles;
 }
