@@ -233,6 +233,23 @@ worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit) {
   return task;
 }
 
+worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
+                                      const std::string& task_id) {
+  worker::v1::CompileTask task;
+  task.set_task_id(task_id);
+  task.set_source(request.source);
+  task.set_program_name(request.program_name);
+  task.set_name_expression(request.name_expression);
+  for (const std::string& option : request.options) task.add_options(option);
+  task.set_arch(request.arch);
+  for (const kernels::SourceHeader& header : request.headers) {
+    v1::SourceHeader* added = task.add_headers();
+    added->set_name(header.name);
+    added->set_text(header.text);
+  }
+  return task;
+}
+
 absl::StatusOr<JobPlan> PlanJob(
     const v1::JobSpec& spec,
     const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cache/store.h"
+#include "kernels/compile_request.h"
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
@@ -57,6 +58,10 @@ const std::string& SourceOf(const CompileUnit& unit);
 // name expression, options and arch; task_id = key, program_name
 // kernels::ProgramName (the file the family's author wrote).
 worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit);
+// The worker's task for a compile the daemon asks outside a job (the
+// compile check of a family it is asked to register).
+worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
+                                      const std::string& task_id);
 
 // One problem of the job, with its variants.
 struct PlannedProblem {

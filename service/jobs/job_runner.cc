@@ -517,20 +517,8 @@ absl::Status JobRunner::CheckFamilyCompiles(const v1::KernelFamily& family) {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < compiles.size(); ++i) {
       threads.emplace_back([&, i] {
-        const kernels::CompileRequest& request = compiles[i].request;
-        worker::v1::CompileTask task;
-        task.set_task_id(absl::StrCat("check-", i));
-        task.set_source(request.source);
-        task.set_program_name(request.program_name);
-        task.set_name_expression(request.name_expression);
-        for (const std::string& option : request.options) task.add_options(option);
-        task.set_arch(request.arch);
-        for (const kernels::SourceHeader& header : request.headers) {
-          v1::SourceHeader* added = task.add_headers();
-          added->set_name(header.name);
-          added->set_text(header.text);
-        }
-        outcomes[i] = pool->Compile(task, options_.compile_timeout);
+        outcomes[i] = pool->Compile(CompileTaskOf(compiles[i].request, absl::StrCat("check-", i)),
+                                    options_.compile_timeout);
       });
     }
     for (std::thread& thread : threads) thread.join();
