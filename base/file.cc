@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -48,18 +49,27 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   if (fstat(fd.get(), &st) != 0) return PosixError(Context("cannot read", what, path), errno);
   // A directory opens fine and only fails at the first read; say so early.
   if (S_ISDIR(st.st_mode)) return PosixError(Context("cannot read", what, path), EISDIR);
-  std::string contents;
-  if (S_ISREG(st.st_mode)) contents.reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
+  // Read straight into the string, sized by fstat; a file that is not
+  // regular, or that grows meanwhile, is read on until its end.
+  std::string contents(S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0, '\0');
+  size_t got = 0;
+  char tail[4096];
   for (;;) {
-    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    const bool full = got == contents.size();
+    const ssize_t n = full ? read(fd.get(), tail, sizeof(tail))
+                           : read(fd.get(), contents.data() + got, contents.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       return PosixError(Context("cannot read", what, path), errno);
     }
     if (n == 0) break;
-    contents.append(buffer, static_cast<size_t>(n));
+    if (full) {
+      contents.append(tail, static_cast<size_t>(n));
+      contents.resize(std::max(contents.size(), 2 * got));  // room for more
+    }
+    got += static_cast<size_t>(n);
   }
+  contents.resize(got);
   return contents;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,22 @@ TEST(ReadFileTest, ReadsEveryByte) {
   WriteRaw(dir.File("empty"), "");
   ASSERT_OK_AND_ASSIGN(std::string empty, ReadFile(dir.File("empty")));
   EXPECT_EQ(empty, "");
+}
+
+// Files whose size fstat does not tell (here a pipe, of 0 bytes by fstat,
+// larger than any one read) are read to their end.
+TEST(ReadFileTest, ReadsAFileWhoseSizeIsNotKnownToItsEnd) {
+  TempDir dir;
+  const std::string fifo = dir.File("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string bytes(300000, 'y');
+  bytes[4096] = '\0';
+  bytes.back() = 'z';
+  std::thread writer([&] { WriteRaw(fifo, bytes); });
+  absl::StatusOr<std::string> read = ReadFile(fifo);
+  writer.join();
+  ASSERT_OK(read.status());
+  EXPECT_EQ(*read, bytes);
 }
 
 TEST(ReadFileTest, MissingFileNamesItsRoleAndPath) {

@@ -179,10 +179,10 @@ absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
 
   // Why the served binary cannot be used, when it cannot.
   std::string why_compile;
-  if (response.match() != v1::MISS && !answer.cubin.empty()) {
+  if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty()) {
     const std::string function_name =
         entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
-    absl::StatusOr<LoadedKernel> served = LoadCubin(answer, answer.cubin, function_name, launch);
+    absl::StatusOr<LoadedKernel> served = LoadCubin(answer, *answer.cubin, function_name, launch);
     if (served.ok()) {
       served->config_ = *config;
       return served;

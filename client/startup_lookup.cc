@@ -91,13 +91,21 @@ absl::Status StartupLookup::FlushLocalCache() {
   return write_status_;
 }
 
-std::map<std::string, absl::StatusOr<std::optional<std::string>>> StartupLookup::ReadCubins(
+std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> StartupLookup::ReadCubins(
     const std::vector<std::string>& shas) const {
-  std::map<std::string, absl::StatusOr<std::optional<std::string>>> found;
-  for (const std::string& sha : shas) found.emplace(sha, std::nullopt);
-  std::vector<std::pair<const std::string*, absl::StatusOr<std::optional<std::string>>*>> work;
+  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> found;
+  for (const std::string& sha : shas) found.emplace(sha, nullptr);
+  std::vector<std::pair<const std::string*, absl::StatusOr<std::shared_ptr<const std::string>>*>>
+      work;
   for (auto& [sha, result] : found) work.emplace_back(&sha, &result);
-  ParallelFor(work.size(), [&](size_t i) { *work[i].second = local_->GetCubin(*work[i].first); });
+  ParallelFor(work.size(), [&](size_t i) {
+    absl::StatusOr<std::optional<std::string>> cubin = local_->GetCubin(*work[i].first);
+    if (!cubin.ok()) {
+      *work[i].second = cubin.status();
+    } else if (cubin->has_value()) {
+      *work[i].second = std::make_shared<const std::string>(**std::move(cubin));
+    }
+  });
   return found;
 }
 
@@ -139,14 +147,23 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     FromLocalCache(answered.status(), answers);
     return answers;
   }
-  // The cubins sent with the answers, each checked once.
-  std::map<std::string, bool> sent_ok;
+  // The cubins sent with the answers, each checked once (null: refused)
+  // and shared by its answers.
+  std::map<std::string, std::shared_ptr<const std::string>> sent;
   if (cubins_now) {
-    for (const auto& [sha, cubin] : answered->binaries()) sent_ok[sha] = false;
-    std::vector<std::pair<const std::string*, bool*>> checks;
-    for (auto& [sha, ok] : sent_ok) checks.emplace_back(&sha, &ok);
+    struct Check {
+      const std::string* sha;
+      std::string* bytes;
+      std::shared_ptr<const std::string>* shared;
+    };
+    std::vector<Check> checks;
+    for (auto& [sha, cubin] : *answered->mutable_binaries()) {
+      checks.push_back({&sha, &cubin, &sent.emplace(sha, nullptr).first->second});
+    }
     ParallelFor(checks.size(), [&](size_t i) {
-      *checks[i].second = Sha256Hex(answered->binaries().at(*checks[i].first)) == *checks[i].first;
+      if (Sha256Hex(*checks[i].bytes) == *checks[i].sha) {
+        *checks[i].shared = std::make_shared<const std::string>(std::move(*checks[i].bytes));
+      }
     });
   }
   // The recipes' sources, each checked once and shared by its answers.
@@ -178,14 +195,14 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     }
     if (cubins_now && HasBinary(answer.response)) {
       const std::string& sha = answer.response.entry().binary_sha256();
-      auto it = sent_ok.find(sha);
-      if (it == sent_ok.end()) {
+      auto it = sent.find(sha);
+      if (it == sent.end()) {
         AddNote(answer, "the service sent no cubin for it");
-      } else if (!it->second) {
+      } else if (it->second == nullptr) {
         AddNote(answer,
                 absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
       } else {
-        answer.cubin = answered->binaries().at(sha);
+        answer.cubin = it->second;
         fetched[i] = true;
       }
     }
@@ -201,7 +218,8 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
   if (!local_) return;
   struct Kept {
     v1::LocalAnswer answer;
-    std::string cubin;  // fetched from the service now; empty = not to write
+    // Fetched from the service now; null = not to write.
+    std::shared_ptr<const std::string> cubin;
     std::shared_ptr<const std::string> source;  // the recipe's, from the service
   };
   auto kept = std::make_shared<std::vector<Kept>>();
@@ -237,8 +255,8 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
         stored = local_->PutAnswer(k.answer);
       }
       const std::string& sha = k.answer.response().entry().binary_sha256();
-      if (stored.ok() && !k.cubin.empty() && cubins_written.insert(sha).second) {
-        stored = local_->PutCubin(sha, k.cubin);
+      if (stored.ok() && k.cubin != nullptr && cubins_written.insert(sha).second) {
+        stored = local_->PutCubin(sha, *k.cubin);
       }
       const std::string& source_sha = k.answer.response().recipe().source_sha256();
       if (stored.ok() && k.source != nullptr && sources_written.insert(source_sha).second) {
@@ -264,7 +282,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
       wanted.push_back(answer.response.entry().binary_sha256());
     }
   }
-  std::map<std::string, absl::StatusOr<std::optional<std::string>>> local;
+  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> local;
   if (local_) local = ReadCubins(wanted);
   v1::GetBinariesRequest fetch;
   std::vector<size_t> to_fetch;
@@ -272,8 +290,8 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
     StartupAnswer& answer = answers[i];
     if (!answer.error.ok() || !HasBinary(answer.response)) continue;
     auto it = local.find(answer.response.entry().binary_sha256());
-    if (it != local.end() && it->second.ok() && it->second->has_value()) {
-      answer.cubin = **it->second;
+    if (it != local.end() && it->second.ok() && *it->second != nullptr) {
+      answer.cubin = *it->second;
       continue;
     }
     if (it != local.end() && !it->second.ok()) {
@@ -289,6 +307,8 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
           ? client_->GetBinaries(fetch, left)
           : absl::StatusOr<v1::GetBinariesResponse>(
                 absl::DeadlineExceededError("no time was left for the cubins"));
+  // Each fetched cubin checked once and shared by its answers.
+  std::map<std::string, std::shared_ptr<const std::string>> checked;
   for (size_t i : to_fetch) {
     StartupAnswer& answer = answers[i];
     const std::string& sha = answer.response.entry().binary_sha256();
@@ -296,14 +316,24 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
       AddNote(answer, absl::StrCat("its cubin was not fetched: ", binaries.status().message()));
       continue;
     }
-    auto it = binaries->binaries().find(sha);
-    if (it == binaries->binaries().end()) {
-      AddNote(answer, "the service no longer stores its cubin (removed since it answered)");
-    } else if (Sha256Hex(it->second) != sha) {
+    auto done = checked.find(sha);
+    if (done == checked.end()) {
+      auto it = binaries->mutable_binaries()->find(sha);
+      std::shared_ptr<const std::string> cubin;
+      if (it != binaries->mutable_binaries()->end() && Sha256Hex(it->second) == sha) {
+        cubin = std::make_shared<const std::string>(std::move(it->second));
+      } else if (it != binaries->mutable_binaries()->end()) {
+        it->second.clear();  // refused: hashed once, never again
+      }
+      done = checked.emplace(sha, std::move(cubin)).first;
+    }
+    if (done->second != nullptr) {
+      answer.cubin = done->second;
+      fetched[i] = true;
+    } else if (binaries->binaries().contains(sha)) {
       AddNote(answer, absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
     } else {
-      answer.cubin = it->second;
-      fetched[i] = true;
+      AddNote(answer, "the service no longer stores its cubin (removed since it answered)");
     }
   }
 }
@@ -407,18 +437,18 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
       wanted.push_back(answer.response.entry().binary_sha256());
     }
   }
-  const std::map<std::string, absl::StatusOr<std::optional<std::string>>> cubins =
+  const std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> cubins =
       ReadCubins(wanted);
   for (StartupAnswer& answer : answers) {
     if (!answer.error.ok() || !HasBinary(answer.response)) continue;
-    const absl::StatusOr<std::optional<std::string>>& cubin =
+    const absl::StatusOr<std::shared_ptr<const std::string>>& cubin =
         cubins.at(answer.response.entry().binary_sha256());
     if (!cubin.ok()) {
       AddNote(answer, cubin.status().message());
-    } else if (!cubin->has_value()) {
+    } else if (*cubin == nullptr) {
       AddNote(answer, "its cubin is not in the local cache");
     } else {
-      answer.cubin = **cubin;
+      answer.cubin = *cubin;
     }
   }
 }

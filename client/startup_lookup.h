@@ -82,7 +82,9 @@ struct StartupAnswer {
   v1::LookupRequest request;    // as sent (device and driver filled in)
   v1::LookupResponse response;  // cubin cleared: see `cubin`
   AnswerSource source = AnswerSource::kService;
-  std::string cubin;  // the entry's binary when at hand (EXACT, NEAREST)
+  // The entry's binary when at hand (EXACT, NEAREST), else null. Answers
+  // that share a binary share its bytes: nothing is copied on the way.
+  std::shared_ptr<const std::string> cubin;
   // The source text of response.recipe when at hand (sha256 checked);
   // answers of one family share it.
   std::shared_ptr<const std::string> recipe_source;
@@ -123,8 +125,9 @@ class StartupLookup {
   // from the service before `deadline` (marking them `fetched`).
   void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,
                     std::vector<bool>& fetched);
-  // The local cubins `shas`, read and checked on a few threads.
-  std::map<std::string, absl::StatusOr<std::optional<std::string>>> ReadCubins(
+  // The local cubins `shas`, read and checked on a few threads (null when
+  // absent).
+  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> ReadCubins(
       const std::vector<std::string>& shas) const;
   // Writes the answers, and the cubins `fetched` from the service, to the
   // local cache on the writer thread.

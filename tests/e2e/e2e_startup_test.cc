@@ -91,15 +91,17 @@ class StartupEndToEndTest : public ::testing::Test {
       EXPECT_EQ(answers[i].source, source) << i;
     }
     EXPECT_EQ(answers[0].response.match(), v1::EXACT);
-    EXPECT_EQ(answers[0].cubin, SampleCubin());
+    ASSERT_NE(answers[0].cubin, nullptr);
+    EXPECT_EQ(*answers[0].cubin, SampleCubin());
     EXPECT_EQ(answers[1].response.match(), v1::NEAREST);
     EXPECT_EQ(answers[1].response.entry().problem().dims().at("batch"), 8);
-    EXPECT_EQ(answers[1].cubin, SampleCubin());
+    ASSERT_NE(answers[1].cubin, nullptr);
+    EXPECT_EQ(*answers[1].cubin, SampleCubin());
     // The miss carries what to run untuned.
     EXPECT_EQ(answers[2].response.match(), v1::MISS);
     EXPECT_EQ(answers[2].response.miss_kind(), v1::MISS_NO_ENTRY);
     EXPECT_EQ(answers[2].response.default_config().params().at("BLOCK"), 256);
-    EXPECT_TRUE(answers[2].cubin.empty());
+    EXPECT_EQ(answers[2].cubin, nullptr);
   }
 
   TempDir dir_;
@@ -133,7 +135,7 @@ TEST_F(StartupEndToEndTest, StartsFromSeveralThreadsAtOnceShareOneLookup) {
       for (int round = 0; round < 5; ++round) {
         const std::vector<StartupAnswer> answers = lookup->LookupAll(ServerShapes());
         if (answers.size() == 4 && answers[0].response.match() == v1::EXACT &&
-            answers[0].cubin == SampleCubin()) {
+            answers[0].cubin != nullptr && *answers[0].cubin == SampleCubin()) {
           ++answered;
         }
       }
@@ -230,7 +232,7 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   daemon_.reset();
   const std::vector<StartupAnswer> offline = Lookup(address, LocalDir())->LookupAll(ServerShapes());
   EXPECT_EQ(offline[0].response.match(), v1::EXACT);
-  EXPECT_TRUE(offline[0].cubin.empty());
+  EXPECT_EQ(offline[0].cubin, nullptr);
   EXPECT_THAT(offline[0].note, HasSubstr("does not match its sha256"));
 }
 
@@ -297,7 +299,7 @@ TEST_F(StartupEndToEndTest, AnEntryBuiltForANewerDriverIsNotServedAsExact) {
   EXPECT_EQ(answers[0].response.miss_kind(), v1::MISS_DRIVER_TOO_OLD);
   EXPECT_EQ(answers[0].response.entry().config().params().at("BLOCK"),
             bundle_.entries(0).config().params().at("BLOCK"));
-  EXPECT_TRUE(answers[0].cubin.empty());
+  EXPECT_EQ(answers[0].cubin, nullptr);
 }
 
 TEST_F(StartupEndToEndTest, TuneOnMissAsksForTheMissesOnlyAndSaysWhatTheServiceDid) {

@@ -257,7 +257,7 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     // The same answer with a cubin the driver refuses: its recipe is
     // compiled here, and computes the same.
     client::StartupAnswer refused = answer;
-    refused.cubin = "not a cubin";
+    refused.cubin = std::make_shared<const std::string>("not a cubin");
     ASSERT_OK_AND_ASSIGN(client::LoadedKernel rebuilt, gpu->Load(refused, "fault_race"));
     EXPECT_EQ(rebuilt.origin(), client::KernelOrigin::kCompiledHere);
     EXPECT_THAT(rebuilt.note(), HasSubstr("does not load"));
