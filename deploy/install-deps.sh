@@ -29,6 +29,7 @@ packages=(
   clang-14             # clang++-14: .ci/check-thread-safety.sh, .ci/fuzz.sh
   libclang-rt-14-dev   # libFuzzer and the sanitizers runtimes (.ci/fuzz.sh)
   lld-14               # links the sanitizer trees (.ci/sanitize.sh)
+  lld                  # ld.lld, for GCC: links the Release tree in CI (.ci/test.sh)
   jq                   # reads compile_commands.json for that check
   clang-format-14      # .ci/check-format.sh
   python3              # the Python client and the tests that read exported configs
