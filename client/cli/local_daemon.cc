@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,9 +16,8 @@
 #include "base/paths.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
+#include "base/subprocess.h"
 #include "client/client.h"
-
-extern char** environ;
 
 namespace autotune::client {
 namespace {
@@ -67,14 +65,18 @@ absl::StatusOr<std::unique_ptr<LocalDaemon>> LocalDaemon::Start(const LocalDaemo
   const std::string log_path = folder + "/autotuned.log";
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log < 0) return PosixError(absl::StrCat("cannot open ", log_path), errno);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, log, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, log, STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  const int spawned = posix_spawn(&daemon->pid_, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) {
+    close(log);
+    return PosixError("cannot open /dev/null", errno);
+  }
+  // SIGTERM when this command ends, even killed outright: the daemon then
+  // stops as asked, and none is left running (its folder may be).
+  const int spawned = SpawnTiedToThisThread(
+      args, {{null, STDIN_FILENO}, {log, STDOUT_FILENO}, {log, STDERR_FILENO}}, SIGTERM,
+      &daemon->pid_);
   close(log);
+  close(null);
   if (spawned != 0) {
     daemon->pid_ = -1;
     return PosixError(absl::StrCat("cannot run ", argv[0]), spawned);

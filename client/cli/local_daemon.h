@@ -1,7 +1,9 @@
 // A private autotuned for `autotune tune --local`: started in a temporary
 // folder of its own (database, socket, log), with the families of the given
 // folders registered at start-up, and stopped (SIGTERM) and removed when the
-// object goes. CI tunes a user's kernels with it without a service.
+// object goes. The daemon also gets SIGTERM when the thread that started it
+// ends, even by SIGKILL of the whole command (base/subprocess.h): start it
+// from the main thread. CI tunes a user's kernels with it without a service.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<LocalDaemon> daemon,
 //                    LocalDaemon::Start({.kernels_dirs = {"my_kernels"}}));

@@ -1,7 +1,11 @@
 // End to end: kernel families registered through the CLI and compile-only
 // warmup jobs run by the real daemon and its autotune-worker processes,
 // with the real NVRTC.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/status_matchers.h"
+#include "base/subprocess.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -377,6 +382,78 @@ TEST_F(WarmupEndToEndTest, TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon) {
                                     absl::Minutes(5));
   EXPECT_EQ(failed.exit_code, 1) << failed.err;
   EXPECT_THAT(failed.err, HasSubstr("variants failed to compile"));
+}
+
+// The children of `parent` named `name`, from /proc.
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    absl::StatusOr<std::string> stat = ReadFile(entry.path().string() + "/stat");
+    if (!stat.ok()) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const size_t open = stat->find('('), close = stat->rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::vector<std::string> rest = absl::StrSplit(stat->substr(close + 2), ' ');
+    if (rest.size() > 1 && stat->substr(open + 1, close - open - 1) == name &&
+        rest[1] == absl::StrCat(parent)) {
+      found.push_back(std::stoi(stat->substr(0, open)));
+    }
+  }
+  return found;
+}
+
+// Whether `pid` has ended (gone, or a zombie its new parent has not reaped).
+bool Ended(pid_t pid) {
+  absl::StatusOr<std::string> stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return true;
+  const size_t close = stat->rfind(')');
+  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'Z';
+}
+
+// `autotune tune --local` killed outright (SIGKILL, as an OOM kill or a CI
+// timeout would end it) takes its private daemon with it.
+TEST_F(WarmupEndToEndTest, ATuneLocalKilledOutrightLeavesNoDaemonRunning) {
+  ASSERT_EQ(mkdir(Path("mine").c_str(), 0700), 0);
+  WriteText(Path("mine/axpy.textproto"), ReadText(Path("axpy.textproto")));
+  WriteText(Path("mine/axpy.cu"), ReadText(Path("axpy.cu")));
+  const std::string cli = AutotuneCliPath();
+  const std::string manifest = Path("axpy.manifest"), kernels = Path("mine");
+  std::vector<char*> args = {
+      const_cast<char*>(cli.c_str()),      const_cast<char*>("tune"),
+      const_cast<char*>("--local"),        const_cast<char*>(manifest.c_str()),
+      const_cast<char*>("--kernels"),      const_cast<char*>(kernels.c_str()),
+      const_cast<char*>("--compile-only"), nullptr};
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(null, 0);
+  // The private daemon's folder, which nobody removes once the command is
+  // killed, goes into this test's folder.
+  const char* tmpdir = getenv("TMPDIR");
+  const std::string old_tmpdir = tmpdir == nullptr ? "" : tmpdir;
+  setenv("TMPDIR", dir_.path().c_str(), 1);
+  pid_t command = -1;
+  const int spawned = SpawnTiedToThisThread(args, {{null, 1}, {null, 2}}, SIGKILL, &command);
+  if (tmpdir == nullptr) {
+    unsetenv("TMPDIR");
+  } else {
+    setenv("TMPDIR", old_tmpdir.c_str(), 1);
+  }
+  close(null);
+  ASSERT_EQ(spawned, 0);
+  std::vector<pid_t> daemons;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (daemons.empty() && absl::Now() < deadline) {
+    daemons = ChildrenNamed(command, "autotuned");
+    if (daemons.empty()) absl::SleepFor(absl::Milliseconds(5));
+  }
+  kill(command, SIGKILL);
+  int status = 0;
+  waitpid(command, &status, 0);
+  ASSERT_EQ(daemons.size(), 1u) << "no private autotuned was seen";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the command ended before it was killed";
+  const absl::Time gone_by = absl::Now() + absl::Seconds(30);
+  while (!Ended(daemons[0]) && absl::Now() < gone_by) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(Ended(daemons[0])) << "autotuned " << daemons[0] << " outlived its command";
+  if (!Ended(daemons[0])) kill(daemons[0], SIGKILL);
 }
 
 // A daemon's --kernels folders add to the built-in families.

@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,11 +24,10 @@
 #include "base/file.h"
 #include "base/posix_error.h"
 #include "base/status_macros.h"
+#include "base/subprocess.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/autotune.grpc.pb.h"
-
-extern char** environ;
 
 namespace autotune::testing {
 namespace {
@@ -41,45 +39,12 @@ std::vector<char*> Argv(const std::vector<std::string>& args) {
   return argv;
 }
 
-// Starts `args` with each (from, to) of `dups` dup2'ed in the child, which
-// receives SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG):
-// a test process that dies (a crash, a ctest timeout) takes the processes
-// it started with it. Callers wait for the child before their thread ends.
-// An errno (the child's exec failed, or fork did), or 0.
-int SpawnTiedToThisThread(const std::vector<char*>& args,
-                          const std::vector<std::pair<int, int>>& dups, pid_t* pid) {
-  int report[2];  // the child writes exec's errno here; closed by a good exec
-  if (pipe2(report, O_CLOEXEC) != 0) return errno;
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) {
-    const int error = errno;
-    close(report[0]);
-    close(report[1]);
-    return error;
-  }
-  if (child == 0) {
-    // Async-signal-safe calls only, until exec.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // the parent is gone already
-    for (const auto& [from, to] : dups) dup2(from, to);
-    execve(args[0], args.data(), environ);
-    const int error = errno;
-    (void)!write(report[1], &error, sizeof(error));
-    _exit(127);
-  }
-  close(report[1]);
-  int error = 0;
-  ssize_t got;
-  while ((got = read(report[0], &error, sizeof(error))) < 0 && errno == EINTR) {
-  }
-  close(report[0]);
-  if (got == static_cast<ssize_t>(sizeof(error))) {
-    waitpid(child, nullptr, 0);
-    return error;
-  }
-  *pid = child;
-  return 0;
+// Starts `args` (base/subprocess.h): the child receives SIGKILL when the
+// thread that started it ends, so a test process that dies (a crash, a
+// ctest timeout) takes the processes it started with it.
+int SpawnTestChild(const std::vector<char*>& args, const std::vector<std::pair<int, int>>& dups,
+                   pid_t* pid) {
+  return SpawnTiedToThisThread(args, dups, SIGKILL, pid);
 }
 
 // Waits for `pid` until `deadline`; fills exit code / signal. False on timeout.
@@ -115,7 +80,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   pid_t pid = -1;
   std::vector<char*> args = Argv(argv);
   const int spawned =
-      SpawnTiedToThisThread(args, {{in_pipe[0], 0}, {out_pipe[1], 1}, {err_pipe[1], 2}}, &pid);
+      SpawnTestChild(args, {{in_pipe[0], 0}, {out_pipe[1], 1}, {err_pipe[1], 2}}, &pid);
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -195,7 +160,7 @@ absl::Status Daemon::Start(absl::Duration timeout) {
   const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log < 0) return PosixError(absl::StrCat("cannot open ", log_path_), errno);
   std::vector<char*> args = Argv(argv);
-  const int spawned = SpawnTiedToThisThread(args, {{log, 1}, {log, 2}}, &pid_);
+  const int spawned = SpawnTestChild(args, {{log, 1}, {log, 2}}, &pid_);
   close(log);
   if (spawned != 0) {
     pid_ = -1;
