@@ -321,6 +321,9 @@ class Store {
   absl::StatusOr<v1::Job> GetJob(std::string_view id) const;
   // Newest first; limit <= 0 lists every job.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(int limit) const;
+  // The jobs that have not ended (neither SUCCEEDED, FAILED nor CANCELLED),
+  // newest first; ended ones are not read.
+  absl::StatusOr<std::vector<v1::Job>> ListUnfinishedJobs() const;
 
   // ---- Bundles and maintenance --------------------------------------------
   // Applies a whole bundle in one transaction after checking all of it:

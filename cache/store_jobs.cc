@@ -96,18 +96,36 @@ absl::StatusOr<v1::Job> Store::GetJob(std::string_view std_id) const {
   return ParseStored<v1::Job>(select.ColumnBlob(0), "job", db->path());
 }
 
+namespace {
+
+// The jobs `select` yields (its column 0 is a stored job).
+absl::StatusOr<std::vector<v1::Job>> ReadJobs(Statement& select, const std::string& path) {
+  std::vector<v1::Job> jobs;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) return jobs;
+    ASSIGN_OR_RETURN(v1::Job job, ParseStored<v1::Job>(select.ColumnBlob(0), "job", path));
+    jobs.push_back(std::move(job));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(int limit) const {
   sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
   ASSIGN_OR_RETURN(Statement select,
                    db->Prepare("SELECT job FROM jobs ORDER BY seq DESC LIMIT ?1"));
   select.BindInt(1, limit <= 0 ? -1 : limit);
-  std::vector<v1::Job> jobs;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, select.Step());
-    if (!row) return jobs;
-    ASSIGN_OR_RETURN(v1::Job job, ParseStored<v1::Job>(select.ColumnBlob(0), "job", db->path()));
-    jobs.push_back(std::move(job));
-  }
+  return ReadJobs(select, db->path());
+}
+
+absl::StatusOr<std::vector<v1::Job>> Store::ListUnfinishedJobs() const {
+  sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
+  ASSIGN_OR_RETURN(Statement select,
+                   db->Prepare("SELECT job FROM jobs WHERE state NOT IN (?1, ?2, ?3)"
+                               " ORDER BY seq DESC"));
+  select.BindInt(1, v1::SUCCEEDED).BindInt(2, v1::FAILED).BindInt(3, v1::CANCELLED);
+  return ReadJobs(select, db->path());
 }
 
 }  // namespace autotune::cache

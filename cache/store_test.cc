@@ -761,6 +761,18 @@ TEST_F(StoreTest, JobsAreCreatedQueuedUpdatedAndListedNewestFirst) {
   ASSERT_OK_AND_ASSIGN(jobs, store_->ListJobs(1));
   ASSERT_THAT(jobs, SizeIs(1));
   EXPECT_EQ(jobs[0].id(), second.id());
+
+  // Only the jobs that have not ended: the second ends.
+  ASSERT_OK_AND_ASSIGN(jobs, store_->ListUnfinishedJobs());
+  EXPECT_THAT(jobs, SizeIs(2));
+  for (v1::JobState end : {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+    v1::Job ended = second;
+    ended.set_state(end);
+    ASSERT_OK(store_->UpdateJob(ended));
+    ASSERT_OK_AND_ASSIGN(jobs, store_->ListUnfinishedJobs());
+    ASSERT_THAT(jobs, SizeIs(1)) << v1::JobState_Name(end);
+    EXPECT_EQ(jobs[0].id(), first.id());
+  }
 }
 
 TEST_F(StoreTest, UnknownJobsAreNotFound) {

@@ -163,11 +163,8 @@ absl::StatusOr<v1::RegisterKernelResponse> CacheAdmin::RegisterKernel(
 absl::StatusOr<v1::UnregisterKernelResponse> CacheAdmin::UnregisterKernel(
     const v1::UnregisterKernelRequest& request) {
   if (request.name().empty()) return absl::InvalidArgumentError("name: must be set");
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListJobs(0));
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->ListUnfinishedJobs());
   for (const v1::Job& job : jobs) {
-    if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED) {
-      continue;
-    }
     for (const v1::ManifestItem& item : job.spec().manifest().items()) {
       if (item.family() == request.name()) {
         return absl::FailedPreconditionError(
@@ -287,6 +284,22 @@ absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bun
                                             absl::StrCat("families[", i, "].family")));
   }
   RETURN_IF_ERROR(CheckBundleItems(bundle));
+  // A version this store does not hold yet is compiled as RegisterKernel
+  // compiles it, and refused for the same findings.
+  for (int i = 0; compile_check_ && i < bundle.families_size(); ++i) {
+    const v1::KernelFamily& family = bundle.families(i).family();
+    absl::StatusOr<cache::FamilyRecord> stored =
+        store_->GetFamilyVersion(family.name(), FamilyContentHash(family));
+    if (stored.ok()) continue;
+    if (!absl::IsNotFound(stored.status())) return stored.status();
+    const absl::Status compiled = compile_check_(family);
+    // FAILED_PRECONDITION: no compiler here; imported as RegisterKernel
+    // stores such a family.
+    if (!compiled.ok() && !absl::IsFailedPrecondition(compiled)) {
+      return absl::Status(compiled.code(),
+                          absl::StrCat("families[", i, "].family: ", compiled.message()));
+    }
+  }
   return store_->Import(bundle, merge,
                         std::string_view(families_refused.data(), families_refused.size()));
 }

@@ -61,9 +61,9 @@ class CacheAdmin {
   absl::StatusOr<cache::StoreStats> StoreStats() const;
   absl::StatusOr<v1::CacheBundle> Export(const v1::ExportRequest& request) const;
   // Every family of the bundle passes RegisterKernel's checks
-  // (kernels::ValidateFamily, "families[2].family: ..."), then
-  // Store::Import; `families_refused` as there (not empty: the bundle may not
-  // add a family version or make one current).
+  // (kernels::ValidateFamily, "families[2].family: ..."; a version not
+  // stored yet, the compile check), then Store::Import; `families_refused` as there (not empty: the
+  // bundle may not add a family version or make one current).
   absl::StatusOr<v1::ImportResponse> Import(const v1::CacheBundle& bundle,
                                             cache::Store::Merge merge,
                                             absl::string_view families_refused = "");
