@@ -51,7 +51,7 @@ from autotune_client.errors import (
     Unauthenticated,
 )
 from autotune_client.families import CheckResult, read_family
-from autotune_client.jobs import read_manifest, search_options
+from autotune_client.jobs import JobState, read_manifest, search_options
 from autotune_client.local_cache import LocalCache, answer_key
 from autotune_client.lookups import (
     BatchAnswer,
@@ -94,6 +94,7 @@ __all__ = [
     "DimDistance",
     "InvalidArgument",
     "JobFailed",
+    "JobState",
     "LaunchDims",
     "LocalCache",
     "LocalCacheCorrupt",

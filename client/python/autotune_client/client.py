@@ -177,6 +177,9 @@ class Client:
         self._get_job = unary("GetJob", pb.GetJobRequest, pb.Job)
         self._list_jobs = unary("ListJobs", pb.ListJobsRequest, pb.ListJobsResponse)
         self._cancel_job = unary("CancelJob", pb.CancelJobRequest, pb.Job)
+        self._create_login_link = unary(
+            "CreateLoginLink", pb.CreateLoginLinkRequest, pb.CreateLoginLinkResponse
+        )
 
     @property
     def address(self) -> str:
@@ -415,6 +418,18 @@ class Client:
         own jobs (PermissionDenied otherwise)."""
         job: pb.Job = self._ask(self._cancel_job, pb.CancelJobRequest(id=job_id), timeout)
         return job
+
+    def admin_url(self, timeout: Optional[float] = None) -> pb.CreateLoginLinkResponse:
+        """A link into the daemon's admin page that signs its holder in with
+        this caller's role (`url`, "http://HOST:PORT/admin#token=..."), and
+        when it expires (`expires_at`, RFC 3339; an hour on). Only for a
+        caller on the daemon's Unix socket (PermissionDenied otherwise);
+        FAILED_PRECONDITION when the daemon serves no admin page (no
+        --http-listen). The link holds a token: keep it as a password."""
+        response: pb.CreateLoginLinkResponse = self._ask(
+            self._create_login_link, pb.CreateLoginLinkRequest(), timeout
+        )
+        return response
 
     def wait(self, job_id: str, poll: float = 1.0, timeout: Optional[float] = None) -> pb.Job:
         """Asks for the job every `poll` seconds until it is SUCCEEDED, FAILED

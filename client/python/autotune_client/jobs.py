@@ -31,6 +31,7 @@ from typing import Optional, Union
 from google.protobuf import text_format
 
 from autotune_client.errors import InvalidArgument, file_error
+from autotune_client.lookups import NamedIntEnum
 from autotune_client.messages import pb
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -38,6 +39,13 @@ Budget = Union[int, str, timedelta]
 
 # The states a job does not leave.
 FINISHED_STATES = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED})
+
+
+# A job's state (pb.JobState, Job.state) with its name: str(JobState(job.state))
+# and f"{JobState(job.state)}" are "SUCCEEDED". Its members are the proto's.
+JobState = NamedIntEnum(  # type: ignore[misc]
+    "JobState", {value.name: value.number for value in pb.JobState.DESCRIPTOR.values}
+)
 
 
 def state_name(state: int) -> str:

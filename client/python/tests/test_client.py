@@ -31,6 +31,7 @@ from autotune_client import (
     DType,
     InvalidArgument,
     JobFailed,
+    JobState,
     LaunchDims,
     Lookup,
     LookupResult,
@@ -92,6 +93,10 @@ class VocabularyTest(unittest.TestCase):
             name = "MISS_KIND_UNSPECIFIED" if kind == MissKind.NONE else f"MISS_{kind.name}"
             self.assertEqual(pb.MissKind.Value(name), kind.value, name)
         self.assertEqual(len(MissKind) - 1, len(pb.MissKind.keys()))
+        self.assertEqual(len(JobState), len(pb.JobState.keys()))
+        self.assertEqual(JobState.SUCCEEDED, pb.SUCCEEDED)
+        self.assertEqual(str(JobState(pb.FAILED)), "FAILED")
+        self.assertEqual(f"{JobState(pb.COMPILING)}", "COMPILING")
 
     def test_dtypes_parse_from_their_names(self) -> None:
         spellings: tuple[Union[DType, str, int], ...] = (

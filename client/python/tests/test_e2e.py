@@ -435,6 +435,23 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class AdminUrlEndToEndTest(unittest.TestCase):
+    """The daemon's own user gets a login link into the admin page."""
+
+    def test_the_link_carries_a_token_and_expires(self) -> None:
+        if support.missing_binaries():
+            self.skipTest("the C++ binaries are not built")
+        temp = tempfile.TemporaryDirectory(prefix="autotune-py-")
+        self.addCleanup(temp.cleanup)
+        daemon = support.Daemon(Path(temp.name), ("--http-listen", "127.0.0.1:0"))
+        self.addCleanup(daemon.stop)
+        daemon.start()
+        with Client(daemon.address) as client:
+            link = client.admin_url()
+        self.assertRegex(link.url, r"^http://127\.0\.0\.1:[0-9]+/admin#token=[0-9a-f]+$")
+        self.assertTrue(link.expires_at.startswith("20"), link.expires_at)
+
+
 class TokenEndToEndTest(unittest.TestCase):
     """A daemon that gives this uid no role: only a token lets a client in."""
 
