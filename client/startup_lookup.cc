@@ -323,7 +323,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
       if (it != binaries->mutable_binaries()->end() && Sha256Hex(it->second) == sha) {
         cubin = std::make_shared<const std::string>(std::move(it->second));
       } else if (it != binaries->mutable_binaries()->end()) {
-        it->second.clear();  // refused: hashed once, never again
+        it->second.clear();  // refused: its bytes are of no use
       }
       done = checked.emplace(sha, std::move(cubin)).first;
     }
