@@ -384,32 +384,6 @@ TEST_F(WarmupEndToEndTest, TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon) {
   EXPECT_THAT(failed.err, HasSubstr("variants failed to compile"));
 }
 
-// The children of `parent` named `name`, from /proc.
-std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
-  std::vector<pid_t> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    absl::StatusOr<std::string> stat = ReadFile(entry.path().string() + "/stat");
-    if (!stat.ok()) continue;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    const size_t open = stat->find('('), close = stat->rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    const std::vector<std::string> rest = absl::StrSplit(stat->substr(close + 2), ' ');
-    if (rest.size() > 1 && stat->substr(open + 1, close - open - 1) == name &&
-        rest[1] == absl::StrCat(parent)) {
-      found.push_back(std::stoi(stat->substr(0, open)));
-    }
-  }
-  return found;
-}
-
-// Whether `pid` has ended (gone, or a zombie its new parent has not reaped).
-bool Ended(pid_t pid) {
-  absl::StatusOr<std::string> stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return true;
-  const size_t close = stat->rfind(')');
-  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'Z';
-}
-
 // `autotune tune --local` killed outright (SIGKILL, as an OOM kill or a CI
 // timeout would end it) takes its private daemon with it.
 TEST_F(WarmupEndToEndTest, ATuneLocalKilledOutrightLeavesNoDaemonRunning) {
@@ -451,9 +425,9 @@ TEST_F(WarmupEndToEndTest, ATuneLocalKilledOutrightLeavesNoDaemonRunning) {
   ASSERT_EQ(daemons.size(), 1u) << "no private autotuned was seen";
   ASSERT_TRUE(WIFSIGNALED(status)) << "the command ended before it was killed";
   const absl::Time gone_by = absl::Now() + absl::Seconds(30);
-  while (!Ended(daemons[0]) && absl::Now() < gone_by) absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_TRUE(Ended(daemons[0])) << "autotuned " << daemons[0] << " outlived its command";
-  if (!Ended(daemons[0])) kill(daemons[0], SIGKILL);
+  while (!ProcessEnded(daemons[0]) && absl::Now() < gone_by) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(ProcessEnded(daemons[0])) << "autotuned " << daemons[0] << " outlived its command";
+  if (!ProcessEnded(daemons[0])) kill(daemons[0], SIGKILL);
 }
 
 // A daemon's --kernels folders add to the built-in families.

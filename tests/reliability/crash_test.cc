@@ -116,30 +116,6 @@ std::string IntegrityCheck(const std::string& path) {
   return result;
 }
 
-// The pids of `parent`'s children whose command name starts with `name`
-// (/proc/<pid>/stat; the kernel keeps 15 characters of it).
-std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
-  std::vector<pid_t> pids;
-  for (const auto& process : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid_text = process.path().filename().string();
-    if (pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(process.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    const std::string comm = line.substr(open + 1, close - open - 1);
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && comm.rfind(name.substr(0, 15), 0) == 0) {
-      pids.push_back(static_cast<pid_t>(std::stol(pid_text)));
-    }
-  }
-  return pids;
-}
-
 bool Ended(const v1::Job& job) {
   return job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED;
 }

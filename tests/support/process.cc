@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -67,6 +69,36 @@ bool WaitUntil(pid_t pid, absl::Time deadline, int* exit_code, int* signal_numbe
 }
 
 }  // namespace
+
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> pids;
+  for (const auto& process : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid_text = process.path().filename().string();
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(process.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::string comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && comm.rfind(name.substr(0, 15), 0) == 0) {
+      pids.push_back(static_cast<pid_t>(std::stol(pid_text)));
+    }
+  }
+  return pids;
+}
+
+bool ProcessEnded(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
 
 CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
                          const std::string& stdin_text) {

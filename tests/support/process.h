@@ -31,6 +31,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
                          absl::Duration timeout = absl::Seconds(60),
                          const std::string& stdin_text = "");
 
+// The pids of `parent`'s children whose command name starts with `name`
+// (/proc/<pid>/stat; the kernel keeps 15 characters of it).
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name);
+// Whether `pid` has ended: gone, or a zombie its parent has not reaped.
+bool ProcessEnded(pid_t pid);
+
 // The daemon under test. Start() returns once it answers on its socket.
 class Daemon {
  public:
