@@ -1,6 +1,7 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,13 +43,15 @@ class Fd {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what,
+                                     struct stat* info) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return PosixError(Context("cannot read", what, path), errno);
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return PosixError(Context("cannot read", what, path), errno);
   // A directory opens fine and only fails at the first read; say so early.
   if (S_ISDIR(st.st_mode)) return PosixError(Context("cannot read", what, path), EISDIR);
+  if (info != nullptr) *info = st;
   // Read straight into the string, sized by fstat; a file that is not
   // regular, or that grows meanwhile, is read on until its end.
   std::string contents(S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0, '\0');
@@ -75,6 +78,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
                                  absl::string_view what, unsigned mode) {
+  return WriteFileAtomically(path, absl::MakeConstSpan(&contents, 1), what, mode);
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> pieces, absl::string_view what,
+                                 unsigned mode) {
   // Unique per process and call: threads and processes may write one path
   // at once, and the last rename wins whole.
   static std::atomic<uint64_t> calls{0};
@@ -84,14 +93,16 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   Fd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
   if (fd.get() < 0) return PosixError(context, errno);
   int error = 0;
-  for (size_t done = 0; done < contents.size();) {
-    const ssize_t n = write(fd.get(), contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      break;
+  for (absl::string_view contents : pieces) {
+    for (size_t done = 0; error == 0 && done < contents.size();) {
+      const ssize_t n = write(fd.get(), contents.data() + done, contents.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        error = errno;
+        break;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   // close() may be the first to report a full disk (NFS, quotas).
   const int close_error = fd.Close();
@@ -102,6 +113,28 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     return PosixError(context, error);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path,
+                                                                   absl::string_view what) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError(Context("cannot map", what, path), errno);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError(Context("cannot map", what, path), errno);
+  if (S_ISDIR(st.st_mode)) return PosixError(Context("cannot map", what, path), EISDIR);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Context("cannot map", what, path), ": not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return std::shared_ptr<const MappedFile>(new MappedFile(nullptr, 0));
+  void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd.get(), 0);
+  if (data == MAP_FAILED) return PosixError(Context("cannot map", what, path), errno);
+  return std::shared_ptr<const MappedFile>(new MappedFile(static_cast<const char*>(data), size));
+}
+
+MappedFile::~MappedFile() {
+  if (size_ > 0) munmap(const_cast<char*>(data_), size_);
 }
 
 }  // namespace autotune

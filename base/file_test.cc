@@ -66,6 +66,18 @@ TEST(ReadFileTest, ReadsAFileWhoseSizeIsNotKnownToItsEnd) {
   EXPECT_EQ(*read, bytes);
 }
 
+TEST(ReadFileTest, SaysWhatFstatSaysOfTheFileRead) {
+  TempDir dir;
+  const std::string path = dir.File("answer");
+  WriteRaw(path, "twelve bytes");
+  struct stat info;
+  ASSERT_OK_AND_ASSIGN(std::string read, ReadFile(path, "answer", &info));
+  struct stat expected;
+  ASSERT_EQ(stat(path.c_str(), &expected), 0);
+  EXPECT_EQ(info.st_ino, expected.st_ino);
+  EXPECT_EQ(info.st_size, 12);
+}
+
 TEST(ReadFileTest, MissingFileNamesItsRoleAndPath) {
   TempDir dir;
   const std::string path = dir.File("nope.textproto");
@@ -121,6 +133,56 @@ TEST(WriteFileAtomicallyTest, FailedRenameRemovesTheTemporary) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("cannot write ", path, ": Is a directory")));
   EXPECT_THAT(FileNames(dir.path()), ElementsAre("taken"));
+}
+
+TEST(WriteFileAtomicallyTest, WritesPiecesOneAfterTheOtherWithTheMode) {
+  TempDir dir;
+  const std::string path = dir.File("pack");
+  const std::vector<absl::string_view> pieces = {"head", "", std::string(70000, 'x'), "tail"};
+  ASSERT_OK(WriteFileAtomically(path, pieces, "pack", 0444));
+  ASSERT_OK_AND_ASSIGN(std::string read, ReadFile(path));
+  EXPECT_EQ(read, absl::StrCat("head", std::string(70000, 'x'), "tail"));
+  struct stat info;
+  ASSERT_EQ(stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0222, 0u);
+  // A read-only file is still replaced whole: rename needs only the folder.
+  ASSERT_OK(WriteFileAtomically(path, "new", "pack", 0444));
+  ASSERT_OK_AND_ASSIGN(read, ReadFile(path));
+  EXPECT_EQ(read, "new");
+}
+
+TEST(MappedFileTest, MapsEveryByteAndOutlivesTheFilesReplacement) {
+  TempDir dir;
+  const std::string path = dir.File("pack");
+  const std::string bytes = absl::StrCat("start", std::string(3 * 4096 + 7, '\0'), "end");
+  WriteRaw(path, bytes);
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const MappedFile> mapped, MappedFile::Open(path, "pack"));
+  EXPECT_EQ(mapped->bytes(), bytes);
+  ASSERT_OK(WriteFileAtomically(path, "replaced"));
+  std::filesystem::remove(path);
+  EXPECT_EQ(mapped->bytes(), bytes);
+}
+
+TEST(MappedFileTest, EmptyFileMapsToNoBytes) {
+  TempDir dir;
+  WriteRaw(dir.File("empty"), "");
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const MappedFile> mapped,
+                       MappedFile::Open(dir.File("empty")));
+  EXPECT_TRUE(mapped->bytes().empty());
+}
+
+TEST(MappedFileTest, ErrorsNameTheRoleAndPath) {
+  TempDir dir;
+  EXPECT_THAT(
+      MappedFile::Open(dir.File("none"), "pack"),
+      StatusIs(absl::StatusCode::kNotFound,
+               absl::StrCat("cannot map pack ", dir.File("none"), ": No such file or directory")));
+  EXPECT_THAT(MappedFile::Open(dir.path(), "pack"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("cannot map pack ", dir.path(), ": Is a directory")));
+  EXPECT_THAT(MappedFile::Open("/dev/null", "pack"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "cannot map pack /dev/null: not a regular file"));
 }
 
 }  // namespace

@@ -265,6 +265,18 @@ int Run(const Options& options) {
     t0 = Clock::now();
     for (const auto& [sha, cubin] : with->binaries()) (void)Sha256Hex(cubin);
     parts.emplace_back("  of which sha256 of the cubins", Ms(t0, Clock::now()));
+    std::vector<std::string> keys;
+    for (const v1::LocalAnswer& answer : kept) {
+      keys.push_back(client::LocalCache::AnswerKey(answer.request()));
+    }
+    t0 = Clock::now();
+    absl::StatusOr<std::optional<client::LocalCache::Pack>> pack =
+        local->GetPack(client::LocalCache::PackKey(keys));
+    parts.emplace_back(
+        absl::StrCat("local: map and check the batch's pack (",
+                     pack.ok() && pack->has_value() ? (*pack)->answers.size() : 0, " answers, ",
+                     pack.ok() && pack->has_value() ? (*pack)->cubins.size() : 0, " cubins)"),
+        Ms(t0, Clock::now()));
     t0 = Clock::now();
     for (const v1::LocalAnswer& answer : kept) (void)local->PutAnswer(answer);
     parts.emplace_back("local: write each answer", Ms(t0, Clock::now()));
@@ -309,6 +321,16 @@ int Run(const Options& options) {
         faults.contains(path) ? absl::StrCat(static_cast<int64_t>(Median(faults[path]))) : "";
     std::cout << absl::StrFormat("%-22s %10.2f %10.2f %9.2fx %8s  %s\n", path, Median(v), max,
                                  json > 0 ? Median(v) / json : 0, faulted, goal);
+  }
+  // Each round apart: the first rounds of a process pay for memory it
+  // touches for the first time (the faults), as a server's one start does.
+  std::cout << "\neach round, ms, and the client's page faults:\n";
+  for (const char* path : {"service", "service + local", "local, service down"}) {
+    std::cout << absl::StrFormat("  %-20s", path);
+    for (double took : ms[path]) std::cout << absl::StrFormat(" %6.1f", took);
+    std::cout << "\n  faults              ";
+    for (double f : faults[path]) std::cout << absl::StrFormat(" %6.0f", f);
+    std::cout << "\n";
   }
   std::cout << "\nwhere the time goes (each part once, alone):\n";
   for (const auto& [part, took] : parts)

@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<KernelLoader>> KernelLoader::Open(int ordinal) {
 }
 
 absl::StatusOr<LoadedKernel> KernelLoader::LoadCubin(const StartupAnswer& answer,
-                                                     const std::string& cubin,
+                                                     absl::string_view cubin,
                                                      const std::string& function_name,
                                                      const v1::LaunchDims& launch) const {
   RETURN_IF_ERROR(state_->context.MakeCurrent());

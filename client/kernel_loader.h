@@ -139,7 +139,7 @@ class KernelLoader {
   struct State;
   explicit KernelLoader(std::unique_ptr<State> state);
   // `cubin` loaded, `function_name` resolved, set up for `launch`.
-  absl::StatusOr<LoadedKernel> LoadCubin(const StartupAnswer& answer, const std::string& cubin,
+  absl::StatusOr<LoadedKernel> LoadCubin(const StartupAnswer& answer, absl::string_view cubin,
                                          const std::string& function_name,
                                          const v1::LaunchDims& launch) const;
   std::unique_ptr<State> state_;

@@ -6,13 +6,30 @@
 //   RETURN_IF_ERROR(cache.PutAnswer(answer));
 //   ASSIGN_OR_RETURN(std::optional<v1::LocalAnswer> again, cache.GetAnswer(request));
 //
-// Layout of the directory (a format shared with the Python client):
+// Layout of the directory (a format shared with the Python client, but
+// for packs/, which only the C++ client reads and writes):
 //   answers/<key>.answer    one LocalAnswer per lookup, key = AnswerKey(request):
 //                           the line "autotune-answer 1 <sha256 hex of the rest>\n",
 //                           then the serialized LocalAnswer
 //   cubins/<sha256>.cubin   a binary, named by the sha256 of its bytes
 //   sources/<sha256>.cu     a family's source, named alike, for the compile
 //                           recipes answers carry (LookupResponse.recipe)
+//   packs/<key>.pack        the answers of one start-up batch and their
+//                           cubins in one read-only file, key =
+//                           PackKey(the batch's answer keys), so that a start
+//                           maps one file instead of reading two per lookup:
+//                           the line "autotune-pack 1 <index bytes> <XXH3-128
+//                           hex of the index>\n", the index (a serialized
+//                           LocalPack), zeros up to a multiple of 256, then
+//                           the cubins' bytes (each at a multiple of 256, as
+//                           the index says, with its XXH3-128). Every read
+//                           checks the index and every cubin; an answer is
+//                           served from a pack only while its answers/ file
+//                           is the one the pack was made from (same inode,
+//                           size and times), so a pack never serves an
+//                           answer older than the one answers/ holds. At
+//                           most kPacksKept packs are kept, the least
+//                           recently written removed first.
 //
 // Every file is written to a temporary name and renamed over the old one,
 // so processes and threads on one host may read and write one directory at
@@ -25,8 +42,12 @@
 #ifndef AUTOTUNE_CLIENT_LOCAL_CACHE_H_
 #define AUTOTUNE_CLIENT_LOCAL_CACHE_H_
 
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,14 +55,32 @@
 
 namespace autotune::client {
 
+// Bytes that several answers share without copies, kept alive by whatever
+// holds them: a string moved in (ShareBytes), or the mapping of a pack.
+using SharedBytes = std::shared_ptr<const absl::string_view>;
+SharedBytes ShareBytes(std::string bytes);
+
+// What stat() says of a file, enough to tell a file replaced by rename
+// from the one seen before.
+struct FileStamp {
+  uint64_t inode = 0;
+  int64_t size = -1;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
 class LocalCache {
  public:
+  // Packs kept in packs/ (see the layout above).
+  static constexpr int kPacksKept = 8;
+
   // $AUTOTUNE_LOCAL_CACHE, else $XDG_CACHE_HOME/autotune, else
   // ~/.cache/autotune; empty when none can be found (no HOME).
   static std::string DefaultDirectory();
 
-  // Creates the directory and its answers/, cubins/ and sources/ (mode 0700) when
-  // missing. Errors name the path.
+  // Creates the directory and its answers/, cubins/, sources/ and packs/
+  // (mode 0700) when missing. Errors name the path.
   static absl::StatusOr<LocalCache> Open(std::string directory);
 
   // The identity of a lookup, as a file name: the sha256 hex of the text
@@ -60,8 +99,42 @@ class LocalCache {
   // is not stored (PutCubin keeps binaries).
   absl::Status PutAnswer(const v1::LocalAnswer& answer) const;
   // The answer stored for `request`; nullopt when there is none; DATA_LOSS
-  // when its file fails its seal or does not parse.
-  absl::StatusOr<std::optional<v1::LocalAnswer>> GetAnswer(const v1::LookupRequest& request) const;
+  // when its file fails its seal or does not parse. `stamp`, when given,
+  // receives the stamp of the file the answer was read from.
+  absl::StatusOr<std::optional<v1::LocalAnswer>> GetAnswer(const v1::LookupRequest& request,
+                                                           FileStamp* stamp = nullptr) const;
+
+  // The key of the pack of a batch whose lookups have these AnswerKeys, in
+  // any order: the sha256 hex of "autotune-pack 1\n" and the sorted,
+  // distinct keys, each followed by "\n".
+  static std::string PackKey(std::vector<std::string> answer_keys);
+
+  // An answer as read from its file (GetAnswer), for a pack.
+  struct PackedAnswer {
+    std::string key;  // AnswerKey(answer.request())
+    v1::LocalAnswer answer;
+    FileStamp stamp;
+  };
+  // Writes the pack `pack_key` of `answers` and the `cubins` they use (by
+  // sha256, each checked against its name here). When the pack there holds
+  // the same index already, only its time is refreshed. Then removes the
+  // oldest packs beyond kPacksKept.
+  absl::Status PutPack(absl::string_view pack_key, const std::vector<PackedAnswer>& answers,
+                       const std::map<std::string, SharedBytes>& cubins) const;
+
+  // A pack, mapped and checked.
+  struct Pack {
+    // By AnswerKey: the answers whose files are still the ones packed.
+    std::map<std::string, v1::LocalAnswer> answers;
+    // The number of answers left out because their file changed since.
+    int changed = 0;
+    // By sha256: views into the mapping, which they keep alive.
+    std::map<std::string, SharedBytes> cubins;
+  };
+  // The pack `pack_key`; nullopt when there is none; DATA_LOSS naming the
+  // file when its index or any cubin in it fails its check (nothing of it
+  // is then served).
+  absl::StatusOr<std::optional<Pack>> GetPack(absl::string_view pack_key) const;
 
   // Stores `cubin` as cubins/<sha256>.cubin; INVALID_ARGUMENT when `sha256`
   // is not the sha256 of `cubin` (nothing is written).
@@ -75,11 +148,15 @@ class LocalCache {
   absl::StatusOr<std::optional<std::string>> GetSource(absl::string_view sha256) const;
 
   std::string AnswerPath(const v1::LookupRequest& request) const;
+  std::string AnswerPathOfKey(absl::string_view key) const;  // key: AnswerKey(request)
   std::string CubinPath(absl::string_view sha256) const;
   std::string SourcePath(absl::string_view sha256) const;
+  std::string PackPath(absl::string_view pack_key) const;
 
  private:
   explicit LocalCache(std::string directory) : directory_(std::move(directory)) {}
+  // Removes the least recently written packs beyond kPacksKept, never `keep`.
+  absl::Status PruneOldPacks(const std::string& keep) const;
   std::string directory_;
 };
 

@@ -1,10 +1,15 @@
 #include "client/local_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
@@ -141,6 +146,189 @@ TEST_F(LocalCacheTest, RecipeSourcesAreKeptLikeCubins) {
   ASSERT_OK(cache_->PutSource(sha, source));  // mended: the damaged file is not kept
   ASSERT_OK_AND_ASSIGN(back, cache_->GetSource(sha));
   EXPECT_EQ(back, source);
+}
+
+// The answers of Answer(1..n), read back from their files as a start-up's
+// writer does, and a cubin for each, named by its sha256.
+struct PackContents {
+  std::vector<LocalCache::PackedAnswer> answers;
+  std::map<std::string, SharedBytes> cubins;
+  std::vector<std::string> keys;
+};
+
+PackContents StoreAnswers(const LocalCache& cache, int n) {
+  PackContents contents;
+  for (int i = 1; i <= n; ++i) {
+    // Sizes that are not multiples of the alignment, one of them empty.
+    const std::string cubin = absl::StrCat("cubin ", i, std::string(i == 2 ? 0 : 1000 * i, 'x'));
+    const std::string sha = Sha256Hex(cubin);
+    v1::LocalAnswer answer = Answer(i);
+    answer.mutable_response()->mutable_entry()->set_binary_sha256(sha);
+    EXPECT_OK(cache.PutAnswer(answer));
+    LocalCache::PackedAnswer packed;
+    packed.key = LocalCache::AnswerKey(answer.request());
+    absl::StatusOr<std::optional<v1::LocalAnswer>> back =
+        cache.GetAnswer(answer.request(), &packed.stamp);
+    EXPECT_TRUE(back.ok() && back->has_value());
+    if (back.ok() && back->has_value()) packed.answer = **back;
+    contents.keys.push_back(packed.key);
+    contents.answers.push_back(std::move(packed));
+    contents.cubins[sha] = ShareBytes(cubin);
+  }
+  return contents;
+}
+
+void FlipByte(const std::string& path, int64_t from_end) {
+  std::filesystem::permissions(path, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(-from_end, std::ios::end);
+  const char c = static_cast<char>(file.get());
+  file.seekp(-from_end, std::ios::end);
+  file.put(static_cast<char>(c ^ 1));
+}
+
+TEST_F(LocalCacheTest, APackKeyIsTheDocumentedTextOfItsSortedKeys) {
+  EXPECT_EQ(LocalCache::PackKey({"b", "a", "b"}), Sha256Hex("autotune-pack 1\na\nb\n"));
+  EXPECT_EQ(LocalCache::PackKey({"a", "b"}), LocalCache::PackKey({"b", "a"}));
+}
+
+TEST_F(LocalCacheTest, APackGivesBackItsAnswersAndCubinsFromOneReadOnlyFile) {
+  const PackContents contents = StoreAnswers(*cache_, 3);
+  const std::string key = LocalCache::PackKey(contents.keys);
+  ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> none, cache_->GetPack(key));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  struct stat info;
+  ASSERT_EQ(stat(cache_->PackPath(key).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0222, 0u);  // read-only: never written in place
+
+  ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> pack, cache_->GetPack(key));
+  ASSERT_TRUE(pack.has_value());
+  EXPECT_EQ(pack->changed, 0);
+  ASSERT_EQ(pack->answers.size(), 3u);
+  for (const LocalCache::PackedAnswer& packed : contents.answers) {
+    ASSERT_TRUE(pack->answers.contains(packed.key));
+    const v1::LocalAnswer& back = pack->answers.at(packed.key);
+    EXPECT_EQ(back.response().entry().binary_sha256(),
+              packed.answer.response().entry().binary_sha256());
+    EXPECT_EQ(back.stored_at(), packed.answer.stored_at());
+    EXPECT_FALSE(back.has_request());  // the key names it
+  }
+  ASSERT_EQ(pack->cubins.size(), 3u);
+  for (const auto& [sha, bytes] : contents.cubins) {
+    ASSERT_TRUE(pack->cubins.contains(sha));
+    EXPECT_EQ(*pack->cubins.at(sha), *bytes);
+    // Each cubin starts at a multiple of 256 bytes in memory (the driver
+    // reads an ELF image in place).
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pack->cubins.at(sha)->data()) % 256, 0u);
+  }
+  // The views outlive the pack object and the file.
+  const SharedBytes kept = pack->cubins.begin()->second;
+  const std::string expected(*kept);
+  pack.reset();
+  std::filesystem::remove(cache_->PackPath(key));
+  EXPECT_EQ(*kept, expected);
+}
+
+TEST_F(LocalCacheTest, ThePackIsRewrittenOnlyWhenItsContentsChange) {
+  PackContents contents = StoreAnswers(*cache_, 2);
+  const std::string key = LocalCache::PackKey(contents.keys);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  struct stat first;
+  ASSERT_EQ(stat(cache_->PackPath(key).c_str(), &first), 0);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  struct stat same;
+  ASSERT_EQ(stat(cache_->PackPath(key).c_str(), &same), 0);
+  EXPECT_EQ(same.st_ino, first.st_ino);  // kept, only its time refreshed
+  contents.answers[0].answer.set_stored_at("2026-12-04T00:00:00Z");
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  struct stat changed;
+  ASSERT_EQ(stat(cache_->PackPath(key).c_str(), &changed), 0);
+  EXPECT_NE(changed.st_ino, first.st_ino);
+}
+
+TEST_F(LocalCacheTest, AnAnswerWrittenSinceThePackIsLeftToItsFile) {
+  const PackContents contents = StoreAnswers(*cache_, 2);
+  const std::string key = LocalCache::PackKey(contents.keys);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  // Another process keeps a newer answer for lookup 1.
+  ASSERT_OK(cache_->PutAnswer(Answer(1, "2026-12-05T00:00:00Z")));
+  ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> pack, cache_->GetPack(key));
+  ASSERT_TRUE(pack.has_value());
+  EXPECT_EQ(pack->changed, 1);
+  EXPECT_FALSE(pack->answers.contains(LocalCache::AnswerKey(Request(1))));
+  EXPECT_TRUE(pack->answers.contains(LocalCache::AnswerKey(Request(2))));
+  EXPECT_EQ(pack->cubins.size(), 2u);  // named by their bytes: never stale
+}
+
+TEST_F(LocalCacheTest, ADamagedPackIsDataLossNamingTheFileAndServesNothing) {
+  const PackContents contents = StoreAnswers(*cache_, 3);
+  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string path = cache_->PackPath(key);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  const std::string whole = *ReadFile(path);
+  const auto restore = [&] {
+    std::filesystem::remove(path);
+    std::ofstream(path, std::ios::binary) << whole;
+  };
+  // A byte of the last cubin.
+  FlipByte(path, 300);
+  EXPECT_THAT(cache_->GetPack(key),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       ::testing::AllOf(HasSubstr(path), HasSubstr("(corrupted)"))));
+  // A byte of the index.
+  restore();
+  std::fstream(path, std::ios::in | std::ios::out | std::ios::binary).seekp(60) << '~';
+  EXPECT_THAT(cache_->GetPack(key),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not match its index's check")));
+  // Cut short, in the index and in the data.
+  for (const size_t size : {whole.size() / 20, whole.size() - 10}) {
+    restore();
+    std::filesystem::resize_file(path, size);
+    EXPECT_THAT(cache_->GetPack(key), StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path)))
+        << size;
+  }
+  // Not a pack at all.
+  std::filesystem::remove(path);
+  std::ofstream(path) << "autotune-answer 1 ...\n";
+  EXPECT_THAT(cache_->GetPack(key),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has no valid first line")));
+  // Writing it again mends it.
+  std::filesystem::remove(path);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> pack, cache_->GetPack(key));
+  EXPECT_EQ(pack->answers.size(), 3u);
+}
+
+TEST_F(LocalCacheTest, APackOfCubinsThatDoNotMatchTheirNamesIsNotWritten) {
+  PackContents contents = StoreAnswers(*cache_, 1);
+  contents.cubins[Sha256Hex("other")] = ShareBytes("not other");
+  const std::string key = LocalCache::PackKey(contents.keys);
+  EXPECT_THAT(cache_->PutPack(key, contents.answers, contents.cubins),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not hash to")));
+  EXPECT_FALSE(std::filesystem::exists(cache_->PackPath(key)));
+  EXPECT_THAT(cache_->PutPack("../answers/x", contents.answers, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pack key")));
+}
+
+TEST_F(LocalCacheTest, OnlyTheMostRecentlyWrittenPacksAreKept) {
+  const PackContents contents = StoreAnswers(*cache_, 1);
+  std::vector<std::string> keys;
+  for (int i = 0; i < LocalCache::kPacksKept + 3; ++i) {
+    keys.push_back(LocalCache::PackKey({absl::StrCat("batch ", i)}));
+    ASSERT_OK(cache_->PutPack(keys.back(), contents.answers, contents.cubins));
+    // Times apart, so that the order is theirs and not the file system's.
+    const timespec at[2] = {{.tv_sec = 1000 + i, .tv_nsec = 0}, {.tv_sec = 1000 + i, .tv_nsec = 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, cache_->PackPath(keys.back()).c_str(), at, 0), 0);
+  }
+  int kept = 0;
+  for (int i = 0; i < static_cast<int>(keys.size()); ++i) {
+    const bool exists = std::filesystem::exists(cache_->PackPath(keys[i]));
+    EXPECT_EQ(exists, i >= 3) << i;
+    kept += exists;
+  }
+  EXPECT_EQ(kept, LocalCache::kPacksKept);
 }
 
 TEST_F(LocalCacheTest, TwoProcessesWritingAtOnceNeverLeaveAPartialFile) {

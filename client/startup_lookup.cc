@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/parallel_for.h"
 #include "base/sha256.h"
 #include "base/timestamp.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -22,21 +22,6 @@ namespace {
 
 void AddNote(StartupAnswer& answer, absl::string_view note) {
   absl::StrAppend(&answer.note, answer.note.empty() ? "" : "; ", note);
-}
-
-// Runs fn(0..n-1) on a few threads: reading and hashing a thousand files
-// takes tens of milliseconds on one core.
-void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  const size_t threads =
-      std::min<size_t>(n / 64 + 1, std::max(1u, std::min(4u, std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < n; i += threads) fn(i);
-    });
-  }
-  for (size_t i = 0; i < n; i += threads) fn(i);
-  for (std::thread& thread : pool) thread.join();
 }
 
 bool HasBinary(const v1::LookupResponse& response) {
@@ -91,48 +76,81 @@ absl::Status StartupLookup::FlushLocalCache() {
   return write_status_;
 }
 
-std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> StartupLookup::ReadCubins(
-    const std::vector<std::string>& shas) const {
-  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> found;
-  for (const std::string& sha : shas) found.emplace(sha, nullptr);
-  std::vector<std::pair<const std::string*, absl::StatusOr<std::shared_ptr<const std::string>>*>>
-      work;
-  for (auto& [sha, result] : found) work.emplace_back(&sha, &result);
+std::map<std::string, absl::StatusOr<SharedBytes>> StartupLookup::ReadCubins(
+    const std::vector<std::string>& shas, const LocalCache::Pack* pack) const {
+  std::map<std::string, absl::StatusOr<SharedBytes>> found;
+  std::vector<std::pair<const std::string*, absl::StatusOr<SharedBytes>*>> work;
+  for (const std::string& sha : shas) {
+    auto [it, added] = found.emplace(sha, nullptr);
+    if (!added) continue;
+    if (pack != nullptr) {
+      if (auto packed = pack->cubins.find(sha); packed != pack->cubins.end()) {
+        it->second = packed->second;
+        continue;
+      }
+    }
+    work.emplace_back(&it->first, &it->second);
+  }
   ParallelFor(work.size(), [&](size_t i) {
     absl::StatusOr<std::optional<std::string>> cubin = local_->GetCubin(*work[i].first);
     if (!cubin.ok()) {
       *work[i].second = cubin.status();
     } else if (cubin->has_value()) {
-      *work[i].second = std::make_shared<const std::string>(**std::move(cubin));
+      *work[i].second = ShareBytes(**std::move(cubin));
     }
   });
   return found;
+}
+
+std::optional<LocalCache::Pack> StartupLookup::ReadPack(const std::string& pack_key,
+                                                        std::string& note) const {
+  absl::StatusOr<std::optional<LocalCache::Pack>> pack = local_->GetPack(pack_key);
+  if (!pack.ok()) {
+    note = absl::StrCat(pack.status().message(), "; read file by file");
+    return std::nullopt;
+  }
+  return *std::move(pack);
 }
 
 std::vector<StartupAnswer> StartupLookup::LookupAll(
     const std::vector<v1::LookupRequest>& requests) {
   const absl::Time deadline = absl::Now() + options_.deadline;
   std::vector<StartupAnswer> answers(requests.size());
+  if (requests.empty()) return answers;
+  // The requests go into the batch, and move to the answers once it is
+  // answered.
   v1::BatchLookupRequest batch;
-  int kept_locally = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    v1::LookupRequest& request = answers[i].request;
-    request = requests[i];
+  batch.mutable_lookups()->Reserve(static_cast<int>(requests.size()));
+  for (const v1::LookupRequest& asked : requests) {
+    v1::LookupRequest& request = *batch.add_lookups();
+    request = asked;
     request.clear_include_cubin();
     if (!request.has_device()) *request.mutable_device() = options_.device;
     if (request.driver_version().empty()) request.set_driver_version(options_.driver_version);
-    *batch.add_lookups() = request;
   }
-  if (requests.empty()) return answers;
-  // A first start on this host (most answers not kept here, judged on up
-  // to 16 of them): the cubins come with the answers, in one call.
-  // Otherwise the answers alone, and the cubins the local cache lacks by
-  // their sha256 (GetBinaries).
-  const size_t step = std::max<size_t>(1, answers.size() / 16);
+  // The batch's pack in the local cache (LocalCache::PackKey). It is read
+  // when needed, not while the service is asked: on another thread, its
+  // index would be parsed into memory that thread's malloc arena maps
+  // afresh each time, which costs more than the overlap saves.
+  std::vector<std::string> keys;
+  std::string pack_key;
+  int kept_locally = 0;
   int sampled = 0;
-  for (size_t i = 0; local_ && i < answers.size(); i += step, ++sampled) {
-    struct stat info;
-    if (stat(local_->AnswerPath(answers[i].request).c_str(), &info) == 0) ++kept_locally;
+  if (local_) {
+    keys.resize(answers.size());
+    ParallelFor(keys.size(), [&](size_t i) {
+      keys[i] = LocalCache::AnswerKey(batch.lookups(static_cast<int>(i)));
+    });
+    pack_key = LocalCache::PackKey(keys);
+    // A first start on this host (most answers not kept here, judged on
+    // up to 16 of them): the cubins come with the answers, in one call.
+    // Otherwise the answers alone, and the cubins the local cache lacks by
+    // their sha256 (GetBinaries).
+    const size_t step = std::max<size_t>(1, answers.size() / 16);
+    for (size_t i = 0; i < answers.size(); i += step, ++sampled) {
+      struct stat info;
+      if (stat(local_->AnswerPathOfKey(keys[i]).c_str(), &info) == 0) ++kept_locally;
+    }
   }
   const bool cubins_now = options_.cubins && 2 * kept_locally < sampled;
   batch.set_include_cubin(cubins_now);
@@ -143,18 +161,23 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     answered = absl::InternalError(absl::StrCat("the service answered ", answered->results_size(),
                                                 " of ", batch.lookups_size(), " lookups"));
   }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    answers[i].request = std::move(*batch.mutable_lookups(static_cast<int>(i)));
+  }
   if (!answered.ok()) {
-    FromLocalCache(answered.status(), answers);
+    std::string pack_note;
+    std::optional<LocalCache::Pack> pack = ReadPack(pack_key, pack_note);
+    FromLocalCache(answered.status(), keys, pack ? &*pack : nullptr, pack_note, answers);
     return answers;
   }
   // The cubins sent with the answers, each checked once (null: refused)
   // and shared by its answers.
-  std::map<std::string, std::shared_ptr<const std::string>> sent;
+  std::map<std::string, SharedBytes> sent;
   if (cubins_now) {
     struct Check {
       const std::string* sha;
       std::string* bytes;
-      std::shared_ptr<const std::string>* shared;
+      SharedBytes* shared;
     };
     std::vector<Check> checks;
     for (auto& [sha, cubin] : *answered->mutable_binaries()) {
@@ -162,7 +185,7 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     }
     ParallelFor(checks.size(), [&](size_t i) {
       if (Sha256Hex(*checks[i].bytes) == *checks[i].sha) {
-        *checks[i].shared = std::make_shared<const std::string>(std::move(*checks[i].bytes));
+        *checks[i].shared = ShareBytes(std::move(*checks[i].bytes));
       }
     });
   }
@@ -207,19 +230,27 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
       }
     }
   }
-  if (options_.cubins && !cubins_now) AttachCubins(deadline, answers, fetched);
+  if (options_.cubins && !cubins_now) {
+    // A damaged pack only costs time: its cubins are read file by file.
+    std::string ignored;
+    std::optional<LocalCache::Pack> pack = ReadPack(pack_key, ignored);
+    AttachCubins(deadline, pack ? &*pack : nullptr, answers, fetched);
+  }
   if (options_.tune_on_miss) RequestTuning(deadline, answers);
-  KeepInBackground(answers, fetched);
+  KeepInBackground(answers, fetched, keys, pack_key);
   return answers;
 }
 
 void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
-                                     const std::vector<bool>& fetched) {
+                                     const std::vector<bool>& fetched,
+                                     const std::vector<std::string>& keys,
+                                     const std::string& pack_key) {
   if (!local_) return;
   struct Kept {
+    std::string key;
     v1::LocalAnswer answer;
-    // Fetched from the service now; null = not to write.
-    std::shared_ptr<const std::string> cubin;
+    SharedBytes cubin;                          // the answer's, for the pack
+    bool fetched = false;                       // the cubin came from the service now: to write
     std::shared_ptr<const std::string> source;  // the recipe's, from the service
   };
   auto kept = std::make_shared<std::vector<Kept>>();
@@ -228,35 +259,53 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     const StartupAnswer& answer = answers[i];
     if (!answer.error.ok()) continue;
     Kept k;
+    k.key = keys[i];
+    k.cubin = answer.cubin;
+    k.fetched = fetched[i];
     *k.answer.mutable_request() = answer.request;
     *k.answer.mutable_response() = answer.response;
     k.answer.set_server(client_->address());
     k.answer.set_stored_at(now);
-    if (fetched[i]) k.cubin = answer.cubin;
     if (answer.source == AnswerSource::kService) k.source = answer.recipe_source;
     kept->push_back(std::move(k));
   }
   absl::MutexLock lock(&writer_mu_);
   // One writer at a time: the new one waits for the one before it (calls
   // from several threads chain their writers, never overwrite one).
-  writer_ = std::thread([this, kept, previous = std::move(writer_)]() mutable {
+  writer_ = std::thread([this, kept, pack_key, previous = std::move(writer_)]() mutable {
     if (previous.joinable()) previous.join();
     absl::Status first;
     int failed = 0;
     std::set<std::string> cubins_written;
     std::set<std::string> sources_written;
+    // The pack: each answer as its file holds it now, and the cubins.
+    std::vector<LocalCache::PackedAnswer> packed;
+    std::map<std::string, SharedBytes> cubins;
     for (const Kept& k : *kept) {
       // An answer the cache holds already is not written again.
-      absl::StatusOr<std::optional<v1::LocalAnswer>> there = local_->GetAnswer(k.answer.request());
+      FileStamp stamp;
+      absl::StatusOr<std::optional<v1::LocalAnswer>> there =
+          local_->GetAnswer(k.answer.request(), &stamp);
+      const auto holds_it = [&] {
+        return there.ok() && there->has_value() &&
+               google::protobuf::util::MessageDifferencer::Equals((*there)->response(),
+                                                                  k.answer.response());
+      };
       absl::Status stored;
-      if (!there.ok() || !there->has_value() ||
-          !google::protobuf::util::MessageDifferencer::Equals((*there)->response(),
-                                                              k.answer.response())) {
+      if (!holds_it()) {
         stored = local_->PutAnswer(k.answer);
+        // Read back for the pack: the file may be another writer's by now.
+        if (stored.ok()) there = local_->GetAnswer(k.answer.request(), &stamp);
+      }
+      if (stored.ok() && holds_it()) {
+        packed.push_back({.key = k.key, .answer = **std::move(there), .stamp = stamp});
       }
       const std::string& sha = k.answer.response().entry().binary_sha256();
-      if (stored.ok() && k.cubin != nullptr && cubins_written.insert(sha).second) {
-        stored = local_->PutCubin(sha, *k.cubin);
+      if (stored.ok() && k.cubin != nullptr) {
+        cubins.emplace(sha, k.cubin);
+        if (k.fetched && cubins_written.insert(sha).second) {
+          stored = local_->PutCubin(sha, *k.cubin);
+        }
       }
       const std::string& source_sha = k.answer.response().recipe().source_sha256();
       if (stored.ok() && k.source != nullptr && sources_written.insert(source_sha).second) {
@@ -264,26 +313,28 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
       }
       if (!stored.ok() && failed++ == 0) first = stored;
     }
+    absl::Status pack =
+        packed.empty() ? absl::OkStatus() : local_->PutPack(pack_key, packed, cubins);
     absl::MutexLock lock(&writer_mu_);
     write_status_ =
         failed == 0
-            ? absl::OkStatus()
+            ? pack
             : absl::Status(first.code(),
                            absl::StrCat(failed, " answers not kept in the local cache; first: ",
                                         first.message()));
   });
 }
 
-void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,
-                                 std::vector<bool>& fetched) {
+void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pack,
+                                 std::vector<StartupAnswer>& answers, std::vector<bool>& fetched) {
   std::vector<std::string> wanted;
   for (const StartupAnswer& answer : answers) {
     if (answer.error.ok() && HasBinary(answer.response)) {
       wanted.push_back(answer.response.entry().binary_sha256());
     }
   }
-  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> local;
-  if (local_) local = ReadCubins(wanted);
+  std::map<std::string, absl::StatusOr<SharedBytes>> local;
+  if (local_) local = ReadCubins(wanted, pack);
   v1::GetBinariesRequest fetch;
   std::vector<size_t> to_fetch;
   for (size_t i = 0; i < answers.size(); ++i) {
@@ -308,7 +359,7 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
           : absl::StatusOr<v1::GetBinariesResponse>(
                 absl::DeadlineExceededError("no time was left for the cubins"));
   // Each fetched cubin checked once and shared by its answers.
-  std::map<std::string, std::shared_ptr<const std::string>> checked;
+  std::map<std::string, SharedBytes> checked;
   for (size_t i : to_fetch) {
     StartupAnswer& answer = answers[i];
     const std::string& sha = answer.response.entry().binary_sha256();
@@ -319,9 +370,9 @@ void StartupLookup::AttachCubins(absl::Time deadline, std::vector<StartupAnswer>
     auto done = checked.find(sha);
     if (done == checked.end()) {
       auto it = binaries->mutable_binaries()->find(sha);
-      std::shared_ptr<const std::string> cubin;
+      SharedBytes cubin;
       if (it != binaries->mutable_binaries()->end() && Sha256Hex(it->second) == sha) {
-        cubin = std::make_shared<const std::string>(std::move(it->second));
+        cubin = ShareBytes(std::move(it->second));
       } else if (it != binaries->mutable_binaries()->end()) {
         it->second.clear();  // refused: its bytes are of no use
       }
@@ -397,13 +448,27 @@ void StartupLookup::AttachLocalSources(std::vector<StartupAnswer>& answers) cons
   }
 }
 
-void StartupLookup::FromLocalCache(const absl::Status& why,
+void StartupLookup::FromLocalCache(const absl::Status& why, const std::vector<std::string>& keys,
+                                   LocalCache::Pack* pack, const std::string& pack_note,
                                    std::vector<StartupAnswer>& answers) const {
   const std::string service = absl::StrCat("the service did not answer (", why.message(), ")");
   std::vector<absl::StatusOr<std::optional<v1::LocalAnswer>>> stored(answers.size(), std::nullopt);
+  // The batch's pack first; the answers it lacks (or holds older than
+  // answers/ does) are read file by file.
   if (local_) {
-    ParallelFor(answers.size(),
-                [&](size_t i) { stored[i] = local_->GetAnswer(answers[i].request); });
+    std::vector<size_t> unpacked;
+    for (size_t i = 0; i < answers.size(); ++i) {
+      if (pack) {
+        if (auto it = pack->answers.find(keys[i]); it != pack->answers.end()) {
+          stored[i] = std::optional<v1::LocalAnswer>(std::move(it->second));
+          continue;
+        }
+      }
+      unpacked.push_back(i);
+    }
+    ParallelFor(unpacked.size(), [&](size_t k) {
+      stored[unpacked[k]] = local_->GetAnswer(answers[unpacked[k]].request);
+    });
   }
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
@@ -428,6 +493,7 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
     answer.response = std::move(*(*local)->mutable_response());
     answer.note = absl::StrCat(service, "; answer stored ", (*local)->stored_at(), " by ",
                                (*local)->server());
+    if (!pack_note.empty()) AddNote(answer, pack_note);
   }
   if (local_) AttachLocalSources(answers);
   if (!local_ || !options_.cubins) return;
@@ -437,12 +503,10 @@ void StartupLookup::FromLocalCache(const absl::Status& why,
       wanted.push_back(answer.response.entry().binary_sha256());
     }
   }
-  const std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> cubins =
-      ReadCubins(wanted);
+  const std::map<std::string, absl::StatusOr<SharedBytes>> cubins = ReadCubins(wanted, pack);
   for (StartupAnswer& answer : answers) {
     if (!answer.error.ok() || !HasBinary(answer.response)) continue;
-    const absl::StatusOr<std::shared_ptr<const std::string>>& cubin =
-        cubins.at(answer.response.entry().binary_sha256());
+    const absl::StatusOr<SharedBytes>& cubin = cubins.at(answer.response.entry().binary_sha256());
     if (!cubin.ok()) {
       AddNote(answer, cubin.status().message());
     } else if (*cubin == nullptr) {

@@ -19,13 +19,15 @@
 // BatchLookup without cubins, then one GetBinaries, by sha256, for the
 // cubins the local cache lacks or holds damaged (a damaged cubin is refused
 // and fetched again); on a
-// first start one BatchLookup with the cubins. Local cubins are read and
-// checked on several threads. The answers the service gave, and the cubins
-// it sent, are written to the local cache by a background thread after
-// LookupAll returns (answers the cache holds already are not written
-// again), so the next start finds them when the service is down;
-// FlushLocalCache() waits for that and says what failed, and the
-// destructor waits too.
+// first start one BatchLookup with the cubins. Local answers and cubins
+// come from the batch's pack (one mapped file, see local_cache.h) when the
+// cache has one for these lookups, else file by file, read and checked on
+// several threads. The answers the service gave, and the cubins it sent,
+// are written to the local cache by a background thread after LookupAll
+// returns (answers the cache holds already are not written again), and
+// then the batch's pack (rewritten only when something in it changed), so
+// the next start finds them when the service is down; FlushLocalCache()
+// waits for that and says what failed, and the destructor waits too.
 //
 // Per item: an error from the service for one lookup (unknown family, bad
 // dims) is that answer's error; the service is not asked again and the
@@ -82,9 +84,11 @@ struct StartupAnswer {
   v1::LookupRequest request;    // as sent (device and driver filled in)
   v1::LookupResponse response;  // cubin cleared: see `cubin`
   AnswerSource source = AnswerSource::kService;
-  // The entry's binary when at hand (EXACT, NEAREST), else null. Answers
-  // that share a binary share its bytes: nothing is copied on the way.
-  std::shared_ptr<const std::string> cubin;
+  // The entry's binary when at hand (EXACT, NEAREST), else null:
+  // cubin->data(), cubin->size(). Answers that share a binary share its
+  // bytes, and nothing is copied on the way: they are the bytes received,
+  // or a view into the local cache's mapped pack, kept alive by the answers.
+  SharedBytes cubin;
   // The source text of response.recipe when at hand (sha256 checked);
   // answers of one family share it.
   std::shared_ptr<const std::string> recipe_source;
@@ -117,22 +121,32 @@ class StartupLookup {
  private:
   StartupLookup(StartupOptions options, std::unique_ptr<Client> client,
                 std::optional<LocalCache> local);
-  // The answers from the local cache when the service failed with `why`.
-  void FromLocalCache(const absl::Status& why, std::vector<StartupAnswer>& answers) const;
+  // The answers from the local cache when the service failed with `why`;
+  // keys[i] = LocalCache::AnswerKey(answers[i].request); `pack` is their
+  // pack (null: none), whose answers are taken; `pack_note` says what was
+  // wrong with it, if anything.
+  void FromLocalCache(const absl::Status& why, const std::vector<std::string>& keys,
+                      LocalCache::Pack* pack, const std::string& pack_note,
+                      std::vector<StartupAnswer>& answers) const;
+  // The pack `pack_key`, when the local cache has a sound one; else
+  // nullopt, and `note` says what was wrong with it, if anything.
+  std::optional<LocalCache::Pack> ReadPack(const std::string& pack_key, std::string& note) const;
   // Fills `recipe_source` of the answers with a recipe from the local cache.
   void AttachLocalSources(std::vector<StartupAnswer>& answers) const;
-  // Fills `answers[i].cubin` from the local cache or, for those it lacks,
-  // from the service before `deadline` (marking them `fetched`).
-  void AttachCubins(absl::Time deadline, std::vector<StartupAnswer>& answers,
-                    std::vector<bool>& fetched);
-  // The local cubins `shas`, read and checked on a few threads (null when
-  // absent).
-  std::map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> ReadCubins(
-      const std::vector<std::string>& shas) const;
+  // Fills `answers[i].cubin` from the local cache (`pack` first, when not
+  // null) or, for those it lacks, from the service before `deadline`
+  // (marking them `fetched`).
+  void AttachCubins(absl::Time deadline, const LocalCache::Pack* pack,
+                    std::vector<StartupAnswer>& answers, std::vector<bool>& fetched);
+  // The local cubins `shas`: from `pack` when it has them, the others read
+  // and checked on a few threads (null when absent).
+  std::map<std::string, absl::StatusOr<SharedBytes>> ReadCubins(
+      const std::vector<std::string>& shas, const LocalCache::Pack* pack) const;
   // Writes the answers, and the cubins `fetched` from the service, to the
-  // local cache on the writer thread.
-  void KeepInBackground(const std::vector<StartupAnswer>& answers,
-                        const std::vector<bool>& fetched);
+  // local cache on the writer thread, then the batch's pack `pack_key`
+  // (keys as for FromLocalCache).
+  void KeepInBackground(const std::vector<StartupAnswer>& answers, const std::vector<bool>& fetched,
+                        const std::vector<std::string>& keys, const std::string& pack_key);
   // Asks the service to tune the misses, before `deadline`.
   void RequestTuning(absl::Time deadline, std::vector<StartupAnswer>& answers);
 

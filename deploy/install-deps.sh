@@ -23,6 +23,7 @@ packages=(
   libcli11-dev
   libspdlog-dev
   libmuparser-dev      # expressions in kernel family descriptors
+  libxxhash-dev        # xxhash.h: the check of the client's local cache packs
   libxgboost-dev       # the cost model of the model-guided search (service/jobs/)
   prometheus-cpp-dev   # the daemon's metrics over HTTP
   openssl              # the TLS end-to-end test makes its own certificates

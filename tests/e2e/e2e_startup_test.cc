@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@ using ::autotune::client::StartupAnswer;
 using ::autotune::client::StartupLookup;
 using ::autotune::client::StartupOptions;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::LookupRequest Request(int64_t batch, int64_t n = 4096,
                           const std::string& family = "vector_scale") {
@@ -202,10 +204,17 @@ TEST_F(StartupEndToEndTest, AHungServiceCostsTheDeadlineAndNoMore) {
   ExpectServerShapesAnswered(answers, AnswerSource::kLocalCache);
 }
 
+// Removes the local cache's packs: what follows reads file by file.
+void RemovePacks(const client::LocalCache& local) {
+  std::filesystem::remove_all(local.directory() + "/packs");
+  std::filesystem::create_directory(local.directory() + "/packs");
+}
+
 TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   auto lookup = Lookup(daemon_->address(), LocalDir());
   lookup->LookupAll(ServerShapes());
   ASSERT_OK(lookup->FlushLocalCache());
+  RemovePacks(*lookup->local_cache());
   const std::string cubin_path = lookup->local_cache()->CubinPath(Sha256Hex(SampleCubin()));
   {
     std::fstream file(cubin_path, std::ios::in | std::ios::out | std::ios::binary);
@@ -222,6 +231,7 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   EXPECT_EQ(mended, SampleCubin());
 
   // With the service down, a damaged cubin is refused, not served.
+  RemovePacks(*lookup->local_cache());
   {
     std::fstream file(cubin_path, std::ios::in | std::ios::out | std::ios::binary);
     file.seekp(10);
@@ -234,6 +244,70 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   EXPECT_EQ(offline[0].response.match(), v1::EXACT);
   EXPECT_EQ(offline[0].cubin, nullptr);
   EXPECT_THAT(offline[0].note, HasSubstr("does not match its sha256"));
+}
+
+// A start keeps its batch's answers and cubins in one pack, which the next
+// start with the service down maps instead of reading each file; a damaged
+// pack is refused whole and the files answer, and an answer kept since by
+// another process wins over the pack's.
+TEST_F(StartupEndToEndTest, WithTheServiceDownTheBatchsPackAnswersUnlessItIsDamagedOrOlder) {
+  auto lookup = Lookup(daemon_->address(), LocalDir());
+  const std::vector<StartupAnswer> first = lookup->LookupAll(ServerShapes());
+  ASSERT_OK(lookup->FlushLocalCache());
+  const client::LocalCache& local = *lookup->local_cache();
+  std::vector<std::string> keys;
+  for (const StartupAnswer& answer : first) {
+    keys.push_back(client::LocalCache::AnswerKey(answer.request));
+  }
+  const std::string pack_path = local.PackPath(client::LocalCache::PackKey(keys));
+  ASSERT_TRUE(std::filesystem::exists(pack_path));
+  const std::string address = daemon_->address();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  daemon_.reset();
+
+  // The pack alone answers: the cubin files are gone.
+  std::filesystem::remove(local.CubinPath(Sha256Hex(SampleCubin())));
+  std::vector<StartupAnswer> offline = Lookup(address, LocalDir())->LookupAll(ServerShapes());
+  ExpectServerShapesAnswered(offline, AnswerSource::kLocalCache);
+  EXPECT_THAT(offline[0].note, Not(HasSubstr("local pack")));
+
+  // Damaged: refused whole, the files answer (here without the cubin).
+  {
+    std::filesystem::permissions(pack_path, std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+    std::fstream file(pack_path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-1, std::ios::end);
+    file.put('Z');
+  }
+  offline = Lookup(address, LocalDir())->LookupAll(ServerShapes());
+  EXPECT_EQ(offline[0].response.match(), v1::EXACT);
+  EXPECT_EQ(offline[0].cubin, nullptr);
+  EXPECT_THAT(offline[0].note, HasSubstr("local pack " + pack_path));
+  EXPECT_THAT(offline[0].note, HasSubstr("read file by file"));
+  EXPECT_THAT(offline[0].note, HasSubstr("its cubin is not in the local cache"));
+}
+
+TEST_F(StartupEndToEndTest, AnAnswerKeptSinceThePackWinsOverIt) {
+  auto lookup = Lookup(daemon_->address(), LocalDir());
+  const std::vector<StartupAnswer> first = lookup->LookupAll(ServerShapes());
+  ASSERT_OK(lookup->FlushLocalCache());
+  const std::string address = daemon_->address();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  daemon_.reset();
+  // Another server on this host kept a newer answer for the first lookup.
+  v1::LocalAnswer newer;
+  *newer.mutable_request() = first[0].request;
+  *newer.mutable_response() = first[0].response;
+  (*newer.mutable_response()->mutable_entry()->mutable_config()->mutable_params())["BLOCK"] = 1024;
+  newer.set_server("unix:///elsewhere.sock");
+  newer.set_stored_at("2026-12-05T00:00:00Z");
+  ASSERT_OK(lookup->local_cache()->PutAnswer(newer));
+  const std::vector<StartupAnswer> offline = Lookup(address, LocalDir())->LookupAll(ServerShapes());
+  ExpectServerShapesAnswered(offline, AnswerSource::kLocalCache);
+  EXPECT_EQ(offline[0].response.entry().config().params().at("BLOCK"), 1024);
+  EXPECT_THAT(offline[0].note, HasSubstr("by unix:///elsewhere.sock"));
+  EXPECT_EQ(offline[1].response.entry().config().params().at("BLOCK"),
+            first[1].response.entry().config().params().at("BLOCK"));
 }
 
 // Each answer carries the recipe of its config, and its source comes from

@@ -5,6 +5,7 @@
 // wait on the job. Skips, saying why, where no GPU can be used.
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -257,7 +258,7 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     // The same answer with a cubin the driver refuses: its recipe is
     // compiled here, and computes the same.
     client::StartupAnswer refused = answer;
-    refused.cubin = std::make_shared<const std::string>("not a cubin");
+    refused.cubin = client::ShareBytes("not a cubin");
     ASSERT_OK_AND_ASSIGN(client::LoadedKernel rebuilt, gpu->Load(refused, "fault_race"));
     EXPECT_EQ(rebuilt.origin(), client::KernelOrigin::kCompiledHere);
     EXPECT_THAT(rebuilt.note(), HasSubstr("does not load"));
@@ -269,12 +270,38 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
   EXPECT_EQ(launched, 3);
   EXPECT_EQ(compiled_here, 2);
   ASSERT_OK(lookup->FlushLocalCache());
-  Summary("loader", absl::StrFormat("%d entries loaded by KernelLoader on %s (CUDA %s); %d "
-                                    "compiled here (a MISS, a refused cubin); %d launched and "
-                                    "checked",
-                                    loaded, gpu->device().name(), gpu->driver_version(),
-                                    compiled_here, launched));
   EXPECT_EQ(daemon.Stop(), 0) << daemon.Stderr();
+
+  // A restart with the service down and the cubin files gone: every binary
+  // comes from the batch's pack, a read-only mapping of the local cache,
+  // and is loaded and launched from there.
+  std::filesystem::remove_all(startup.local_cache_dir + "/cubins");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::StartupLookup> offline,
+                       client::StartupLookup::Create(startup));
+  int from_pack = 0;
+  for (const client::StartupAnswer& answer : offline->LookupAll(requests)) {
+    SCOPED_TRACE(ProblemContext(answer.request.family(), answer.request.problem()));
+    ASSERT_OK(answer.error);
+    EXPECT_EQ(answer.source, client::AnswerSource::kLocalCache);
+    if (answer.response.match() == v1::MISS) continue;
+    ASSERT_NE(answer.cubin, nullptr) << answer.note;
+    ASSERT_OK_AND_ASSIGN(client::LoadedKernel kernel, gpu->Load(answer, answer.request.family()));
+    EXPECT_EQ(kernel.origin(), client::KernelOrigin::kServedBinary);
+    ++from_pack;
+    if (answer.request.family() == "fault_race" &&
+        answer.request.problem().dtype() == v1::FLOAT32) {
+      const int64_t n = answer.request.problem().dims().at("n");
+      EXPECT_EQ(run_fault_race(kernel, n), 0) << "of " << n << " elements";
+      ++launched;
+    }
+  }
+  EXPECT_EQ(from_pack, job.results_size());
+  Summary("loader", absl::StrFormat("%d entries loaded by KernelLoader on %s (CUDA %s); %d "
+                                    "compiled here (a MISS, a refused cubin); with the service "
+                                    "down, %d loaded from the local cache's pack; %d launched "
+                                    "and checked",
+                                    loaded, gpu->device().name(), gpu->driver_version(),
+                                    compiled_here, from_pack, launched));
 }
 
 }  // namespace
