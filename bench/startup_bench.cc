@@ -265,13 +265,11 @@ int Run(const Options& options) {
     t0 = Clock::now();
     for (const auto& [sha, cubin] : with->binaries()) (void)Sha256Hex(cubin);
     parts.emplace_back("  of which sha256 of the cubins", Ms(t0, Clock::now()));
-    std::vector<std::string> keys;
-    for (const v1::LocalAnswer& answer : kept) {
-      keys.push_back(client::LocalCache::AnswerKey(answer.request()));
-    }
+    google::protobuf::RepeatedPtrField<v1::LookupRequest> sent;
+    for (const v1::LocalAnswer& answer : kept) *sent.Add() = answer.request();
     t0 = Clock::now();
     absl::StatusOr<std::optional<client::LocalCache::Pack>> pack =
-        local->GetPack(client::LocalCache::PackKey(keys));
+        local->GetPack(client::LocalCache::PackKey(sent));
     parts.emplace_back(
         absl::StrCat("local: map and check the batch's pack (",
                      pack.ok() && pack->has_value() ? (*pack)->answers.size() : 0, " answers, ",

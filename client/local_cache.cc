@@ -277,11 +277,20 @@ absl::StatusOr<std::optional<std::string>> LocalCache::GetSource(absl::string_vi
   return GetAddressed(sha256, SourcePath(sha256), "local source");
 }
 
-std::string LocalCache::PackKey(std::vector<std::string> answer_keys) {
-  std::sort(answer_keys.begin(), answer_keys.end());
-  answer_keys.erase(std::unique(answer_keys.begin(), answer_keys.end()), answer_keys.end());
-  std::string text = "autotune-pack 1\n";
-  for (const std::string& key : answer_keys) absl::StrAppend(&text, key, "\n");
+std::string LocalCache::PackKey(
+    const google::protobuf::RepeatedPtrField<v1::LookupRequest>& requests) {
+  std::string text = "autotune-pack 2\n";
+  for (const v1::LookupRequest& request : requests) {
+    std::string bytes;
+    if (request.include_cubin()) {
+      v1::LookupRequest cleared = request;
+      cleared.clear_include_cubin();
+      bytes = SerializeDeterministically(cleared);
+    } else {
+      bytes = SerializeDeterministically(request);
+    }
+    absl::StrAppend(&text, bytes.size(), "\n", bytes);
+  }
   return Sha256Hex(text);
 }
 
@@ -305,6 +314,7 @@ absl::Status LocalCache::PutPack(absl::string_view pack_key,
   v1::LocalPack index;
   for (const PackedAnswer& answer : answers) {
     v1::LocalPack::Answer& packed = *index.add_answers();
+    if (answer.key.empty()) continue;  // no answer for this lookup
     *packed.mutable_answer() = answer.answer;
     packed.mutable_answer()->clear_request();
     packed.set_key(answer.key);
@@ -447,7 +457,10 @@ absl::StatusOr<std::optional<LocalCache::Pack>> LocalCache::GetPack(
     views->cubins.push_back(data.substr(blob.offset(), blob.size()));
   }
   Pack pack;
-  for (v1::LocalPack::Answer& answer : *index.mutable_answers()) {
+  pack.answers.resize(static_cast<size_t>(index.answers_size()));
+  for (int i = 0; i < index.answers_size(); ++i) {
+    v1::LocalPack::Answer& answer = *index.mutable_answers(i);
+    if (answer.key().empty()) continue;  // no answer for this lookup
     if (!IsHexSha256(answer.key())) return damaged("has an answer with no valid key");
     struct stat info;
     if (stat(AnswerPathOfKey(answer.key()).c_str(), &info) == 0 &&
@@ -455,7 +468,7 @@ absl::StatusOr<std::optional<LocalCache::Pack>> LocalCache::GetPack(
                                    .size = answer.size(),
                                    .mtime_ns = answer.mtime_ns(),
                                    .ctime_ns = answer.ctime_ns()}) {
-      pack.answers.emplace(answer.key(), std::move(*answer.mutable_answer()));
+      pack.answers[static_cast<size_t>(i)] = std::move(*answer.mutable_answer());
     } else {
       ++pack.changed;
     }

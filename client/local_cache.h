@@ -16,7 +16,7 @@
 //                           recipes answers carry (LookupResponse.recipe)
 //   packs/<key>.pack        the answers of one start-up batch and their
 //                           cubins in one read-only file, key =
-//                           PackKey(the batch's answer keys), so that a start
+//                           PackKey(the batch's requests), so that a start
 //                           maps one file instead of reading two per lookup:
 //                           the line "autotune-pack 1 <index bytes> <XXH3-128
 //                           hex of the index>\n", the index (a serialized
@@ -51,6 +51,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/repeated_ptr_field.h"
 #include "proto/autotune.pb.h"
 
 namespace autotune::client {
@@ -104,19 +105,23 @@ class LocalCache {
   absl::StatusOr<std::optional<v1::LocalAnswer>> GetAnswer(const v1::LookupRequest& request,
                                                            FileStamp* stamp = nullptr) const;
 
-  // The key of the pack of a batch whose lookups have these AnswerKeys, in
-  // any order: the sha256 hex of "autotune-pack 1\n" and the sorted,
-  // distinct keys, each followed by "\n".
-  static std::string PackKey(std::vector<std::string> answer_keys);
+  // The key of the pack of a batch of lookups, in their order: the sha256
+  // hex of "autotune-pack 2\n", then of each request (include_cubin
+  // cleared) its deterministic serialization, preceded by its size in
+  // decimal and "\n". Computing it reads no file and hashes each request
+  // once, not one sha256 each as AnswerKey does.
+  static std::string PackKey(const google::protobuf::RepeatedPtrField<v1::LookupRequest>& requests);
 
-  // An answer as read from its file (GetAnswer), for a pack.
+  // One lookup of a batch, for a pack: its answer as read from its file
+  // (GetAnswer, which gives the stamp), or none.
   struct PackedAnswer {
-    std::string key;  // AnswerKey(answer.request())
+    std::string key;  // AnswerKey(answer.request()); empty: no answer
     v1::LocalAnswer answer;
     FileStamp stamp;
   };
-  // Writes the pack `pack_key` of `answers` and the `cubins` they use (by
-  // sha256, each checked against its name here). When the pack there holds
+  // Writes the pack `pack_key` of `answers`, one per lookup of the batch in
+  // its order, and the `cubins` they use (by sha256, each checked against
+  // its name here). When the pack there holds
   // the same index already, only its time is refreshed. Then removes the
   // oldest packs beyond kPacksKept.
   absl::Status PutPack(absl::string_view pack_key, const std::vector<PackedAnswer>& answers,
@@ -124,8 +129,9 @@ class LocalCache {
 
   // A pack, mapped and checked.
   struct Pack {
-    // By AnswerKey: the answers whose files are still the ones packed.
-    std::map<std::string, v1::LocalAnswer> answers;
+    // One per lookup of the batch, in its order: the answer when its file
+    // is still the one packed (its request cleared), else nullopt.
+    std::vector<std::optional<v1::LocalAnswer>> answers;
     // The number of answers left out because their file changed since.
     int changed = 0;
     // By sha256: views into the mapping, which they keep alive.

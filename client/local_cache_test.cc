@@ -17,6 +17,8 @@
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gtest/gtest.h"
 
 namespace autotune::client {
@@ -153,7 +155,7 @@ TEST_F(LocalCacheTest, RecipeSourcesAreKeptLikeCubins) {
 struct PackContents {
   std::vector<LocalCache::PackedAnswer> answers;
   std::map<std::string, SharedBytes> cubins;
-  std::vector<std::string> keys;
+  google::protobuf::RepeatedPtrField<v1::LookupRequest> requests;
 };
 
 PackContents StoreAnswers(const LocalCache& cache, int n) {
@@ -171,7 +173,7 @@ PackContents StoreAnswers(const LocalCache& cache, int n) {
         cache.GetAnswer(answer.request(), &packed.stamp);
     EXPECT_TRUE(back.ok() && back->has_value());
     if (back.ok() && back->has_value()) packed.answer = **back;
-    contents.keys.push_back(packed.key);
+    *contents.requests.Add() = answer.request();
     contents.answers.push_back(std::move(packed));
     contents.cubins[sha] = ShareBytes(cubin);
   }
@@ -188,14 +190,34 @@ void FlipByte(const std::string& path, int64_t from_end) {
   file.put(static_cast<char>(c ^ 1));
 }
 
-TEST_F(LocalCacheTest, APackKeyIsTheDocumentedTextOfItsSortedKeys) {
-  EXPECT_EQ(LocalCache::PackKey({"b", "a", "b"}), Sha256Hex("autotune-pack 1\na\nb\n"));
-  EXPECT_EQ(LocalCache::PackKey({"a", "b"}), LocalCache::PackKey({"b", "a"}));
+TEST_F(LocalCacheTest, APackKeyIsTheDocumentedTextOfItsRequestsInOrder) {
+  google::protobuf::RepeatedPtrField<v1::LookupRequest> requests;
+  *requests.Add() = Request(1);
+  *requests.Add() = Request(2);
+  const auto serialized = [](const v1::LookupRequest& request) {
+    std::string bytes;
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    request.SerializeToCodedStream(&coded);
+    coded.Trim();
+    return bytes;
+  };
+  const std::string one = serialized(Request(1));
+  const std::string two = serialized(Request(2));
+  const std::string key = LocalCache::PackKey(requests);
+  EXPECT_EQ(key, Sha256Hex(absl::StrCat("autotune-pack 2\n", one.size(), "\n", one, two.size(),
+                                        "\n", two)));
+  // include_cubin does not count; the order does.
+  requests.Mutable(0)->set_include_cubin(true);
+  EXPECT_EQ(LocalCache::PackKey(requests), key);
+  requests.SwapElements(0, 1);
+  EXPECT_NE(LocalCache::PackKey(requests), key);
 }
 
 TEST_F(LocalCacheTest, APackGivesBackItsAnswersAndCubinsFromOneReadOnlyFile) {
   const PackContents contents = StoreAnswers(*cache_, 3);
-  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string key = LocalCache::PackKey(contents.requests);
   ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> none, cache_->GetPack(key));
   EXPECT_FALSE(none.has_value());
   ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
@@ -207,9 +229,10 @@ TEST_F(LocalCacheTest, APackGivesBackItsAnswersAndCubinsFromOneReadOnlyFile) {
   ASSERT_TRUE(pack.has_value());
   EXPECT_EQ(pack->changed, 0);
   ASSERT_EQ(pack->answers.size(), 3u);
-  for (const LocalCache::PackedAnswer& packed : contents.answers) {
-    ASSERT_TRUE(pack->answers.contains(packed.key));
-    const v1::LocalAnswer& back = pack->answers.at(packed.key);
+  for (size_t i = 0; i < 3; ++i) {
+    const LocalCache::PackedAnswer& packed = contents.answers[i];
+    ASSERT_TRUE(pack->answers[i].has_value()) << i;
+    const v1::LocalAnswer& back = *pack->answers[i];
     EXPECT_EQ(back.response().entry().binary_sha256(),
               packed.answer.response().entry().binary_sha256());
     EXPECT_EQ(back.stored_at(), packed.answer.stored_at());
@@ -231,9 +254,22 @@ TEST_F(LocalCacheTest, APackGivesBackItsAnswersAndCubinsFromOneReadOnlyFile) {
   EXPECT_EQ(*kept, expected);
 }
 
+TEST_F(LocalCacheTest, ALookupWithoutAnAnswerKeepsItsPlaceInThePack) {
+  PackContents contents = StoreAnswers(*cache_, 3);
+  contents.answers[1] = LocalCache::PackedAnswer();  // the service had no answer for it
+  const std::string key = LocalCache::PackKey(contents.requests);
+  ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
+  ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> pack, cache_->GetPack(key));
+  ASSERT_EQ(pack->answers.size(), 3u);
+  EXPECT_TRUE(pack->answers[0].has_value());
+  EXPECT_FALSE(pack->answers[1].has_value());
+  EXPECT_TRUE(pack->answers[2].has_value());
+  EXPECT_EQ(pack->changed, 0);
+}
+
 TEST_F(LocalCacheTest, ThePackIsRewrittenOnlyWhenItsContentsChange) {
   PackContents contents = StoreAnswers(*cache_, 2);
-  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string key = LocalCache::PackKey(contents.requests);
   ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
   struct stat first;
   ASSERT_EQ(stat(cache_->PackPath(key).c_str(), &first), 0);
@@ -250,21 +286,22 @@ TEST_F(LocalCacheTest, ThePackIsRewrittenOnlyWhenItsContentsChange) {
 
 TEST_F(LocalCacheTest, AnAnswerWrittenSinceThePackIsLeftToItsFile) {
   const PackContents contents = StoreAnswers(*cache_, 2);
-  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string key = LocalCache::PackKey(contents.requests);
   ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
   // Another process keeps a newer answer for lookup 1.
   ASSERT_OK(cache_->PutAnswer(Answer(1, "2026-12-05T00:00:00Z")));
   ASSERT_OK_AND_ASSIGN(std::optional<LocalCache::Pack> pack, cache_->GetPack(key));
   ASSERT_TRUE(pack.has_value());
   EXPECT_EQ(pack->changed, 1);
-  EXPECT_FALSE(pack->answers.contains(LocalCache::AnswerKey(Request(1))));
-  EXPECT_TRUE(pack->answers.contains(LocalCache::AnswerKey(Request(2))));
+  ASSERT_EQ(pack->answers.size(), 2u);
+  EXPECT_FALSE(pack->answers[0].has_value());
+  EXPECT_TRUE(pack->answers[1].has_value());
   EXPECT_EQ(pack->cubins.size(), 2u);  // named by their bytes: never stale
 }
 
 TEST_F(LocalCacheTest, ADamagedPackIsDataLossNamingTheFileAndServesNothing) {
   const PackContents contents = StoreAnswers(*cache_, 3);
-  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string key = LocalCache::PackKey(contents.requests);
   const std::string path = cache_->PackPath(key);
   ASSERT_OK(cache_->PutPack(key, contents.answers, contents.cubins));
   const std::string whole = *ReadFile(path);
@@ -304,7 +341,7 @@ TEST_F(LocalCacheTest, ADamagedPackIsDataLossNamingTheFileAndServesNothing) {
 TEST_F(LocalCacheTest, APackOfCubinsThatDoNotMatchTheirNamesIsNotWritten) {
   PackContents contents = StoreAnswers(*cache_, 1);
   contents.cubins[Sha256Hex("other")] = ShareBytes("not other");
-  const std::string key = LocalCache::PackKey(contents.keys);
+  const std::string key = LocalCache::PackKey(contents.requests);
   EXPECT_THAT(cache_->PutPack(key, contents.answers, contents.cubins),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not hash to")));
   EXPECT_FALSE(std::filesystem::exists(cache_->PackPath(key)));
@@ -316,7 +353,9 @@ TEST_F(LocalCacheTest, OnlyTheMostRecentlyWrittenPacksAreKept) {
   const PackContents contents = StoreAnswers(*cache_, 1);
   std::vector<std::string> keys;
   for (int i = 0; i < LocalCache::kPacksKept + 3; ++i) {
-    keys.push_back(LocalCache::PackKey({absl::StrCat("batch ", i)}));
+    google::protobuf::RepeatedPtrField<v1::LookupRequest> batch;
+    *batch.Add() = Request(100 + i);
+    keys.push_back(LocalCache::PackKey(batch));
     ASSERT_OK(cache_->PutPack(keys.back(), contents.answers, contents.cubins));
     // Times apart, so that the order is theirs and not the file system's.
     const timespec at[2] = {{.tv_sec = 1000 + i, .tv_nsec = 0}, {.tv_sec = 1000 + i, .tv_nsec = 0}};

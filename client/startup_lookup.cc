@@ -132,16 +132,11 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   // when needed, not while the service is asked: on another thread, its
   // index would be parsed into memory that thread's malloc arena maps
   // afresh each time, which costs more than the overlap saves.
-  std::vector<std::string> keys;
   std::string pack_key;
   int kept_locally = 0;
   int sampled = 0;
   if (local_) {
-    keys.resize(answers.size());
-    ParallelFor(keys.size(), [&](size_t i) {
-      keys[i] = LocalCache::AnswerKey(batch.lookups(static_cast<int>(i)));
-    });
-    pack_key = LocalCache::PackKey(keys);
+    pack_key = LocalCache::PackKey(batch.lookups());
     // A first start on this host (most answers not kept here, judged on
     // up to 16 of them): the cubins come with the answers, in one call.
     // Otherwise the answers alone, and the cubins the local cache lacks by
@@ -149,7 +144,8 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     const size_t step = std::max<size_t>(1, answers.size() / 16);
     for (size_t i = 0; i < answers.size(); i += step, ++sampled) {
       struct stat info;
-      if (stat(local_->AnswerPathOfKey(keys[i]).c_str(), &info) == 0) ++kept_locally;
+      const std::string path = local_->AnswerPath(batch.lookups(static_cast<int>(i)));
+      if (stat(path.c_str(), &info) == 0) ++kept_locally;
     }
   }
   const bool cubins_now = options_.cubins && 2 * kept_locally < sampled;
@@ -167,7 +163,7 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   if (!answered.ok()) {
     std::string pack_note;
     std::optional<LocalCache::Pack> pack = ReadPack(pack_key, pack_note);
-    FromLocalCache(answered.status(), keys, pack ? &*pack : nullptr, pack_note, answers);
+    FromLocalCache(answered.status(), pack ? &*pack : nullptr, pack_note, answers);
     return answers;
   }
   // The cubins sent with the answers, each checked once (null: refused)
@@ -237,17 +233,16 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     AttachCubins(deadline, pack ? &*pack : nullptr, answers, fetched);
   }
   if (options_.tune_on_miss) RequestTuning(deadline, answers);
-  KeepInBackground(answers, fetched, keys, pack_key);
+  KeepInBackground(answers, fetched, pack_key);
   return answers;
 }
 
 void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
                                      const std::vector<bool>& fetched,
-                                     const std::vector<std::string>& keys,
                                      const std::string& pack_key) {
   if (!local_) return;
   struct Kept {
-    std::string key;
+    size_t position;  // in the batch
     v1::LocalAnswer answer;
     SharedBytes cubin;                          // the answer's, for the pack
     bool fetched = false;                       // the cubin came from the service now: to write
@@ -259,7 +254,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
     const StartupAnswer& answer = answers[i];
     if (!answer.error.ok()) continue;
     Kept k;
-    k.key = keys[i];
+    k.position = i;
     k.cubin = answer.cubin;
     k.fetched = fetched[i];
     *k.answer.mutable_request() = answer.request;
@@ -272,57 +267,60 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
   absl::MutexLock lock(&writer_mu_);
   // One writer at a time: the new one waits for the one before it (calls
   // from several threads chain their writers, never overwrite one).
-  writer_ = std::thread([this, kept, pack_key, previous = std::move(writer_)]() mutable {
-    if (previous.joinable()) previous.join();
-    absl::Status first;
-    int failed = 0;
-    std::set<std::string> cubins_written;
-    std::set<std::string> sources_written;
-    // The pack: each answer as its file holds it now, and the cubins.
-    std::vector<LocalCache::PackedAnswer> packed;
-    std::map<std::string, SharedBytes> cubins;
-    for (const Kept& k : *kept) {
-      // An answer the cache holds already is not written again.
-      FileStamp stamp;
-      absl::StatusOr<std::optional<v1::LocalAnswer>> there =
-          local_->GetAnswer(k.answer.request(), &stamp);
-      const auto holds_it = [&] {
-        return there.ok() && there->has_value() &&
-               google::protobuf::util::MessageDifferencer::Equals((*there)->response(),
-                                                                  k.answer.response());
-      };
-      absl::Status stored;
-      if (!holds_it()) {
-        stored = local_->PutAnswer(k.answer);
-        // Read back for the pack: the file may be another writer's by now.
-        if (stored.ok()) there = local_->GetAnswer(k.answer.request(), &stamp);
-      }
-      if (stored.ok() && holds_it()) {
-        packed.push_back({.key = k.key, .answer = **std::move(there), .stamp = stamp});
-      }
-      const std::string& sha = k.answer.response().entry().binary_sha256();
-      if (stored.ok() && k.cubin != nullptr) {
-        cubins.emplace(sha, k.cubin);
-        if (k.fetched && cubins_written.insert(sha).second) {
-          stored = local_->PutCubin(sha, *k.cubin);
+  writer_ = std::thread(
+      [this, kept, pack_key, lookups = answers.size(), previous = std::move(writer_)]() mutable {
+        if (previous.joinable()) previous.join();
+        absl::Status first;
+        int failed = 0;
+        std::set<std::string> cubins_written;
+        std::set<std::string> sources_written;
+        // The pack: each answer as its file holds it now, and the cubins.
+        std::vector<LocalCache::PackedAnswer> packed(lookups);
+        std::map<std::string, SharedBytes> cubins;
+        for (const Kept& k : *kept) {
+          // An answer the cache holds already is not written again.
+          FileStamp stamp;
+          absl::StatusOr<std::optional<v1::LocalAnswer>> there =
+              local_->GetAnswer(k.answer.request(), &stamp);
+          const auto holds_it = [&] {
+            return there.ok() && there->has_value() &&
+                   google::protobuf::util::MessageDifferencer::Equals((*there)->response(),
+                                                                      k.answer.response());
+          };
+          absl::Status stored;
+          if (!holds_it()) {
+            stored = local_->PutAnswer(k.answer);
+            // Read back for the pack: the file may be another writer's by now.
+            if (stored.ok()) there = local_->GetAnswer(k.answer.request(), &stamp);
+          }
+          if (stored.ok() && holds_it()) {
+            packed[k.position] = {.key = LocalCache::AnswerKey(k.answer.request()),
+                                  .answer = **std::move(there),
+                                  .stamp = stamp};
+          }
+          const std::string& sha = k.answer.response().entry().binary_sha256();
+          if (stored.ok() && k.cubin != nullptr) {
+            cubins.emplace(sha, k.cubin);
+            if (k.fetched && cubins_written.insert(sha).second) {
+              stored = local_->PutCubin(sha, *k.cubin);
+            }
+          }
+          const std::string& source_sha = k.answer.response().recipe().source_sha256();
+          if (stored.ok() && k.source != nullptr && sources_written.insert(source_sha).second) {
+            stored = local_->PutSource(source_sha, *k.source);
+          }
+          if (!stored.ok() && failed++ == 0) first = stored;
         }
-      }
-      const std::string& source_sha = k.answer.response().recipe().source_sha256();
-      if (stored.ok() && k.source != nullptr && sources_written.insert(source_sha).second) {
-        stored = local_->PutSource(source_sha, *k.source);
-      }
-      if (!stored.ok() && failed++ == 0) first = stored;
-    }
-    absl::Status pack =
-        packed.empty() ? absl::OkStatus() : local_->PutPack(pack_key, packed, cubins);
-    absl::MutexLock lock(&writer_mu_);
-    write_status_ =
-        failed == 0
-            ? pack
-            : absl::Status(first.code(),
-                           absl::StrCat(failed, " answers not kept in the local cache; first: ",
-                                        first.message()));
-  });
+        absl::Status pack =
+            packed.empty() ? absl::OkStatus() : local_->PutPack(pack_key, packed, cubins);
+        absl::MutexLock lock(&writer_mu_);
+        write_status_ =
+            failed == 0
+                ? pack
+                : absl::Status(first.code(),
+                               absl::StrCat(failed, " answers not kept in the local cache; first: ",
+                                            first.message()));
+      });
 }
 
 void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pack,
@@ -448,8 +446,8 @@ void StartupLookup::AttachLocalSources(std::vector<StartupAnswer>& answers) cons
   }
 }
 
-void StartupLookup::FromLocalCache(const absl::Status& why, const std::vector<std::string>& keys,
-                                   LocalCache::Pack* pack, const std::string& pack_note,
+void StartupLookup::FromLocalCache(const absl::Status& why, LocalCache::Pack* pack,
+                                   const std::string& pack_note,
                                    std::vector<StartupAnswer>& answers) const {
   const std::string service = absl::StrCat("the service did not answer (", why.message(), ")");
   std::vector<absl::StatusOr<std::optional<v1::LocalAnswer>>> stored(answers.size(), std::nullopt);
@@ -457,14 +455,13 @@ void StartupLookup::FromLocalCache(const absl::Status& why, const std::vector<st
   // answers/ does) are read file by file.
   if (local_) {
     std::vector<size_t> unpacked;
+    const bool packed = pack != nullptr && pack->answers.size() == answers.size();
     for (size_t i = 0; i < answers.size(); ++i) {
-      if (pack) {
-        if (auto it = pack->answers.find(keys[i]); it != pack->answers.end()) {
-          stored[i] = std::optional<v1::LocalAnswer>(std::move(it->second));
-          continue;
-        }
+      if (packed && pack->answers[i].has_value()) {
+        stored[i] = std::move(pack->answers[i]);
+      } else {
+        unpacked.push_back(i);
       }
-      unpacked.push_back(i);
     }
     ParallelFor(unpacked.size(), [&](size_t k) {
       stored[unpacked[k]] = local_->GetAnswer(answers[unpacked[k]].request);

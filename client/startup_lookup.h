@@ -122,11 +122,9 @@ class StartupLookup {
   StartupLookup(StartupOptions options, std::unique_ptr<Client> client,
                 std::optional<LocalCache> local);
   // The answers from the local cache when the service failed with `why`;
-  // keys[i] = LocalCache::AnswerKey(answers[i].request); `pack` is their
-  // pack (null: none), whose answers are taken; `pack_note` says what was
-  // wrong with it, if anything.
-  void FromLocalCache(const absl::Status& why, const std::vector<std::string>& keys,
-                      LocalCache::Pack* pack, const std::string& pack_note,
+  // `pack` is the batch's pack (null: none), whose answers are taken;
+  // `pack_note` says what was wrong with it, if anything.
+  void FromLocalCache(const absl::Status& why, LocalCache::Pack* pack, const std::string& pack_note,
                       std::vector<StartupAnswer>& answers) const;
   // The pack `pack_key`, when the local cache has a sound one; else
   // nullopt, and `note` says what was wrong with it, if anything.
@@ -143,10 +141,9 @@ class StartupLookup {
   std::map<std::string, absl::StatusOr<SharedBytes>> ReadCubins(
       const std::vector<std::string>& shas, const LocalCache::Pack* pack) const;
   // Writes the answers, and the cubins `fetched` from the service, to the
-  // local cache on the writer thread, then the batch's pack `pack_key`
-  // (keys as for FromLocalCache).
+  // local cache on the writer thread, then the batch's pack `pack_key`.
   void KeepInBackground(const std::vector<StartupAnswer>& answers, const std::vector<bool>& fetched,
-                        const std::vector<std::string>& keys, const std::string& pack_key);
+                        const std::string& pack_key);
   // Asks the service to tune the misses, before `deadline`.
   void RequestTuning(absl::Time deadline, std::vector<StartupAnswer>& answers);
 

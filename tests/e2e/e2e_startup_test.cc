@@ -255,11 +255,9 @@ TEST_F(StartupEndToEndTest, WithTheServiceDownTheBatchsPackAnswersUnlessItIsDama
   const std::vector<StartupAnswer> first = lookup->LookupAll(ServerShapes());
   ASSERT_OK(lookup->FlushLocalCache());
   const client::LocalCache& local = *lookup->local_cache();
-  std::vector<std::string> keys;
-  for (const StartupAnswer& answer : first) {
-    keys.push_back(client::LocalCache::AnswerKey(answer.request));
-  }
-  const std::string pack_path = local.PackPath(client::LocalCache::PackKey(keys));
+  google::protobuf::RepeatedPtrField<v1::LookupRequest> sent;
+  for (const StartupAnswer& answer : first) *sent.Add() = answer.request;
+  const std::string pack_path = local.PackPath(client::LocalCache::PackKey(sent));
   ASSERT_TRUE(std::filesystem::exists(pack_path));
   const std::string address = daemon_->address();
   EXPECT_EQ(daemon_->Stop(), 0);
