@@ -104,6 +104,7 @@ std::map<std::string, absl::StatusOr<SharedBytes>> StartupLookup::ReadCubins(
 
 std::optional<LocalCache::Pack> StartupLookup::ReadPack(const std::string& pack_key,
                                                         std::string& note) const {
+  if (!local_) return std::nullopt;
   absl::StatusOr<std::optional<LocalCache::Pack>> pack = local_->GetPack(pack_key);
   if (!pack.ok()) {
     note = absl::StrCat(pack.status().message(), "; read file by file");
@@ -312,7 +313,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
           if (!stored.ok() && failed++ == 0) first = stored;
         }
         absl::Status pack =
-            packed.empty() ? absl::OkStatus() : local_->PutPack(pack_key, packed, cubins);
+            kept->empty() ? absl::OkStatus() : local_->PutPack(pack_key, packed, cubins);
         absl::MutexLock lock(&writer_mu_);
         write_status_ =
             failed == 0

@@ -126,8 +126,8 @@ class StartupLookup {
   // `pack_note` says what was wrong with it, if anything.
   void FromLocalCache(const absl::Status& why, LocalCache::Pack* pack, const std::string& pack_note,
                       std::vector<StartupAnswer>& answers) const;
-  // The pack `pack_key`, when the local cache has a sound one; else
-  // nullopt, and `note` says what was wrong with it, if anything.
+  // The pack `pack_key`, when there is a local cache and it has a sound
+  // one; else nullopt, and `note` says what was wrong with it, if anything.
   std::optional<LocalCache::Pack> ReadPack(const std::string& pack_key, std::string& note) const;
   // Fills `recipe_source` of the answers with a recipe from the local cache.
   void AttachLocalSources(std::vector<StartupAnswer>& answers) const;
