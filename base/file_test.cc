@@ -138,7 +138,8 @@ TEST(WriteFileAtomicallyTest, FailedRenameRemovesTheTemporary) {
 TEST(WriteFileAtomicallyTest, WritesPiecesOneAfterTheOtherWithTheMode) {
   TempDir dir;
   const std::string path = dir.File("pack");
-  const std::vector<absl::string_view> pieces = {"head", "", std::string(70000, 'x'), "tail"};
+  const std::string middle(70000, 'x');
+  const std::vector<absl::string_view> pieces = {"head", "", middle, "tail"};
   ASSERT_OK(WriteFileAtomically(path, pieces, "pack", 0444));
   ASSERT_OK_AND_ASSIGN(std::string read, ReadFile(path));
   EXPECT_EQ(read, absl::StrCat("head", std::string(70000, 'x'), "tail"));
