@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "absl/time/clock.h"
+
 extern char** environ;
 
 namespace autotune {
@@ -46,6 +48,19 @@ int SpawnTiedToThisThread(const std::vector<char*>& args,
   }
   *pid = child;
   return 0;
+}
+
+bool WaitForExit(pid_t pid, absl::Time deadline, int* status) {
+  while (true) {
+    const pid_t done = waitpid(pid, status, WNOHANG);
+    if (done == pid) return true;
+    if (done < 0 && errno != EINTR) {
+      *status = -1;
+      return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 }  // namespace autotune

@@ -6,7 +6,8 @@
 //   pid_t pid;
 //   if (int error = SpawnTiedToThisThread(args, {{log, STDOUT_FILENO}}, SIGTERM, &pid)) ...
 //   ...
-//   waitpid(pid, &status, 0);
+//   int status;
+//   if (!WaitForExit(pid, absl::Now() + absl::Seconds(30), &status)) ...still running...
 //
 // The child receives `death_signal` when the thread that started it ends,
 // whatever ends it, SIGKILL included (PR_SET_PDEATHSIG): a command killed
@@ -20,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace autotune {
 
 // Runs `args` (args[0] a path, no PATH search; the last element nullptr)
@@ -29,6 +32,14 @@ namespace autotune {
 int SpawnTiedToThisThread(const std::vector<char*>& args,
                           const std::vector<std::pair<int, int>>& dups, int death_signal,
                           pid_t* pid);
+
+// Waits, looking every 10 ms, until the child `pid` has ended or `deadline`
+// has passed (absl::Now(): look once; absl::InfiniteFuture(): until it
+// ends). True when it ended, reaped, with *status what waitpid() said; true
+// too when it cannot be waited for (not a child of this process, or reaped
+// already), *status then -1 (neither WIFEXITED nor WIFSIGNALED); false when
+// it was still running at the deadline.
+bool WaitForExit(pid_t pid, absl::Time deadline, int* status);
 
 }  // namespace autotune
 

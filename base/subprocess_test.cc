@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/temp_dir.h"
 #include "gtest/gtest.h"
@@ -60,6 +61,37 @@ TEST(SpawnTiedToThisThreadTest, TheChildGetsTheSignalWhenItsThreadEnds) {
   const int status = WaitFor(pid);
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
+}
+
+TEST(WaitForExitTest, SaysHowAChildEndedAndReapsIt) {
+  std::vector<char*> args = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"),
+                             const_cast<char*>("exit 7"), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(SpawnTiedToThisThread(args, {}, SIGKILL, &pid), 0);
+  int status = 0;
+  ASSERT_TRUE(WaitForExit(pid, absl::Now() + absl::Seconds(30), &status));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  // Reaped: no longer a child to wait for.
+  EXPECT_TRUE(WaitForExit(pid, absl::Now(), &status));
+  EXPECT_EQ(status, -1);
+  EXPECT_FALSE(WIFEXITED(status));
+  EXPECT_FALSE(WIFSIGNALED(status));
+}
+
+TEST(WaitForExitTest, AChildStillRunningAtTheDeadlineIsFalse) {
+  std::vector<char*> args = {const_cast<char*>("/bin/sleep"), const_cast<char*>("30"), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(SpawnTiedToThisThread(args, {}, SIGKILL, &pid), 0);
+  int status = 0;
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(WaitForExit(pid, absl::Now(), &status));
+  EXPECT_FALSE(WaitForExit(pid, absl::Now() + absl::Milliseconds(100), &status));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  kill(pid, SIGKILL);
+  ASSERT_TRUE(WaitForExit(pid, absl::InfiniteFuture(), &status));
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
 }  // namespace

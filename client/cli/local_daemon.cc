@@ -28,16 +28,6 @@ std::string AutotunedPath() {
   return FindBesideThisProgram("autotuned", {"../service"});
 }
 
-// Waits for `pid` until `deadline`; true (with its status) when it ended.
-bool Reap(pid_t pid, absl::Time deadline, int* status) {
-  while (true) {
-    const pid_t done = waitpid(pid, status, WNOHANG);
-    if (done == pid || (done < 0 && errno != EINTR)) return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-}
-
 }  // namespace
 
 LocalDaemon::LocalDaemon(std::string folder, bool keep)
@@ -89,7 +79,7 @@ absl::StatusOr<std::unique_ptr<LocalDaemon>> LocalDaemon::Start(const LocalDaemo
   const absl::Time deadline = absl::Now() + options.start_timeout;
   while (true) {
     int status = 0;
-    if (Reap(daemon->pid_, absl::Now(), &status)) {
+    if (WaitForExit(daemon->pid_, absl::Now(), &status)) {
       daemon->pid_ = -1;
       return absl::FailedPreconditionError(
           absl::StrCat("the local autotuned (", argv[0], ") exited at start-up:\n", daemon->Log()));
@@ -121,9 +111,9 @@ int LocalDaemon::Stop() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
   int status = 0;
-  if (!Reap(pid_, absl::Now() + absl::Seconds(30), &status)) {
+  if (!WaitForExit(pid_, absl::Now() + absl::Seconds(30), &status)) {
     kill(pid_, SIGKILL);
-    Reap(pid_, absl::InfiniteFuture(), &status);
+    WaitForExit(pid_, absl::InfiniteFuture(), &status);
     pid_ = -1;
     return -1;
   }

@@ -49,23 +49,14 @@ int SpawnTestChild(const std::vector<char*>& args, const std::vector<std::pair<i
   return SpawnTiedToThisThread(args, dups, SIGKILL, pid);
 }
 
-// Waits for `pid` until `deadline`; fills exit code / signal. False on timeout.
+// Waits for `pid` until `deadline` (WaitForExit); fills exit code (-1 when
+// it did not exit) and signal (0 when none). False on timeout.
 bool WaitUntil(pid_t pid, absl::Time deadline, int* exit_code, int* signal_number) {
-  while (true) {
-    int status = 0;
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-      return true;
-    }
-    if (done < 0) {
-      *exit_code = -1;
-      return true;
-    }
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  int status = 0;
+  if (!WaitForExit(pid, deadline, &status)) return false;
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return true;
 }
 
 }  // namespace
