@@ -10,7 +10,10 @@
 //                    way servers read them today (client/server_configs.h
 //                    writes them), parsed with protobuf's JSON parser; no
 //                    cubins (those servers compile at start-up)
-// Each start is a fresh StartupLookup, as in a new process. Beside each
+// The two paths a server takes at its one start are also run in a process
+// of their own each round (", new process"): a server starts once, so its
+// start is a process's first, which touches all its memory for the first
+// time. Each start is a fresh StartupLookup, as in a new process. Beside each
 // path's time is the median of the page faults this process took during a
 // start (getrusage): memory the start touched for the first time, which
 // costs more than the copying on some virtual machines. The paths take
@@ -34,10 +37,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -60,6 +65,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
+  // Set for a child that makes one start in a process of its own: the
+  // daemon's address and the local cache; it prints "<ms> <faults>".
+  std::string one_start_address;
+  std::string one_start_local;
   int64_t entries = 1000;
   int64_t cubin_bytes = 16384;
   int rounds = 10;
@@ -101,6 +110,66 @@ absl::Status Check(const std::vector<client::StartupAnswer>& answers, bool cubin
   return absl::OkStatus();
 }
 
+// The lookups of `bundle`'s entries, one each.
+std::vector<v1::LookupRequest> RequestsOf(const v1::CacheBundle& bundle) {
+  std::vector<v1::LookupRequest> requests;
+  for (const v1::Entry& entry : bundle.entries()) {
+    v1::LookupRequest request;
+    request.set_family(entry.family());
+    *request.mutable_problem() = entry.problem();
+    *request.mutable_device() = entry.device();
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+// One start, from creating the StartupLookup to the answers in hand
+// (`took_ms`, and the page faults meanwhile); the local cache's writes
+// that follow in the background are waited for outside the time.
+std::vector<client::StartupAnswer> StartUp(const Options& options,
+                                           const std::vector<v1::LookupRequest>& requests,
+                                           const std::string& at, const std::string& local,
+                                           double* took_ms = nullptr, double* faulted = nullptr) {
+  const int64_t faults0 = MinorFaults();
+  const Clock::time_point t0 = Clock::now();
+  client::StartupOptions startup;
+  startup.client.address = at;
+  startup.local_cache_dir = local;
+  startup.deadline = absl::Seconds(10);
+  startup.recipes = options.recipes;
+  auto lookup = client::StartupLookup::Create(startup);
+  if (!lookup.ok()) return std::vector<client::StartupAnswer>();
+  std::vector<client::StartupAnswer> answers = (*lookup)->LookupAll(requests);
+  if (took_ms != nullptr) *took_ms = Ms(t0, Clock::now());
+  if (faulted != nullptr) *faulted = static_cast<double>(MinorFaults() - faults0);
+  if (absl::Status kept = (*lookup)->FlushLocalCache(); !kept.ok()) {
+    std::cerr << "local cache: " << kept << "\n";
+  }
+  return answers;
+}
+
+// The child's one start: the same synthetic bundle's lookups (the bundle
+// is made before the clock starts).
+int OneStart(const Options& options) {
+  absl::StatusOr<v1::CacheBundle> bundle =
+      testing::MakeSyntheticBundle(options.entries, options.cubin_bytes);
+  if (!bundle.ok()) return 1;
+  const std::vector<v1::LookupRequest> requests = RequestsOf(*bundle);
+  double took = 0;
+  double faulted = 0;
+  std::vector<client::StartupAnswer> answers = StartUp(options, requests, options.one_start_address,
+                                                       options.one_start_local, &took, &faulted);
+  const bool down = absl::StrContains(options.one_start_address, "no-daemon");
+  if (absl::Status ok = Check(
+          answers, true, down ? client::AnswerSource::kLocalCache : client::AnswerSource::kService);
+      !ok.ok()) {
+    std::cerr << ok << "\n";
+    return 1;
+  }
+  std::cout << took << " " << faulted << "\n";
+  return 0;
+}
+
 int Run(const Options& options) {
   testing::TempDir dir;
   absl::StatusOr<v1::CacheBundle> bundle =
@@ -127,14 +196,7 @@ int Run(const Options& options) {
       return 1;
     }
   }
-  std::vector<v1::LookupRequest> requests;
-  for (const v1::Entry& entry : bundle->entries()) {
-    v1::LookupRequest request;
-    request.set_family(entry.family());
-    *request.mutable_problem() = entry.problem();
-    *request.mutable_device() = entry.device();
-    requests.push_back(request);
-  }
+  const std::vector<v1::LookupRequest> requests = RequestsOf(*bundle);
   // The JSON directory, as export-configs writes it.
   v1::KernelSummary summary;
   summary.set_name(bundle->families(0).family().name());
@@ -154,29 +216,34 @@ int Run(const Options& options) {
     if (!WriteFileAtomically(json_dir + "/" + file.name, file.json).ok()) return 1;
   }
 
-  // One start, as a new process makes it: from creating the StartupLookup
-  // to the answers in hand (`took_ms`). The local cache writes that follow
-  // in the background are waited for afterwards, outside the time, so no
-  // start overlaps the previous one's writes.
+  std::map<std::string, std::vector<double>> ms;
   std::map<std::string, std::vector<double>> faults;
   const auto start_up = [&](const std::string& at, const std::string& local,
                             double* took_ms = nullptr, double* faulted = nullptr) {
-    const int64_t faults0 = MinorFaults();
-    const Clock::time_point t0 = Clock::now();
-    client::StartupOptions startup;
-    startup.client.address = at;
-    startup.local_cache_dir = local;
-    startup.deadline = absl::Seconds(10);
-    startup.recipes = options.recipes;
-    auto lookup = client::StartupLookup::Create(startup);
-    if (!lookup.ok()) return std::vector<client::StartupAnswer>();
-    std::vector<client::StartupAnswer> answers = (*lookup)->LookupAll(requests);
-    if (took_ms != nullptr) *took_ms = Ms(t0, Clock::now());
-    if (faulted != nullptr) *faulted = static_cast<double>(MinorFaults() - faults0);
-    if (absl::Status kept = (*lookup)->FlushLocalCache(); !kept.ok()) {
-      std::cerr << "local cache: " << kept << "\n";
+    return StartUp(options, requests, at, local, took_ms, faulted);
+  };
+  // One start in a process of its own (this program again, --one-start).
+  const auto start_in_new_process = [&](const std::string& at, const std::string& local,
+                                        const std::string& path) {
+    std::vector<std::string> argv = {"/proc/self/exe",
+                                     "--one-start",
+                                     at,
+                                     local,
+                                     "--entries",
+                                     absl::StrCat(options.entries),
+                                     "--cubin-bytes",
+                                     absl::StrCat(options.cubin_bytes)};
+    if (!options.recipes) argv.push_back("--no-recipes");
+    const testing::CommandResult child = testing::RunCommand(argv);
+    double took = 0;
+    double faulted = 0;
+    std::istringstream in(child.out);
+    if (child.exit_code != 0 || !(in >> took >> faulted)) {
+      return absl::InternalError(absl::StrCat(path, ": the child start failed: ", child.err));
     }
-    return answers;
+    ms[path].push_back(took);
+    faults[path].push_back(faulted);
+    return absl::OkStatus();
   };
   const std::string warm = dir.File("warm");
   {
@@ -187,7 +254,6 @@ int Run(const Options& options) {
     }
   }
   const std::string gone = absl::StrCat("unix://", dir.File("no-daemon.sock"));
-  std::map<std::string, std::vector<double>> ms;
   for (int round = 0; round < options.rounds; ++round) {
     const std::string cold = dir.File(absl::StrCat("cold", round));
     double took = 0;
@@ -225,6 +291,20 @@ int Run(const Options& options) {
     }
     ms["JSON directory"].push_back(Ms(t0, t1));
     std::filesystem::remove_all(cold);
+    if (!ok.ok()) {
+      std::cerr << "round " << round << ": " << ok << "\n";
+      return 1;
+    }
+  }
+  // The starts in processes of their own come after the others: a fork
+  // leaves this process's memory to be faulted in again (copy on write),
+  // which would cost the in-process starts of a round what they do not cost
+  // a server.
+  for (int round = 0; round < options.rounds; ++round) {
+    const std::string fresh = dir.File(absl::StrCat("fresh", round));
+    absl::Status ok = start_in_new_process(address, fresh, "service, new process");
+    std::filesystem::remove_all(fresh);
+    if (ok.ok()) ok = start_in_new_process(gone, warm, "local, down, new process");
     if (!ok.ok()) {
       std::cerr << "round " << round << ": " << ok << "\n";
       return 1;
@@ -300,33 +380,35 @@ int Run(const Options& options) {
       options.entries, options.cubin_bytes, files->size(), options.rounds,
       options.recipes ? "on" : "off", sysconf(_SC_NPROCESSORS_ONLN), load[0],
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()));
-  std::cout << absl::StrFormat("%-22s %10s %10s %10s %8s  %s\n", "path", "median ms", "max ms",
+  std::cout << absl::StrFormat("%-26s %10s %10s %10s %8s  %s\n", "path", "median ms", "max ms",
                                "vs JSON", "faults", "goal");
   const double json = Median(ms["JSON directory"]);
   bool met = true;
-  for (const char* path : {"service", "service + local", "local, service down", "JSON directory"}) {
+  for (const char* path : {"service", "service + local", "local, service down",
+                           "service, new process", "local, down, new process", "JSON directory"}) {
     const std::vector<double>& v = ms[path];
     const double max = *std::max_element(v.begin(), v.end());
     std::string goal;
     if (std::string(path).rfind("service", 0) == 0) {
       goal = absl::StrCat("every start < 100 ms: ", max < 100 ? "met" : "MISSED");
       met = met && max < 100;
-    } else if (std::string(path) == "local, service down") {
+    } else if (absl::StartsWith(path, "local")) {
       goal = absl::StrCat("every start < 20 ms: ", max < 20 ? "met" : "MISSED");
       met = met && max < 20;
     }
     const std::string faulted =
         faults.contains(path) ? absl::StrCat(static_cast<int64_t>(Median(faults[path]))) : "";
-    std::cout << absl::StrFormat("%-22s %10.2f %10.2f %9.2fx %8s  %s\n", path, Median(v), max,
+    std::cout << absl::StrFormat("%-26s %10.2f %10.2f %9.2fx %8s  %s\n", path, Median(v), max,
                                  json > 0 ? Median(v) / json : 0, faulted, goal);
   }
   // Each round apart: the first rounds of a process pay for memory it
   // touches for the first time (the faults), as a server's one start does.
   std::cout << "\neach round, ms, and the client's page faults:\n";
-  for (const char* path : {"service", "service + local", "local, service down"}) {
-    std::cout << absl::StrFormat("  %-20s", path);
+  for (const char* path : {"service", "service + local", "local, service down",
+                           "service, new process", "local, down, new process"}) {
+    std::cout << absl::StrFormat("  %-24s", path);
     for (double took : ms[path]) std::cout << absl::StrFormat(" %6.1f", took);
-    std::cout << "\n  faults              ";
+    std::cout << "\n  faults                  ";
     for (double f : faults[path]) std::cout << absl::StrFormat(" %6.0f", f);
     std::cout << "\n";
   }
@@ -349,11 +431,21 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", options.rounds, "rounds; each path runs once per round")
       ->capture_default_str();
   app.add_flag("--require-goals", options.require_goals, "exit 3 when a goal is missed");
+  std::vector<std::string> one_start;
+  app.add_option("--one-start", one_start,
+                 "(internal) one start in this process against ADDRESS with the local cache DIR")
+      ->expected(2)
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   spdlog::set_level(spdlog::level::warn);
+  if (!one_start.empty()) {
+    options.one_start_address = one_start[0];
+    options.one_start_local = one_start[1];
+    return autotune::OneStart(options);
+  }
   return autotune::Run(options);
 }

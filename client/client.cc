@@ -14,8 +14,11 @@
 #include "base/token.h"
 #include "client/bundle.h"
 #include "client/grpc_status.h"
+#include "client/received_batch.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace autotune::client {
@@ -82,11 +85,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   arguments.SetUserAgentPrefix("autotune-client");
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(options.address, credentials, arguments);
-  return std::unique_ptr<Client>(new Client(options, v1::Autotune::NewStub(channel)));
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
 }
 
-Client::Client(ClientOptions options, std::unique_ptr<v1::Autotune::Stub> stub)
-    : options_(std::move(options)), stub_(std::move(stub)) {}
+Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::Autotune::NewStub(channel_)) {}
 
 Client::~Client() = default;
 
@@ -125,6 +130,31 @@ absl::StatusOr<v1::GetBinariesResponse> Client::GetBinaries(const v1::GetBinarie
 absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLookupRequest& request,
                                                             absl::Duration timeout) {
   return Unary(&v1::Autotune::Stub::BatchLookup, request, timeout);
+}
+
+absl::StatusOr<ReceivedBatch> Client::BatchLookupReceivingCubins(
+    const v1::BatchLookupRequest& request, absl::Duration timeout) {
+  grpc::TemplatedGenericStub<v1::BatchLookupRequest, grpc::ByteBuffer> stub(channel_);
+  grpc::ClientContext context;
+  PrepareContext(context, timeout > absl::ZeroDuration() ? timeout : options_.timeout);
+  grpc::CompletionQueue queue;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call = stub.PrepareUnaryCall(
+      &context, absl::StrCat("/", v1::Autotune::service_full_name(), "/BatchLookup"), request,
+      &queue);
+  call->StartCall();
+  grpc::ByteBuffer received;
+  grpc::Status status;
+  call->Finish(&received, &status, &received);
+  void* tag = nullptr;
+  bool ok = false;
+  // The call's one event: it ends by itself at its deadline at the latest.
+  const bool got = queue.Next(&tag, &ok);
+  queue.Shutdown();
+  for (void* drained; queue.Next(&drained, &ok);) {
+  }
+  if (!got || tag != &received) return absl::InternalError("the BatchLookup call never ended");
+  if (!status.ok()) return StatusFromGrpc(status, options_.address);
+  return ParseBatchLookupResponse(received);
 }
 
 absl::StatusOr<v1::RequestTuningResponse> Client::RequestTuning(

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/received_batch.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/autotune.pb.h"
 
@@ -109,6 +110,16 @@ class Client {
                                                       absl::Duration timeout);
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
                                                       absl::Duration timeout);
+  // A BatchLookup whose cubins (request.include_cubin) are received into
+  // one block of memory (base/shared_bytes.h, LargeBuffer) rather than a
+  // string each: a start-up's tens of MB then take a few page faults, not
+  // thousands. `response` is BatchLookup's but for its binaries, which are
+  // in `binaries` by sha256, each a view into the block that keeps it
+  // alive (client/received_batch.h). Unchecked: the caller checks each
+  // against its digest. A response that is not a BatchLookupResponse is
+  // DATA_LOSS.
+  absl::StatusOr<ReceivedBatch> BatchLookupReceivingCubins(const v1::BatchLookupRequest& request,
+                                                           absl::Duration timeout);
 
   // Tune-on-miss: asks the daemon to queue the problems of lookups that
   // missed (service/lookup/tune_on_miss.h says what each result means).
@@ -154,7 +165,7 @@ class Client {
                                             bool keep_better = false);
 
  private:
-  Client(ClientOptions options, std::unique_ptr<v1::Autotune::Stub> stub);
+  Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   // Deadline and metadata of one call.
   void PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const;
@@ -165,6 +176,7 @@ class Client {
       const Request& request, absl::Duration timeout = absl::ZeroDuration());
 
   const ClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::Autotune::Stub> stub_;
 };
 

@@ -123,17 +123,6 @@ absl::StatusOr<std::optional<std::string>> ReadIfPresent(const std::string& path
 
 }  // namespace
 
-SharedBytes ShareBytes(std::string bytes) {
-  struct Owned {
-    std::string bytes;
-    absl::string_view view;
-  };
-  auto owned = std::make_shared<Owned>();
-  owned->bytes = std::move(bytes);
-  owned->view = owned->bytes;
-  return SharedBytes(owned, &owned->view);
-}
-
 std::string LocalCache::DefaultDirectory() {
   if (std::string dir = Env("AUTOTUNE_LOCAL_CACHE"); !dir.empty()) return dir;
   if (std::string dir = Env("XDG_CACHE_HOME"); !dir.empty()) return dir + "/autotune";

@@ -51,15 +51,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/shared_bytes.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "proto/autotune.pb.h"
 
 namespace autotune::client {
 
-// Bytes that several answers share without copies, kept alive by whatever
-// holds them: a string moved in (ShareBytes), or the mapping of a pack.
-using SharedBytes = std::shared_ptr<const absl::string_view>;
-SharedBytes ShareBytes(std::string bytes);
+// Bytes that several answers share without copies (base/shared_bytes.h),
+// kept alive by whatever holds them: a string moved in, the block the
+// service's answer was received into, or the mapping of a pack.
+using ::autotune::ShareBytes;
+using ::autotune::SharedBytes;
 
 // What stat() says of a file, enough to tell a file replaced by rename
 // from the one seen before.

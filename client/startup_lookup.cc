@@ -153,7 +153,21 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   batch.set_include_cubin(cubins_now);
   batch.set_include_recipe(options_.recipes);
 
-  absl::StatusOr<v1::BatchLookupResponse> answered = client_->BatchLookup(batch, options_.deadline);
+  absl::StatusOr<v1::BatchLookupResponse> answered;
+  // The cubins sent with the answers, by sha256, not yet checked.
+  std::map<std::string, SharedBytes> sent;
+  if (cubins_now) {
+    absl::StatusOr<ReceivedBatch> received =
+        client_->BatchLookupReceivingCubins(batch, options_.deadline);
+    if (received.ok()) {
+      answered = std::move(received->response);
+      sent = std::move(received->binaries);
+    } else {
+      answered = received.status();
+    }
+  } else {
+    answered = client_->BatchLookup(batch, options_.deadline);
+  }
   if (answered.ok() && answered->results_size() != batch.lookups_size()) {
     answered = absl::InternalError(absl::StrCat("the service answered ", answered->results_size(),
                                                 " of ", batch.lookups_size(), " lookups"));
@@ -167,23 +181,14 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     FromLocalCache(answered.status(), pack ? &*pack : nullptr, pack_note, answers);
     return answers;
   }
-  // The cubins sent with the answers, each checked once (null: refused)
-  // and shared by its answers.
-  std::map<std::string, SharedBytes> sent;
-  if (cubins_now) {
-    struct Check {
-      const std::string* sha;
-      std::string* bytes;
-      SharedBytes* shared;
-    };
-    std::vector<Check> checks;
-    for (auto& [sha, cubin] : *answered->mutable_binaries()) {
-      checks.push_back({&sha, &cubin, &sent.emplace(sha, nullptr).first->second});
-    }
+  // Each cubin sent checked once (null: refused), then shared by its
+  // answers.
+  {
+    std::vector<std::pair<const std::string*, SharedBytes*>> checks;
+    for (auto& [sha, cubin] : sent) checks.emplace_back(&sha, &cubin);
     ParallelFor(checks.size(), [&](size_t i) {
-      if (Sha256Hex(*checks[i].bytes) == *checks[i].sha) {
-        *checks[i].shared = ShareBytes(std::move(*checks[i].bytes));
-      }
+      SharedBytes& cubin = *checks[i].second;
+      if (cubin != nullptr && Sha256Hex(*cubin) != *checks[i].first) cubin = nullptr;
     });
   }
   // The recipes' sources, each checked once and shared by its answers.

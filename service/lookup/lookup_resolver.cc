@@ -612,8 +612,9 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::LookupOnce(
                    Resolve(request, "request", request.include_recipe()));
   if (request.include_cubin() && response.match() != v1::MISS &&
       !response.entry().binary_sha256().empty()) {
-    ASSIGN_OR_RETURN(v1::Binary binary, store_->GetBinary(response.entry().binary_sha256()));
-    *response.mutable_cubin() = std::move(*binary.mutable_cubin());
+    ASSIGN_OR_RETURN(std::shared_ptr<const std::string> cubin,
+                     cubins_.Get(response.entry().binary_sha256()));
+    *response.mutable_cubin() = *cubin;
   }
   return response;
 }
@@ -621,12 +622,19 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::LookupOnce(
 absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
     const v1::BatchLookupRequest& request) const {
   v1::BatchLookupResponse response;
-  absl::flat_hash_map<std::string, absl::Status> binary_errors;
+  std::vector<absl::StatusOr<v1::LookupResponse>> answers;
+  answers.reserve(static_cast<size_t>(request.lookups_size()));
+  // The cubins the answers send, by sha256.
+  absl::flat_hash_map<std::string, absl::StatusOr<std::shared_ptr<const std::string>>> cubins;
+  const auto sends_cubin = [&](const v1::LookupRequest& item,
+                               const absl::StatusOr<v1::LookupResponse>& answer) {
+    return answer.ok() && (request.include_cubin() || item.include_cubin()) &&
+           answer->match() != v1::MISS && !answer->entry().binary_sha256().empty();
+  };
   for (int i = 0; i < request.lookups_size(); ++i) {
     const v1::LookupRequest& item = request.lookups(i);
-    v1::BatchLookupResult* result = response.add_results();
-    absl::StatusOr<v1::LookupResponse> answer = Resolve(
-        item, absl::StrCat("lookups[", i, "]"), request.include_recipe() || item.include_recipe());
+    absl::StatusOr<v1::LookupResponse>& answer = answers.emplace_back(Resolve(
+        item, absl::StrCat("lookups[", i, "]"), request.include_recipe() || item.include_recipe()));
     if (answer.ok() && answer->has_recipe()) {
       v1::CompileRecipe* recipe = answer->mutable_recipe();
       auto& sources = *response.mutable_sources();
@@ -635,24 +643,25 @@ absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
       }
       recipe->clear_source();
     }
-    if (answer.ok() && (request.include_cubin() || item.include_cubin()) &&
-        answer->match() != v1::MISS && !answer->entry().binary_sha256().empty()) {
+    if (sends_cubin(item, answer)) cubins.try_emplace(answer->entry().binary_sha256(), nullptr);
+  }
+  // All read (or found in memory) before any is copied into the response:
+  // the cubins kept then lie together in the daemon's heap, and the
+  // response's copies, freed once it is sent, leave one block the next
+  // batch reuses instead of faulting in fresh memory.
+  for (auto& [sha, cubin] : cubins) cubin = cubins_.Get(sha);
+  for (int i = 0; i < request.lookups_size(); ++i) {
+    absl::StatusOr<v1::LookupResponse>& answer = answers[static_cast<size_t>(i)];
+    if (sends_cubin(request.lookups(i), answer)) {
       const std::string& sha = answer->entry().binary_sha256();
-      if (!response.binaries().contains(sha)) {
-        auto failed = binary_errors.find(sha);
-        if (failed != binary_errors.end()) {
-          answer = failed->second;
-        } else {
-          absl::StatusOr<v1::Binary> binary = store_->GetBinary(sha);
-          if (binary.ok()) {
-            (*response.mutable_binaries())[sha] = std::move(*binary->mutable_cubin());
-          } else {
-            binary_errors.emplace(sha, binary.status());
-            answer = binary.status();
-          }
-        }
+      const absl::StatusOr<std::shared_ptr<const std::string>>& cubin = cubins.at(sha);
+      if (!cubin.ok()) {
+        answer = cubin.status();
+      } else if (!response.binaries().contains(sha)) {
+        (*response.mutable_binaries())[sha] = **cubin;
       }
     }
+    v1::BatchLookupResult* result = response.add_results();
     if (answer.ok()) {
       *result->mutable_response() = *std::move(answer);
     } else {

@@ -24,6 +24,11 @@
 //   into an error by them.
 // - With include_cubin the binary is read and checked against its sha256; a
 //   corrupt binary fails the lookup with DATA_LOSS and is never served.
+//   Checked binaries are then kept in memory (CubinCache, up to
+//   kMaxCachedCubinBytes) and served from there: a copy damaged on disk
+//   after it was read is found by the next read from the store (GetBinaries,
+//   export, a daemon restarted), while the lookups go on serving the bytes
+//   that were checked.
 //
 // - EXACT and NEAREST answers carry `launch`, the entry's config resolved for
 //   the requested problem. A NEAREST entry whose config does not fit the
@@ -62,6 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
+#include "service/lookup/cubin_cache.h"
 
 namespace autotune::service {
 
@@ -106,7 +112,8 @@ struct FamilyView {
 
 class LookupResolver {
  public:
-  explicit LookupResolver(const cache::Store* store) : store_(store) {}
+  explicit LookupResolver(const cache::Store* store)
+      : store_(store), cubins_(store, kMaxCachedCubinBytes) {}
 
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request) const;
 
@@ -148,6 +155,7 @@ class LookupResolver {
                                                            const std::string& hash) const;
 
   const cache::Store* store_;
+  const CubinCache cubins_;  // for include_cubin
   mutable LookupCounters counters_;
   mutable absl::Mutex cache_mu_;
   mutable int64_t cached_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;

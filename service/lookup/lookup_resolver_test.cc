@@ -435,11 +435,28 @@ TEST_F(LookupResolverStoreTest, CorruptCubinIsNeverServed) {
   EXPECT_EQ(good.cubin().size(), 1024u);
 
   ASSERT_NO_FATAL_FAILURE(CorruptEveryBinary());
-  EXPECT_THAT(resolver_->Lookup(request),
+  // The cubin checked before is served from memory, as it was read.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse kept, resolver_->Lookup(request));
+  EXPECT_EQ(kept.cubin(), good.cubin());
+  // A daemon started afresh reads it again, finds it damaged and sends it
+  // to no one.
+  LookupResolver restarted(store_.get());
+  EXPECT_THAT(restarted.Lookup(request),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
+  v1::BatchLookupRequest batch;
+  *batch.add_lookups() = Request(8);
+  *batch.add_lookups() = Request(64);
+  batch.set_include_cubin(true);
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse answers, restarted.BatchLookup(batch));
+  ASSERT_EQ(answers.results_size(), 2);
+  for (const v1::BatchLookupResult& result : answers.results()) {
+    EXPECT_EQ(result.error_code(), static_cast<int>(absl::StatusCode::kDataLoss));
+    EXPECT_THAT(result.error_message(), HasSubstr("corrupt"));
+  }
+  EXPECT_EQ(answers.binaries_size(), 0);
   // Without the cubin the config is still answered.
   request.set_include_cubin(false);
-  EXPECT_OK(resolver_->Lookup(request));
+  EXPECT_OK(restarted.Lookup(request));
 }
 
 TEST_F(LookupResolverStoreTest, BinariesAreFetchedBySha256AndCheckedOnTheWayOut) {
