@@ -19,18 +19,22 @@ seeds=tests/reliability/fuzz/corpus
 # One target: runs it, then writes its line to build-asan/fuzz_<name>.result
 # and its exit status to build-asan/fuzz_<name>.rc.
 fuzz_one() {
-  local dir=$1 name fuzzer corpus crashes log rc=0 runs result
+  local dir=$1 name fuzzer corpus crashes log scratch rc=0 runs result
   name=$(basename "$dir")
   fuzzer=build-asan/tests/reliability/fuzz/fuzz_$name
   corpus=build-asan/corpus/$name
   crashes=build-asan/crashes/$name
   log=build-asan/fuzz_$name.log
   mkdir -p "$corpus" "$crashes"
+  # The targets that write their input to a file do it under TMPDIR
+  # (fuzz_file.h): a folder of this run's, removed after it.
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/autotune-fuzz-run.XXXXXX")
   # New inputs go to the first directory (build-asan/corpus), never into
   # the checked-in seeds.
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  TMPDIR=$scratch ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes/" "$corpus" "$dir" > "$log" 2>&1 || rc=$?
+  rm -rf "$scratch"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((rc == 0)); then
     result=ok

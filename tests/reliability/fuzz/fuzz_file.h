@@ -12,8 +12,9 @@
 
 namespace autotune::fuzz {
 
-// A directory of this process's own under $TMPDIR (or /tmp), left behind
-// for the system's cleaner (a fuzzer ends by being killed).
+// A directory of this process's own under $TMPDIR (or /tmp). A fuzzer ends
+// by being killed, so it cannot remove it: .ci/fuzz.sh gives each target a
+// TMPDIR of its own and removes that.
 inline const std::string& FuzzDirectory() {
   static const std::string* dir = [] {
     const char* base = std::getenv("TMPDIR");
