@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,65 +14,99 @@
 
 namespace autotune::client {
 
-absl::StatusOr<ReceivedBatch> ParseBatchLookupResponse(grpc::ByteBuffer& received) {
-  using google::protobuf::internal::WireFormatLite;
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// Where each cubin starts in the block, as in the local cache's packs: an
+// image the driver loads is aligned as a file read into memory would be.
+constexpr size_t kCubinAlignment = 256;
+
+size_t AlignUp(size_t n) { return (n + kCubinAlignment - 1) / kCubinAlignment * kCubinAlignment; }
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("the service's BatchLookup answer is malformed: ", what));
+}
+
+bool Delimited(uint32_t tag, int field) {
+  return WireFormatLite::GetTagFieldNumber(tag) == field &&
+         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+}
+
+// One pass over the serialized response. Without `block` it only measures:
+// *used ends as the bytes the cubins take in a block. With it, it copies
+// each cubin into the block, records where in `binaries`, and copies every
+// other field into `rest`.
+absl::Status Walk(grpc::ByteBuffer& received, LargeBuffer* block, size_t* used,
+                  std::map<std::string, std::pair<size_t, size_t>>* binaries, std::string* rest) {
   constexpr int kBinaries = v1::BatchLookupResponse::kBinariesFieldNumber;
-  const auto malformed = [](absl::string_view what) {
-    return absl::DataLossError(
-        absl::StrCat("the service's BatchLookup answer is malformed: ", what));
-  };
-  const auto delimited = [](uint32_t tag, int field) {
-    return WireFormatLite::GetTagFieldNumber(tag) == field &&
-           WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
-  };
-  // The message's size bounds its binaries'; the pages not written are
-  // never backed.
-  ASSIGN_OR_RETURN(std::shared_ptr<LargeBuffer> block, LargeBuffer::Create(received.Length()));
+  grpc::ProtoBufferReader reader(&received);
+  google::protobuf::io::CodedInputStream in(&reader);
+  std::optional<google::protobuf::io::StringOutputStream> rest_stream;
+  std::optional<google::protobuf::io::CodedOutputStream> out;
+  if (block != nullptr) {
+    rest_stream.emplace(rest);
+    out.emplace(&*rest_stream);
+  }
+  *used = 0;
+  while (const uint32_t tag = in.ReadTag()) {
+    if (!Delimited(tag, kBinaries)) {
+      const bool skipped =
+          out ? WireFormatLite::SkipField(&in, tag, &*out) : WireFormatLite::SkipField(&in, tag);
+      if (!skipped) return Malformed("a field is cut short");
+      continue;
+    }
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length)) return Malformed("a binaries entry is cut short");
+    const google::protobuf::io::CodedInputStream::Limit limit =
+        in.PushLimit(static_cast<int>(length));
+    std::string sha;
+    std::pair<size_t, size_t> where{0, 0};  // a missing value is empty
+    while (const uint32_t entry_tag = in.ReadTag()) {
+      if (Delimited(entry_tag, 1)) {
+        if (!WireFormatLite::ReadString(&in, &sha)) return Malformed("a sha256 is cut short");
+      } else if (Delimited(entry_tag, 2)) {
+        uint32_t size = 0;
+        if (!in.ReadVarint32(&size)) return Malformed("a cubin is cut short");
+        const size_t at = AlignUp(*used);
+        if (block == nullptr) {
+          if (!in.Skip(static_cast<int>(size))) return Malformed("a cubin is cut short");
+        } else if (at > block->size() || size > block->size() - at ||
+                   !in.ReadRaw(block->data() + at, static_cast<int>(size))) {
+          return Malformed("a cubin is cut short");
+        }
+        where = {at, size};
+        *used = at + size;
+      } else if (!WireFormatLite::SkipField(&in, entry_tag)) {
+        return Malformed("a binaries entry is cut short");
+      }
+    }
+    // Ended where its length says, not where the bytes do.
+    if (!in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) {
+      return Malformed("a binaries entry is cut short");
+    }
+    in.PopLimit(limit);
+    // A repeated key keeps its last value, as protobuf's maps do.
+    if (binaries != nullptr) (*binaries)[sha] = where;
+  }
+  if (!in.ConsumedEntireMessage()) return Malformed("it is cut short");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ReceivedBatch> ParseBatchLookupResponse(grpc::ByteBuffer& received) {
+  // Measured first, so that the block is as large as the cubins need; the
+  // pages it does not use are never backed.
+  size_t needed = 0;
+  RETURN_IF_ERROR(Walk(received, nullptr, &needed, nullptr, nullptr));
+  ASSIGN_OR_RETURN(std::shared_ptr<LargeBuffer> block, LargeBuffer::Create(needed));
   std::map<std::string, std::pair<size_t, size_t>> binaries;  // offset, size in the block
   size_t used = 0;
   std::string rest;  // every other field, as received
-  {
-    grpc::ProtoBufferReader reader(&received);
-    google::protobuf::io::CodedInputStream in(&reader);
-    google::protobuf::io::StringOutputStream rest_stream(&rest);
-    google::protobuf::io::CodedOutputStream out(&rest_stream);
-    while (const uint32_t tag = in.ReadTag()) {
-      if (!delimited(tag, kBinaries)) {
-        if (!WireFormatLite::SkipField(&in, tag, &out)) return malformed("a field is cut short");
-        continue;
-      }
-      uint32_t length = 0;
-      if (!in.ReadVarint32(&length)) return malformed("a binaries entry is cut short");
-      const google::protobuf::io::CodedInputStream::Limit limit =
-          in.PushLimit(static_cast<int>(length));
-      std::string sha;
-      std::pair<size_t, size_t> where{used, 0};  // a missing value is empty
-      while (const uint32_t entry_tag = in.ReadTag()) {
-        if (delimited(entry_tag, 1)) {
-          if (!WireFormatLite::ReadString(&in, &sha)) return malformed("a sha256 is cut short");
-        } else if (delimited(entry_tag, 2)) {
-          uint32_t size = 0;
-          if (!in.ReadVarint32(&size) || size > block->size() - used ||
-              !in.ReadRaw(block->data() + used, static_cast<int>(size))) {
-            return malformed("a cubin is cut short");
-          }
-          where = {used, size};
-          used += size;
-        } else if (!WireFormatLite::SkipField(&in, entry_tag)) {
-          return malformed("a binaries entry is cut short");
-        }
-      }
-      // Ended where its length says, not where the bytes do.
-      if (!in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) {
-        return malformed("a binaries entry is cut short");
-      }
-      in.PopLimit(limit);
-      binaries[sha] = where;  // a repeated key: the last one, as protobuf's maps
-    }
-    if (!in.ConsumedEntireMessage()) return malformed("it is cut short");
-  }
+  RETURN_IF_ERROR(Walk(received, block.get(), &used, &binaries, &rest));
   ReceivedBatch batch;
-  if (!batch.response.ParseFromString(rest)) return malformed("its answers do not parse");
+  if (!batch.response.ParseFromString(rest)) return Malformed("its answers do not parse");
   for (const auto& [sha, where] : binaries) {
     batch.binaries.emplace(sha, block->Share(where.first, where.second));
   }

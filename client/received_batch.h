@@ -21,8 +21,9 @@ struct ReceivedBatch {
 };
 
 // `received`, the serialized BatchLookupResponse: its binaries (field 2,
-// map<string, bytes>) copied into one LargeBuffer, where each is a view
-// that keeps it alive; every other field parsed by protobuf. As protobuf's
+// map<string, bytes>) copied into one LargeBuffer, each at a multiple of
+// 256 bytes (as in the local cache's packs), where each is a view that
+// keeps it alive; every other field parsed by protobuf. As protobuf's
 // maps, a repeated key keeps its last value and a missing value is empty.
 // DATA_LOSS saying what is wrong when the bytes are not such a message
 // (cut short, or fields that do not parse).

@@ -73,10 +73,14 @@ TEST(ReceivedBatchTest, TheCubinsAreViewsIntoOneBlockAndTheRestIsTheResponse) {
   EXPECT_EQ(*received.binaries.at(std::string(64, 'a')), std::string(40000, '\x7f'));
   EXPECT_EQ(*received.binaries.at(std::string(64, 'b')), "short cubin");
   EXPECT_EQ(*received.binaries.at(std::string(64, 'c')), "");
-  // One block: the cubins lie side by side in it.
+  // One block: the cubins lie one after the other in it, each at a
+  // multiple of 256 bytes.
   const char* a = received.binaries.at(std::string(64, 'a'))->data();
   const char* b = received.binaries.at(std::string(64, 'b'))->data();
-  EXPECT_EQ(std::abs(b - a), b > a ? 40000 : 11);
+  EXPECT_EQ(std::abs(b - a), b > a ? 40192 : 256);
+  for (const auto& [sha, cubin] : received.binaries) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(cubin->data()) % 256, 0u) << sha;
+  }
   EXPECT_EQ(received.response.binaries_size(), 0);
   EXPECT_EQ(received.response.results_size(), 4);
   EXPECT_EQ(received.response.results(3).error_code(), 5);

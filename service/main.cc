@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "base/sanitizers.h"
 #include "service/daemon_flags.h"
 #include "service/logging.h"
 #include "service/server.h"
@@ -43,23 +44,11 @@ namespace {
 // first call's. (Not under a sanitizer, whose allocator is its own.)
 constexpr size_t kWarmHeapBytes = size_t{60} << 20;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerBuild = true;
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
-
 void KeepMemoryForLargeCalls() {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_ARENA_MAX, 1);
-  if (kSanitizerBuild) return;
+  if (autotune::kSanitizerBuild) return;
   std::thread([] {
     char* block = static_cast<char*>(malloc(kWarmHeapBytes));
     if (block == nullptr) return;

@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/gpu_lease.h"
+#include "base/sanitizers.h"
 #include "base/scoped_env.h"
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
@@ -263,17 +264,7 @@ TEST_F(ScreenJobTest, ATimeBudgetEndsTheSearchAfterTheRoundThatReachedIt) {
 // A problem of 100,000 configs: planned, searched within its budget, and
 // only what the search measured is compiled and stored. Under ASan, whose
 // build plans 100k configs in a minute, 10,000 cover the same code.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr int kHugePads = 100;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr int kHugePads = 100;
-#else
-constexpr int kHugePads = 1000;
-#endif
-#else
-constexpr int kHugePads = 1000;
-#endif
+constexpr int kHugePads = kAddressSanitizerBuild ? 100 : 1000;
 constexpr int64_t kHugeSpace = int64_t{2} * kHugePads * 50;
 
 TEST_F(ScreenJobTest, AProblemOf100kConfigsCompilesAndStoresOnlyWhatItsSearchMeasured) {

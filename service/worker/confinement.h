@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/sanitizers.h"
 
 namespace autotune::service {
 
@@ -53,17 +54,7 @@ absl::StatusOr<int> LandlockAbi();
 
 // Whether this is an ASan or TSan build, whose shadow memory RLIMIT_DATA
 // would count: LimitMemory's callers leave the cap off there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitizerBuild = true;
-#else
-inline constexpr bool kSanitizerBuild = false;
-#endif
-#else
-inline constexpr bool kSanitizerBuild = false;
-#endif
+using ::autotune::kSanitizerBuild;
 
 // Caps the process's data memory (RLIMIT_DATA: heap and private mappings)
 // at `bytes`, so that an allocation past it fails instead of growing the

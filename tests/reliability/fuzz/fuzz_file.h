@@ -7,14 +7,17 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 namespace autotune::fuzz {
 
-// A directory of this process's own under $TMPDIR (or /tmp). A fuzzer ends
-// by being killed, so it cannot remove it: .ci/fuzz.sh gives each target a
-// TMPDIR of its own and removes that.
+// A directory of this process's own under $TMPDIR (or /tmp), removed when
+// the process exits normally (a replay over the regressions, ctest's
+// fuzz_*_replay). A fuzzer may end by being killed, which removes nothing:
+// .ci/fuzz.sh gives each target a TMPDIR of its own and removes that.
 inline const std::string& FuzzDirectory() {
   static const std::string* dir = [] {
     const char* base = std::getenv("TMPDIR");
@@ -23,6 +26,14 @@ inline const std::string& FuzzDirectory() {
     if (mkdtemp(pattern.data()) == nullptr) std::abort();
     return new std::string(pattern);
   }();
+  static const bool removed_at_exit = [] {
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(*dir, ignored);
+    });
+    return true;
+  }();
+  (void)removed_at_exit;
   return *dir;
 }
 
