@@ -1,7 +1,5 @@
 #include "service/lookup/cubin_cache.h"
 
-#include <sqlite3.h>
-
 #include <atomic>
 #include <string>
 #include <thread>
@@ -34,15 +32,7 @@ class CubinCacheTest : public ::testing::Test {
     ASSERT_EQ(shas_.size(), 4u);
   }
 
-  void CorruptEveryBinary() {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  void CorruptEveryBinary() { ASSERT_OK(testing::CorruptEveryStoredBinary(dir_.File("cache.db"))); }
 
   testing::TempDir dir_;
   std::unique_ptr<cache::Store> store_;

@@ -1,6 +1,5 @@
 #include "service/lookup/lookup_resolver.h"
 
-#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -164,15 +163,7 @@ class LookupResolverStoreTest : public ::testing::Test {
   }
 
   // Every stored cubin's bytes replaced behind the store's back.
-  void CorruptEveryBinary() {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(dir_.File("cache.db").c_str(), &db), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  void CorruptEveryBinary() { ASSERT_OK(testing::CorruptEveryStoredBinary(dir_.File("cache.db"))); }
 
   testing::TempDir dir_;
   std::unique_ptr<cache::Store> store_;

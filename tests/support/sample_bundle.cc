@@ -1,5 +1,7 @@
 #include "tests/support/sample_bundle.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
 #include <iterator>
 #include <set>
@@ -337,6 +339,23 @@ absl::StatusOr<v1::CacheBundle> MakeSyntheticBundle(int64_t entries, int64_t cub
     options.entries.push_back(std::move(e));
   }
   return MakeSampleBundle(options);
+}
+
+absl::Status CorruptEveryStoredBinary(const std::string& db_path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open(db_path.c_str(), &db);
+  if (rc == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 5000);
+    rc = sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr, nullptr,
+                      nullptr);
+  }
+  const std::string error = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+  sqlite3_close(db);
+  if (rc != SQLITE_OK) {
+    return absl::InternalError(
+        absl::StrCat("cannot damage the binaries of ", db_path, ": ", error));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace autotune::testing

@@ -97,6 +97,11 @@ std::vector<SampleEntry> QuickstartEntries();
 // `cubin_bytes` bytes: for benchmarks of import, lookup and export.
 absl::StatusOr<v1::CacheBundle> MakeSyntheticBundle(int64_t entries, int64_t cubin_bytes);
 
+// Replaces the bytes of every cubin stored in the SQLite file `db_path`
+// with random ones of the same length, behind the store's back: what a
+// damaged disk does. INTERNAL naming SQLite's error when it cannot.
+absl::Status CorruptEveryStoredBinary(const std::string& db_path);
+
 }  // namespace autotune::testing
 
 #endif  // AUTOTUNE_TESTS_SAMPLE_BUNDLE_H_
