@@ -26,6 +26,14 @@ using SharedBytes = std::shared_ptr<const absl::string_view>;
 // `bytes`, moved into the result.
 SharedBytes ShareBytes(std::string bytes);
 
+// Where each cubin starts in a block that holds several (a received batch,
+// a local cache's pack): at a multiple of kCubinAlignment, so that an image
+// the driver loads is aligned as a file read into memory would be.
+inline constexpr size_t kCubinAlignment = 256;
+inline size_t AlignCubinOffset(size_t offset) {
+  return (offset + kCubinAlignment - 1) / kCubinAlignment * kCubinAlignment;
+}
+
 // A block of anonymous memory for tens of MB received at once, advised to
 // the kernel for transparent huge pages (MADV_HUGEPAGE) and aligned to
 // them. Where the kernel grants them, touching 16 MB takes 8 page faults

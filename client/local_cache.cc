@@ -35,12 +35,8 @@ namespace {
 
 constexpr absl::string_view kSealPrefix = "autotune-answer 1 ";
 constexpr absl::string_view kPackPrefix = "autotune-pack 1 ";
-// Where a pack's data and each cubin in it start: a multiple of this.
-constexpr size_t kPackAlignment = 256;
 // The pieces of a pack's data that are checked apart, on several threads.
 constexpr size_t kPackChunkBytes = 256 * 1024;
-
-size_t AlignUp(size_t n) { return (n + kPackAlignment - 1) / kPackAlignment * kPackAlignment; }
 
 // XXH3-128 of `bytes`, big-endian: the check of a pack against tearing and
 // corruption, as fast as memory can be read (SHA-256 takes 11 ms a core
@@ -312,7 +308,7 @@ absl::Status LocalCache::PutPack(absl::string_view pack_key,
     packed.set_mtime_ns(answer.stamp.mtime_ns);
     packed.set_ctime_ns(answer.stamp.ctime_ns);
   }
-  static const std::string kZeros(kPackAlignment, '\0');
+  static const std::string kZeros(kCubinAlignment, '\0');
   std::vector<absl::string_view> data;  // the pieces after the head
   uint64_t offset = 0;
   for (const auto& [sha, bytes] : cubins) {
@@ -326,8 +322,9 @@ absl::Status LocalCache::PutPack(absl::string_view pack_key,
     blob.set_offset(offset);
     blob.set_size(bytes->size());
     data.push_back(*bytes);
-    data.push_back(absl::string_view(kZeros).substr(0, AlignUp(bytes->size()) - bytes->size()));
-    offset += AlignUp(bytes->size());
+    data.push_back(
+        absl::string_view(kZeros).substr(0, AlignCubinOffset(bytes->size()) - bytes->size()));
+    offset += AlignCubinOffset(bytes->size());
   }
   index.set_chunk_bytes(kPackChunkBytes);
   for (std::string& hash : ChunkHashes(data)) index.add_chunk_xxh3_128(std::move(hash));
@@ -337,7 +334,7 @@ absl::Status LocalCache::PutPack(absl::string_view pack_key,
   absl::StatusOr<std::shared_ptr<const MappedFile>> there = MappedFile::Open(path, "local pack");
   const absl::string_view there_bytes = there.ok() ? (*there)->bytes() : "";
   const absl::string_view there_data =
-      there_bytes.substr(std::min(there_bytes.size(), AlignUp(head.size())));
+      there_bytes.substr(std::min(there_bytes.size(), AlignCubinOffset(head.size())));
   if (absl::StartsWith(there_bytes, head) && there_data.size() == offset &&
       std::equal(index.chunk_xxh3_128().begin(), index.chunk_xxh3_128().end(),
                  ChunkHashes(absl::MakeConstSpan(&there_data, 1)).begin())) {
@@ -346,7 +343,7 @@ absl::Status LocalCache::PutPack(absl::string_view pack_key,
     }
   } else {
     std::vector<absl::string_view> pieces = {
-        head, absl::string_view(kZeros).substr(0, AlignUp(head.size()) - head.size())};
+        head, absl::string_view(kZeros).substr(0, AlignCubinOffset(head.size()) - head.size())};
     pieces.insert(pieces.end(), data.begin(), data.end());
     RETURN_IF_ERROR(WriteFileAtomically(path, pieces, "local pack", 0444));
   }
@@ -399,7 +396,7 @@ absl::StatusOr<std::optional<LocalCache::Pack>> LocalCache::GetPack(
   if (index_size > bytes.size() - newline - 1) return damaged("is shorter than its index (torn)");
   const absl::string_view index_bytes = bytes.substr(newline + 1, index_size);
   const absl::string_view data =
-      bytes.substr(std::min(bytes.size(), AlignUp(newline + 1 + index_size)));
+      bytes.substr(std::min(bytes.size(), AlignCubinOffset(newline + 1 + index_size)));
 
   // The data's chunks are hashed on other threads (memory-bound: 16 MB of
   // page cache take several ms), while this one reads the index and stats

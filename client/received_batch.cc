@@ -18,12 +18,6 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 
-// Where each cubin starts in the block, as in the local cache's packs: an
-// image the driver loads is aligned as a file read into memory would be.
-constexpr size_t kCubinAlignment = 256;
-
-size_t AlignUp(size_t n) { return (n + kCubinAlignment - 1) / kCubinAlignment * kCubinAlignment; }
-
 absl::Status Malformed(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("the service's BatchLookup answer is malformed: ", what));
 }
@@ -68,7 +62,7 @@ absl::Status Walk(grpc::ByteBuffer& received, LargeBuffer* block, size_t* used,
       } else if (Delimited(entry_tag, 2)) {
         uint32_t size = 0;
         if (!in.ReadVarint32(&size)) return Malformed("a cubin is cut short");
-        const size_t at = AlignUp(*used);
+        const size_t at = AlignCubinOffset(*used);
         if (block == nullptr) {
           if (!in.Skip(static_cast<int>(size))) return Malformed("a cubin is cut short");
         } else if (at > block->size() || size > block->size() - at ||

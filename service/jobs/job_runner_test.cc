@@ -39,6 +39,7 @@
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
 #include "service/testing/worker_hold.h"
+#include "tests/support/sample_bundle.h"
 
 namespace autotune::service {
 namespace {
@@ -714,13 +715,7 @@ TEST_F(ScreenJobTest, AStoreErrorFailsTheProblemAndTheJob) {
   ASSERT_EQ(Run(compile).state(), v1::SUCCEEDED);
   // Every binary the measuring job will read from the compile cache is now
   // corrupt: GetBinary answers DATA_LOSS.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/cache.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE binaries SET cubin = randomblob(length(cubin))", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_OK(testing::CorruptEveryStoredBinary(dir_.path() + "/cache.db"));
 
   const v1::Job job = Run(Spec());
   EXPECT_EQ(job.state(), v1::FAILED);
