@@ -1,6 +1,12 @@
 #include "client/client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -24,9 +30,11 @@
 namespace autotune::client {
 namespace {
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+// The TLS files' contents, read now so that Connect reports a bad one
+// (nullopt: plaintext). Credentials are made from them with the channel.
+absl::StatusOr<std::optional<grpc::SslCredentialsOptions>> ReadTlsFiles(
     const ClientOptions& options) {
-  if (!options.tls.has_value()) return grpc::InsecureChannelCredentials();
+  if (!options.tls.has_value()) return std::nullopt;
   const TlsOptions& tls = *options.tls;
   if (tls.cert_chain_file.empty() != tls.private_key_file.empty()) {
     return absl::InvalidArgumentError(
@@ -40,7 +48,30 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(tls.cert_chain_file, "TLS client certificate"));
     ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(tls.private_key_file, "TLS private key"));
   }
-  return grpc::SslCredentials(ssl);
+  return ssl;
+}
+
+// Why nothing can answer at `address`, when it is a unix:// socket that
+// nothing listens on: the file is absent, or a connection to it is refused
+// (a socket left by a daemon that is gone). Empty when something may
+// answer, or when this cannot tell (other addresses, other errors), which
+// gRPC then finds out. One connect(); a daemon that listens sees a
+// connection closed at once, as a client that gave up would leave.
+std::string NothingListensAt(const std::string& address) {
+  absl::string_view path = address;
+  if (!absl::ConsumePrefix(&path, "unix://")) return "";
+  sockaddr_un socket_address{};
+  socket_address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(socket_address.sun_path)) return "";
+  std::copy(path.begin(), path.end(), socket_address.sun_path);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return "";
+  const int connected =
+      connect(fd, reinterpret_cast<const sockaddr*>(&socket_address), sizeof(socket_address));
+  const int error = errno;
+  close(fd);
+  if (connected == 0 || (error != ENOENT && error != ECONNREFUSED)) return "";
+  return absl::StrCat("nothing listens there (connect: ", std::strerror(error), ")");
 }
 
 }  // namespace
@@ -79,21 +110,33 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     RETURN_IF_ERROR(SocketOwnerFromEnvironment().status());
     RETURN_IF_ERROR(CheckSocketOwner(std::string(path), options.socket_owner));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, MakeCredentials(options));
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  arguments.SetUserAgentPrefix("autotune-client");
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, credentials, arguments);
-  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+  ASSIGN_OR_RETURN(std::optional<grpc::SslCredentialsOptions> ssl, ReadTlsFiles(options));
+  return std::unique_ptr<Client>(new Client(options, std::move(ssl)));
 }
 
-Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
-    : options_(std::move(options)),
-      channel_(std::move(channel)),
-      stub_(v1::Autotune::NewStub(channel_)) {}
+Client::Client(ClientOptions options, std::optional<grpc::SslCredentialsOptions> ssl)
+    : options_(std::move(options)), ssl_(std::move(ssl)) {}
 
 Client::~Client() = default;
+
+absl::StatusOr<Client::Channel*> Client::OpenChannel() {
+  absl::MutexLock lock(&mu_);
+  if (channel_ != nullptr) return channel_.get();
+  if (const std::string why = NothingListensAt(options_.address); !why.empty()) {
+    return StatusFromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE, why), options_.address);
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  arguments.SetUserAgentPrefix("autotune-client");
+  auto channel = std::make_unique<Channel>();
+  channel->channel = grpc::CreateCustomChannel(
+      options_.address,
+      ssl_.has_value() ? grpc::SslCredentials(*ssl_) : grpc::InsecureChannelCredentials(),
+      arguments);
+  channel->stub = v1::Autotune::NewStub(channel->channel);
+  channel_ = std::move(channel);
+  return channel_.get();
+}
 
 void Client::PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const {
   if (timeout != absl::InfiniteDuration()) {
@@ -106,10 +149,11 @@ template <typename Request, typename Response>
 absl::StatusOr<Response> Client::Unary(
     grpc::Status (v1::Autotune::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
   grpc::ClientContext context;
   PrepareContext(context, timeout > absl::ZeroDuration() ? timeout : options_.timeout);
   Response response;
-  const grpc::Status status = ((*stub_).*method)(&context, request, &response);
+  const grpc::Status status = ((*channel->stub).*method)(&context, request, &response);
   if (!status.ok()) return StatusFromGrpc(status, options_.address);
   return response;
 }
@@ -134,7 +178,8 @@ absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLooku
 
 absl::StatusOr<ReceivedBatch> Client::BatchLookupReceivingCubins(
     const v1::BatchLookupRequest& request, absl::Duration timeout) {
-  grpc::TemplatedGenericStub<v1::BatchLookupRequest, grpc::ByteBuffer> stub(channel_);
+  ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
+  grpc::TemplatedGenericStub<v1::BatchLookupRequest, grpc::ByteBuffer> stub(channel->channel);
   grpc::ClientContext context;
   PrepareContext(context, timeout > absl::ZeroDuration() ? timeout : options_.timeout);
   grpc::CompletionQueue queue;
@@ -217,9 +262,11 @@ absl::StatusOr<v1::GarbageCollectResponse> Client::GarbageCollect(
 
 absl::StatusOr<v1::Job> Client::SubmitJob(const v1::SubmitJobRequest& request,
                                           const ProgressCallback& on_progress) {
+  ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
   grpc::ClientContext context;
   PrepareContext(context, options_.job_timeout);
-  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader = stub_->SubmitJob(&context, request);
+  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader =
+      channel->stub->SubmitJob(&context, request);
   v1::JobProgress progress;
   std::optional<v1::Job> job;
   while (reader->Read(&progress)) {
@@ -235,9 +282,11 @@ absl::StatusOr<v1::Job> Client::SubmitJob(const v1::SubmitJobRequest& request,
 }
 
 absl::StatusOr<v1::CacheBundle> Client::Export(const v1::ExportRequest& request) {
+  ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
   grpc::ClientContext context;
   PrepareContext(context, options_.transfer_timeout);
-  std::unique_ptr<grpc::ClientReader<v1::ExportResponse>> reader = stub_->Export(&context, request);
+  std::unique_ptr<grpc::ClientReader<v1::ExportResponse>> reader =
+      channel->stub->Export(&context, request);
   v1::CacheBundle bundle;
   v1::ExportResponse response;
   while (reader->Read(&response)) bundle.MergeFrom(response.part());
@@ -253,11 +302,12 @@ absl::StatusOr<v1::BackupResponse> Client::Backup(const v1::BackupRequest& reque
 
 absl::StatusOr<v1::ImportResponse> Client::Import(const v1::CacheBundle& bundle, bool replace,
                                                   bool keep_better) {
+  ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
   grpc::ClientContext context;
   PrepareContext(context, options_.transfer_timeout);
   v1::ImportResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::ImportRequest>> writer =
-      stub_->Import(&context, &response);
+      channel->stub->Import(&context, &response);
   for (v1::CacheBundle& part : SplitBundle(bundle)) {
     v1::ImportRequest request;
     *request.mutable_part() = std::move(part);

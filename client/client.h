@@ -33,8 +33,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/received_batch.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/autotune.pb.h"
 
@@ -88,8 +90,13 @@ class Client {
   // Called once per progress message of a job, on the caller's thread.
   using ProgressCallback = std::function<void(const v1::JobProgress&)>;
 
-  // Checks the options and reads the TLS files. Does not dial: the first
-  // call connects, and an unreachable daemon is reported by that call.
+  // Checks the options and reads the TLS files. Starts nothing of gRPC:
+  // the first call that may be answered makes the channel and connects, and
+  // an unreachable daemon is reported by that call. While the address is a
+  // unix:// socket that nothing listens on (no such file, or the connection
+  // refused: the daemon is down), calls fail UNAVAILABLE at once without
+  // starting gRPC, whose start costs a new process several ms and threads;
+  // each such call looks again, so a daemon that comes up is found.
   // INVALID_ARGUMENT for bad options, NOT_FOUND / PERMISSION_DENIED naming an
   // unreadable TLS file.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
@@ -165,7 +172,18 @@ class Client {
                                             bool keep_better = false);
 
  private:
-  Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+  // gRPC's part, made once by the first call that may be answered.
+  struct Channel {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Autotune::Stub> stub;
+  };
+
+  // `ssl`: the TLS files' contents (nullopt: plaintext).
+  Client(ClientOptions options, std::optional<grpc::SslCredentialsOptions> ssl);
+
+  // The channel (made on the first call); UNAVAILABLE, starting nothing,
+  // while the address is a unix:// socket nothing listens on.
+  absl::StatusOr<Channel*> OpenChannel();
 
   // Deadline and metadata of one call.
   void PrepareContext(grpc::ClientContext& context, absl::Duration timeout) const;
@@ -176,8 +194,10 @@ class Client {
       const Request& request, absl::Duration timeout = absl::ZeroDuration());
 
   const ClientOptions options_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<v1::Autotune::Stub> stub_;
+  const std::optional<grpc::SslCredentialsOptions> ssl_;
+  absl::Mutex mu_;
+  // Never replaced once made.
+  std::unique_ptr<Channel> channel_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autotune::client

@@ -1,5 +1,10 @@
 #include "client/client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -9,11 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "client/bundle.h"
 #include "client/grpc_status.h"
 #include "client/testing/fake_autotune_server.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "grpc/grpc.h"
 #include "gtest/gtest.h"
 
 namespace autotune::client {
@@ -21,6 +28,7 @@ namespace {
 
 using ::autotune::client::testing::FakeAutotuneServer;
 using ::autotune::testing::StatusIs;
+using ::autotune::testing::TempDir;
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -109,6 +117,54 @@ TEST(ClientTest, UnreachableDaemonIsUnavailableNamingTheAddress) {
                        AllOf(HasSubstr("cannot reach autotuned at "
                                        "unix:///nonexistent-autotune-dir/autotune.sock"),
                              HasSubstr("is the daemon running?"))));
+}
+
+TEST(ClientTest, ADaemonThatIsDownIsFoundWithoutStartingGrpc) {
+  const bool started_before = grpc_is_initialized() != 0;
+  TempDir dir;
+  const std::string path = dir.File("autotune.sock");
+  ClientOptions options;
+  options.address = absl::StrCat("unix://", path);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_THAT(
+      client->Stats(v1::StatsRequest()),
+      StatusIs(absl::StatusCode::kUnavailable,
+               AllOf(HasSubstr(absl::StrCat("cannot reach autotuned at unix://", path)),
+                     HasSubstr("nothing listens there (connect: No such file or directory)"),
+                     HasSubstr("is the daemon running?"))));
+  // A socket left by a daemon that is gone: bound, nobody listening.
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::copy(path.begin(), path.end(), address.sun_path);
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  close(fd);
+  EXPECT_THAT(client->BatchLookup(v1::BatchLookupRequest()),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("nothing listens there (connect: Connection refused)")));
+  EXPECT_THAT(client->BatchLookupReceivingCubins(v1::BatchLookupRequest(), absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("Connection refused")));
+  EXPECT_THAT(client->Export(v1::ExportRequest()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("Connection refused")));
+  if (!started_before) {
+    EXPECT_EQ(grpc_is_initialized(), 0);
+  }
+}
+
+TEST(ClientTest, ADaemonThatComesUpLaterIsFoundByTheSameClient) {
+  TempDir dir;
+  const std::string path = dir.File("autotune.sock");
+  ClientOptions options;
+  options.address = absl::StrCat("unix://", path);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_THAT(client->Stats(v1::StatsRequest()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("nothing listens there")));
+  FakeAutotuneServer server;
+  ASSERT_OK(server.Start(path));
+  server.answers().stats.set_entries(7);
+  ASSERT_OK_AND_ASSIGN(v1::StatsResponse stats, client->Stats(v1::StatsRequest()));
+  EXPECT_EQ(stats.entries(), 7);
 }
 
 class ClientWithServerTest : public ::testing::Test {

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -444,12 +446,25 @@ absl::StatusOr<std::optional<LocalCache::Pack>> LocalCache::GetPack(
   }
   Pack pack;
   pack.answers.resize(static_cast<size_t>(index.answers_size()));
+  // Each answer's file is looked up in its folder, not by its whole path
+  // (one walk of the directory's path, not one per answer). When the folder
+  // cannot be opened, no file is found: every answer counts as changed.
+  const int answers_dir =
+      open(absl::StrCat(directory_, "/answers").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  absl::Cleanup close_answers_dir = [answers_dir] {
+    if (answers_dir >= 0) close(answers_dir);
+  };
+  constexpr absl::string_view kAnswerSuffix = ".answer";
+  char name[64 + kAnswerSuffix.size() + 1];
   for (int i = 0; i < index.answers_size(); ++i) {
     v1::LocalPack::Answer& answer = *index.mutable_answers(i);
     if (answer.key().empty()) continue;  // no answer for this lookup
     if (!IsHexSha256(answer.key())) return damaged("has an answer with no valid key");
+    std::memcpy(name, answer.key().data(), 64);
+    std::memcpy(name + 64, kAnswerSuffix.data(), kAnswerSuffix.size());
+    name[sizeof(name) - 1] = '\0';
     struct stat info;
-    if (stat(AnswerPathOfKey(answer.key()).c_str(), &info) == 0 &&
+    if (fstatat(answers_dir, name, &info, 0) == 0 &&
         StampOf(info) == FileStamp{.inode = answer.inode(),
                                    .size = answer.size(),
                                    .mtime_ns = answer.mtime_ns(),

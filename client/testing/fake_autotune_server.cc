@@ -137,13 +137,16 @@ FakeAutotuneServer::~FakeAutotuneServer() {
   if (!directory_.empty()) rmdir(directory_.c_str());
 }
 
-absl::Status FakeAutotuneServer::Start() {
-  char directory[] = "/tmp/autotune-client-test-XXXXXX";
-  if (mkdtemp(directory) == nullptr) {
-    return PosixError("mkdtemp", errno);
+absl::Status FakeAutotuneServer::Start(std::string socket_path) {
+  if (socket_path.empty()) {
+    char directory[] = "/tmp/autotune-client-test-XXXXXX";
+    if (mkdtemp(directory) == nullptr) {
+      return PosixError("mkdtemp", errno);
+    }
+    directory_ = directory;
+    socket_path = absl::StrCat(directory_, "/autotune.sock");
   }
-  directory_ = directory;
-  socket_path_ = absl::StrCat(directory_, "/autotune.sock");
+  socket_path_ = std::move(socket_path);
   address_ = absl::StrCat("unix://", socket_path_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address_, grpc::InsecureServerCredentials());

@@ -61,9 +61,10 @@ class FakeAutotuneServer {
   FakeAutotuneServer();
   ~FakeAutotuneServer();
 
-  // Listens on unix://<temp dir>/autotune.sock. The server accepts messages
-  // up to 64 MiB, so that a part holding one large binary gets through.
-  absl::Status Start();
+  // Listens on unix://<socket_path>, by default <a temp dir>/autotune.sock.
+  // The server accepts messages up to 64 MiB, so that a part holding one
+  // large binary gets through.
+  absl::Status Start(std::string socket_path = "");
   const std::string& address() const { return address_; }
 
   // Set answers before the calls that use them.
