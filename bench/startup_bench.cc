@@ -69,6 +69,8 @@ struct Options {
   // daemon's address and the local cache; it prints "<ms> <faults>".
   std::string one_start_address;
   std::string one_start_local;
+  // Where the child's answers must come from.
+  client::AnswerSource one_start_source = client::AnswerSource::kService;
   int64_t entries = 1000;
   int64_t cubin_bytes = 16384;
   int rounds = 10;
@@ -159,10 +161,7 @@ int OneStart(const Options& options) {
   double faulted = 0;
   std::vector<client::StartupAnswer> answers = StartUp(options, requests, options.one_start_address,
                                                        options.one_start_local, &took, &faulted);
-  const bool down = absl::StrContains(options.one_start_address, "no-daemon");
-  if (absl::Status ok = Check(
-          answers, true, down ? client::AnswerSource::kLocalCache : client::AnswerSource::kService);
-      !ok.ok()) {
+  if (absl::Status ok = Check(answers, true, options.one_start_source); !ok.ok()) {
     std::cerr << ok << "\n";
     return 1;
   }
@@ -224,11 +223,12 @@ int Run(const Options& options) {
   };
   // One start in a process of its own (this program again, --one-start).
   const auto start_in_new_process = [&](const std::string& at, const std::string& local,
-                                        const std::string& path) {
+                                        client::AnswerSource source, const std::string& path) {
     std::vector<std::string> argv = {"/proc/self/exe",
                                      "--one-start",
                                      at,
                                      local,
+                                     source == client::AnswerSource::kService ? "service" : "local",
                                      "--entries",
                                      absl::StrCat(options.entries),
                                      "--cubin-bytes",
@@ -364,9 +364,12 @@ int Run(const Options& options) {
   // a server.
   for (int round = 0; round < options.rounds; ++round) {
     const std::string fresh = dir.File(absl::StrCat("fresh", round));
-    absl::Status ok = start_in_new_process(address, fresh, "service, new process");
+    absl::Status ok = start_in_new_process(address, fresh, client::AnswerSource::kService,
+                                           "service, new process");
     std::filesystem::remove_all(fresh);
-    if (ok.ok()) ok = start_in_new_process(gone, warm, "local, down, new process");
+    if (ok.ok())
+      ok = start_in_new_process(gone, warm, client::AnswerSource::kLocalCache,
+                                "local, down, new process");
     if (!ok.ok()) {
       std::cerr << "round " << round << ": " << ok << "\n";
       return 1;
@@ -435,8 +438,9 @@ int main(int argc, char** argv) {
   app.add_flag("--require-goals", options.require_goals, "exit 3 when a goal is missed");
   std::vector<std::string> one_start;
   app.add_option("--one-start", one_start,
-                 "(internal) one start in this process against ADDRESS with the local cache DIR")
-      ->expected(2)
+                 "(internal) one start in this process against ADDRESS with the local cache DIR, "
+                 "its answers all from SOURCE (service or local)")
+      ->expected(3)
       ->group("");
   try {
     app.parse(argc, argv);
@@ -447,6 +451,13 @@ int main(int argc, char** argv) {
   if (!one_start.empty()) {
     options.one_start_address = one_start[0];
     options.one_start_local = one_start[1];
+    if (one_start[2] != "service" && one_start[2] != "local") {
+      std::cerr << "--one-start: SOURCE is service or local, not " << one_start[2] << "\n";
+      return 2;
+    }
+    options.one_start_source = one_start[2] == "service"
+                                   ? autotune::client::AnswerSource::kService
+                                   : autotune::client::AnswerSource::kLocalCache;
     return autotune::OneStart(options);
   }
   return autotune::Run(options);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -20,7 +21,7 @@
 #include "base/token.h"
 #include "client/bundle.h"
 #include "client/grpc_status.h"
-#include "client/received_batch.h"
+#include "client/received_binaries.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -176,30 +177,94 @@ absl::StatusOr<v1::BatchLookupResponse> Client::BatchLookup(const v1::BatchLooku
   return Unary(&v1::Autotune::Stub::BatchLookup, request, timeout);
 }
 
-absl::StatusOr<ReceivedBatch> Client::BatchLookupReceivingCubins(
-    const v1::BatchLookupRequest& request, absl::Duration timeout) {
+absl::StatusOr<ReceivedBinaries> Client::GetBinariesReceivingCubins(
+    const std::vector<std::string>& sha256s, absl::Duration timeout) {
+  ReceivedBinaries received;
+  if (sha256s.empty()) return received;
   ASSIGN_OR_RETURN(Channel * channel, OpenChannel());
-  grpc::TemplatedGenericStub<v1::BatchLookupRequest, grpc::ByteBuffer> stub(channel->channel);
-  grpc::ClientContext context;
-  PrepareContext(context, timeout > absl::ZeroDuration() ? timeout : options_.timeout);
+  const absl::Time deadline =
+      absl::Now() + (timeout > absl::ZeroDuration() ? timeout : options_.timeout);
+  constexpr size_t kPerCall = kBinariesPerCall;
+  const size_t calls = (sha256s.size() + kPerCall - 1) / kPerCall;
+  // Call i asks for sha256s[first(i), first(i + 1)).
+  const auto first = [&](size_t i) { return std::min(sha256s.size(), i * kPerCall); };
+  const auto fail = [&](size_t i, const absl::Status& status) {
+    for (size_t k = first(i); k < first(i + 1); ++k) received.failed.emplace(sha256s[k], status);
+  };
+  // The blocks are sized for all the cubins at the first answer's size
+  // per cubin, with a quarter more, as address space (base/shared_bytes.h:
+  // what is not written is not backed); when one fills, another follows.
+  constexpr size_t kMinBlockBytes = size_t{4} << 20;
+  constexpr size_t kMaxBlockBytes = size_t{1} << 30;
+  std::optional<CubinBlocks> blocks;
+  grpc::TemplatedGenericStub<v1::GetBinariesRequest, grpc::ByteBuffer> stub(channel->channel);
+  const std::string method = absl::StrCat("/", v1::Autotune::service_full_name(), "/GetBinaries");
   grpc::CompletionQueue queue;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call = stub.PrepareUnaryCall(
-      &context, absl::StrCat("/", v1::Autotune::service_full_name(), "/BatchLookup"), request,
-      &queue);
-  call->StartCall();
-  grpc::ByteBuffer received;
-  grpc::Status status;
-  call->Finish(&received, &status, &received);
-  void* tag = nullptr;
-  bool ok = false;
-  // The call's one event: it ends by itself at its deadline at the latest.
-  const bool got = queue.Next(&tag, &ok);
-  queue.Shutdown();
-  for (void* drained; queue.Next(&drained, &ok);) {
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer answer;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> in_flight(calls);
+  size_t started = 0;
+  size_t ended = 0;
+  const auto start = [&] {
+    const size_t i = started++;
+    v1::GetBinariesRequest request;
+    for (size_t k = first(i); k < first(i + 1); ++k) request.add_sha256(sha256s[k]);
+    auto call = std::make_unique<Call>();
+    PrepareContext(call->context, std::max(absl::Milliseconds(1), deadline - absl::Now()));
+    call->reader = stub.PrepareUnaryCall(&call->context, method, request, &queue);
+    call->reader->StartCall();
+    call->reader->Finish(&call->answer, &call->status, reinterpret_cast<void*>(i + 1));
+    in_flight[i] = std::move(call);
+  };
+  while (started < calls && started < static_cast<size_t>(kBinaryCallsInFlight)) start();
+  // Set when asking further is of no use: the deadline has passed, or the
+  // service cannot be reached.
+  absl::Status stopped;
+  while (ended < started) {
+    void* tag = nullptr;
+    bool ok = false;
+    // Every call ends by itself at the deadline at the latest.
+    if (!queue.Next(&tag, &ok)) break;
+    ++ended;
+    const size_t i = reinterpret_cast<size_t>(tag) - 1;
+    std::unique_ptr<Call> call = std::move(in_flight[i]);
+    if (!stopped.ok()) {
+      fail(i, stopped);
+    } else if (!call->status.ok()) {
+      const absl::Status status = StatusFromGrpc(call->status, options_.address);
+      fail(i, status);
+      if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) stopped = status;
+    } else {
+      if (!blocks.has_value()) {
+        const size_t per_cubin = call->answer.Length() / (first(i + 1) - first(i));
+        blocks.emplace(
+            std::clamp(per_cubin * sha256s.size() / 4 * 5, kMinBlockBytes, kMaxBlockBytes));
+      }
+      if (absl::Status parsed = ParseGetBinariesResponse(call->answer, *blocks, &received);
+          !parsed.ok()) {
+        fail(i, parsed);
+      }
+    }
+    call.reset();  // gRPC's copy of the answer goes now
+    if (stopped.ok() && started < calls) {
+      start();
+    } else if (!stopped.ok()) {
+      for (std::unique_ptr<Call>& other : in_flight) {
+        if (other != nullptr) other->context.TryCancel();
+      }
+    }
   }
-  if (!got || tag != &received) return absl::InternalError("the BatchLookup call never ended");
-  if (!status.ok()) return StatusFromGrpc(status, options_.address);
-  return ParseBatchLookupResponse(received);
+  queue.Shutdown();
+  bool drained_ok = false;
+  for (void* drained; queue.Next(&drained, &drained_ok);) {
+  }
+  if (ended < started) return absl::InternalError("a GetBinaries call never ended");
+  for (size_t i = started; i < calls; ++i) fail(i, stopped);
+  return received;
 }
 
 absl::StatusOr<v1::RequestTuningResponse> Client::RequestTuning(

@@ -31,11 +31,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/received_batch.h"
+#include "client/received_binaries.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/autotune.grpc.pb.h"
 #include "proto/autotune.pb.h"
@@ -49,6 +50,11 @@ struct TlsOptions {
   std::string cert_chain_file;
   std::string private_key_file;
 };
+
+// GetBinariesReceivingCubins: digests asked per call (about a MB of cubins
+// of 16 KB) and calls at once.
+inline constexpr int kBinariesPerCall = 64;
+inline constexpr int kBinaryCallsInFlight = 2;
 
 // The least deadline of RegisterKernel, which compiles on the daemon.
 inline constexpr absl::Duration kRegisterKernelTimeout = absl::Minutes(5);
@@ -111,22 +117,27 @@ class Client {
   // One answer per lookup, in order; a per-item error does not fail the call.
   absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request);
   // The same with its own deadline instead of options.timeout.
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
+                                                      absl::Duration timeout);
   // Stored cubins by sha256 (GetBinariesRequest); the caller checks each
   // against its digest.
   absl::StatusOr<v1::GetBinariesResponse> GetBinaries(const v1::GetBinariesRequest& request,
                                                       absl::Duration timeout);
-  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request,
-                                                      absl::Duration timeout);
-  // A BatchLookup whose cubins (request.include_cubin) are received into
-  // one block of memory (base/shared_bytes.h, LargeBuffer) rather than a
-  // string each: a start-up's tens of MB then take a few page faults, not
-  // thousands. `response` is BatchLookup's but for its binaries, which are
-  // in `binaries` by sha256, each a view into the block that keeps it
-  // alive (client/received_batch.h). Unchecked: the caller checks each
-  // against its digest. A response that is not a BatchLookupResponse is
-  // DATA_LOSS.
-  absl::StatusOr<ReceivedBatch> BatchLookupReceivingCubins(const v1::BatchLookupRequest& request,
-                                                           absl::Duration timeout);
+  // GetBinaries for `sha256s`, asked kBinariesPerCall at a time with up to
+  // kBinaryCallsInFlight calls at once, all within `timeout`. The answers'
+  // cubins are received into shared blocks of memory
+  // (client/received_binaries.h) rather than a string each, and gRPC holds
+  // the bytes of the calls in flight only: a start-up's tens of MB of
+  // cubins then touch a few MB of new memory, not all of it, which on a
+  // virtual machine is most of their cost. Unchecked: the caller checks
+  // each cubin against its digest. A call that fails (a damaged cubin on
+  // the daemon is DATA_LOSS; an answer that is not a GetBinariesResponse
+  // too) puts its digests in `failed` with its status, and the others go
+  // on; once one is UNAVAILABLE or past the deadline, the calls in flight
+  // are cancelled and every digest not received is `failed` with that
+  // status. An error only when no call can be made (UNAVAILABLE).
+  absl::StatusOr<ReceivedBinaries> GetBinariesReceivingCubins(
+      const std::vector<std::string>& sha256s, absl::Duration timeout);
 
   // Tune-on-miss: asks the daemon to queue the problems of lookups that
   // missed (service/lookup/tune_on_miss.h says what each result means).

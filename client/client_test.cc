@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -143,7 +144,7 @@ TEST(ClientTest, ADaemonThatIsDownIsFoundWithoutStartingGrpc) {
   EXPECT_THAT(client->BatchLookup(v1::BatchLookupRequest()),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("nothing listens there (connect: Connection refused)")));
-  EXPECT_THAT(client->BatchLookupReceivingCubins(v1::BatchLookupRequest(), absl::Seconds(5)),
+  EXPECT_THAT(client->GetBinariesReceivingCubins({std::string(64, 'a')}, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("Connection refused")));
   EXPECT_THAT(client->Export(v1::ExportRequest()),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("Connection refused")));
@@ -218,6 +219,75 @@ TEST_F(ClientWithServerTest, ReceivesAnswersLargerThanGrpcsDefaultLimit) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> limited, Client::Connect(small));
   EXPECT_THAT(limited->BatchLookup(v1::BatchLookupRequest()),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("message larger")));
+}
+
+TEST_F(ClientWithServerTest, BinariesComeInCallsOfBoundedSizeIntoSharedBlocks) {
+  // Three calls' worth of digests, one of them asked twice, one not stored.
+  std::vector<std::string> shas;
+  for (int i = 0; i < 2 * kBinariesPerCall + 5; ++i) {
+    const std::string sha = absl::StrCat(std::string(60, 'f'), absl::Dec(i, absl::kZeroPad4));
+    shas.push_back(sha);
+    if (i != 7) server_.answers().binaries[sha] = std::string(5000 + i, static_cast<char>(i));
+  }
+  ASSERT_OK_AND_ASSIGN(ReceivedBinaries received,
+                       client_->GetBinariesReceivingCubins(shas, absl::Seconds(30)));
+  const std::vector<v1::GetBinariesRequest> calls = server_.calls().get_binaries;
+  ASSERT_EQ(calls.size(), 3u);
+  size_t asked = 0;
+  for (const v1::GetBinariesRequest& call : calls) {
+    EXPECT_LE(call.sha256_size(), kBinariesPerCall);
+    asked += static_cast<size_t>(call.sha256_size());
+  }
+  EXPECT_EQ(asked, shas.size());
+  ASSERT_EQ(received.binaries.size(), shas.size() - 1);
+  for (int i = 0; i < static_cast<int>(shas.size()); ++i) {
+    if (i == 7) continue;
+    ASSERT_TRUE(received.binaries.contains(shas[i])) << i;
+    EXPECT_EQ(*received.binaries.at(shas[i]), std::string(5000 + i, static_cast<char>(i)));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(received.binaries.at(shas[i])->data()) % 256, 0u);
+  }
+  EXPECT_THAT(received.missing, ElementsAre(shas[7]));
+}
+
+TEST_F(ClientWithServerTest, AFailedBinariesCallFailsItsOwnDigestsAndTheOthersGoOn) {
+  std::vector<std::string> shas;
+  for (int i = 0; i < 4 * kBinariesPerCall; ++i) {
+    shas.push_back(absl::StrCat(std::string(60, 'e'), absl::Dec(i, absl::kZeroPad4)));
+    server_.answers().binaries[shas.back()] = "cubin";
+  }
+  server_.answers().get_binaries_answered = 1;  // then DATA_LOSS
+  ASSERT_OK_AND_ASSIGN(ReceivedBinaries received,
+                       client_->GetBinariesReceivingCubins(shas, absl::Seconds(30)));
+  EXPECT_EQ(server_.calls().get_binaries.size(), 4u);
+  EXPECT_EQ(received.binaries.size(), static_cast<size_t>(kBinariesPerCall));
+  ASSERT_EQ(received.failed.size(), static_cast<size_t>(3 * kBinariesPerCall));
+  for (const auto& [sha, status] : received.failed) {
+    EXPECT_FALSE(received.binaries.contains(sha));
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("binary is corrupt")));
+  }
+  ASSERT_OK_AND_ASSIGN(ReceivedBinaries none,
+                       client_->GetBinariesReceivingCubins({}, absl::Seconds(1)));
+  EXPECT_TRUE(none.binaries.empty());
+}
+
+TEST_F(ClientWithServerTest, AnUnreachableServiceStopsTheBinariesCalls) {
+  std::vector<std::string> shas;
+  for (int i = 0; i < 10 * kBinariesPerCall; ++i) {
+    shas.push_back(absl::StrCat(std::string(60, 'd'), absl::Dec(i, absl::kZeroPad4)));
+    server_.answers().binaries[shas.back()] = "cubin";
+  }
+  server_.answers().get_binaries_answered = 0;
+  server_.answers().get_binaries_failure =
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+  ASSERT_OK_AND_ASSIGN(ReceivedBinaries received,
+                       client_->GetBinariesReceivingCubins(shas, absl::Seconds(30)));
+  // No call starts after the first that failed: at most the two in flight.
+  EXPECT_LE(server_.calls().get_binaries.size(), static_cast<size_t>(kBinaryCallsInFlight));
+  EXPECT_TRUE(received.binaries.empty());
+  ASSERT_EQ(received.failed.size(), shas.size());
+  for (const auto& [sha, status] : received.failed) {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("going away")));
+  }
 }
 
 TEST_F(ClientWithServerTest, ImportStreamsTheBundleInPartsOfAtMostTwoMegabytes) {

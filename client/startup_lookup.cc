@@ -139,9 +139,8 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
   if (local_) {
     pack_key = LocalCache::PackKey(batch.lookups());
     // A first start on this host (most answers not kept here, judged on
-    // up to 16 of them): the cubins come with the answers, in one call.
-    // Otherwise the answers alone, and the cubins the local cache lacks by
-    // their sha256 (GetBinaries).
+    // up to 16 of them): every cubin is fetched, without looking for it in
+    // the local cache first. Otherwise only those the local cache lacks.
     const size_t step = std::max<size_t>(1, answers.size() / 16);
     for (size_t i = 0; i < answers.size(); i += step, ++sampled) {
       struct stat info;
@@ -149,25 +148,10 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
       if (stat(path.c_str(), &info) == 0) ++kept_locally;
     }
   }
-  const bool cubins_now = options_.cubins && 2 * kept_locally < sampled;
-  batch.set_include_cubin(cubins_now);
+  const bool first_start = 2 * kept_locally < sampled;
   batch.set_include_recipe(options_.recipes);
 
-  absl::StatusOr<v1::BatchLookupResponse> answered;
-  // The cubins sent with the answers, by sha256, not yet checked.
-  std::map<std::string, SharedBytes> sent;
-  if (cubins_now) {
-    absl::StatusOr<ReceivedBatch> received =
-        client_->BatchLookupReceivingCubins(batch, options_.deadline);
-    if (received.ok()) {
-      answered = std::move(received->response);
-      sent = std::move(received->binaries);
-    } else {
-      answered = received.status();
-    }
-  } else {
-    answered = client_->BatchLookup(batch, options_.deadline);
-  }
+  absl::StatusOr<v1::BatchLookupResponse> answered = client_->BatchLookup(batch, options_.deadline);
   if (answered.ok() && answered->results_size() != batch.lookups_size()) {
     answered = absl::InternalError(absl::StrCat("the service answered ", answered->results_size(),
                                                 " of ", batch.lookups_size(), " lookups"));
@@ -180,16 +164,6 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
     std::optional<LocalCache::Pack> pack = ReadPack(pack_key, pack_note);
     FromLocalCache(answered.status(), pack ? &*pack : nullptr, pack_note, answers);
     return answers;
-  }
-  // Each cubin sent checked once (null: refused), then shared by its
-  // answers.
-  {
-    std::vector<std::pair<const std::string*, SharedBytes*>> checks;
-    for (auto& [sha, cubin] : sent) checks.emplace_back(&sha, &cubin);
-    ParallelFor(checks.size(), [&](size_t i) {
-      SharedBytes& cubin = *checks[i].second;
-      if (cubin != nullptr && Sha256Hex(*cubin) != *checks[i].first) cubin = nullptr;
-    });
   }
   // The recipes' sources, each checked once and shared by its answers.
   std::map<std::string, std::shared_ptr<const std::string>> sources;
@@ -218,25 +192,13 @@ std::vector<StartupAnswer> StartupLookup::LookupAll(
         AddNote(answer, "the service sent no valid source for its recipe");
       }
     }
-    if (cubins_now && HasBinary(answer.response)) {
-      const std::string& sha = answer.response.entry().binary_sha256();
-      auto it = sent.find(sha);
-      if (it == sent.end()) {
-        AddNote(answer, "the service sent no cubin for it");
-      } else if (it->second == nullptr) {
-        AddNote(answer,
-                absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
-      } else {
-        answer.cubin = it->second;
-        fetched[i] = true;
-      }
-    }
   }
-  if (options_.cubins && !cubins_now) {
+  if (options_.cubins) {
     // A damaged pack only costs time: its cubins are read file by file.
     std::string ignored;
-    std::optional<LocalCache::Pack> pack = ReadPack(pack_key, ignored);
-    AttachCubins(deadline, pack ? &*pack : nullptr, answers, fetched);
+    std::optional<LocalCache::Pack> pack;
+    if (!first_start) pack = ReadPack(pack_key, ignored);
+    AttachCubins(deadline, pack ? &*pack : nullptr, !first_start, answers, fetched);
   }
   if (options_.tune_on_miss) RequestTuning(deadline, answers);
   KeepInBackground(answers, fetched, pack_key);
@@ -329,7 +291,7 @@ void StartupLookup::KeepInBackground(const std::vector<StartupAnswer>& answers,
       });
 }
 
-void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pack,
+void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pack, bool read_local,
                                  std::vector<StartupAnswer>& answers, std::vector<bool>& fetched) {
   std::vector<std::string> wanted;
   for (const StartupAnswer& answer : answers) {
@@ -338,13 +300,15 @@ void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pa
     }
   }
   std::map<std::string, absl::StatusOr<SharedBytes>> local;
-  if (local_) local = ReadCubins(wanted, pack);
-  v1::GetBinariesRequest fetch;
+  if (local_ && read_local) local = ReadCubins(wanted, pack);
+  std::vector<std::string> fetch;  // each sha256 once, in the answers' order
+  std::set<std::string> asked;
   std::vector<size_t> to_fetch;
   for (size_t i = 0; i < answers.size(); ++i) {
     StartupAnswer& answer = answers[i];
     if (!answer.error.ok() || !HasBinary(answer.response)) continue;
-    auto it = local.find(answer.response.entry().binary_sha256());
+    const std::string& sha = answer.response.entry().binary_sha256();
+    auto it = local.find(sha);
     if (it != local.end() && it->second.ok() && *it->second != nullptr) {
       answer.cubin = *it->second;
       continue;
@@ -352,18 +316,25 @@ void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pa
     if (it != local.end() && !it->second.ok()) {
       AddNote(answer, absl::StrCat(it->second.status().message(), "; fetched again"));
     }
-    fetch.add_sha256(answer.response.entry().binary_sha256());
+    if (asked.insert(sha).second) fetch.push_back(sha);
     to_fetch.push_back(i);
   }
   if (to_fetch.empty()) return;
   const absl::Duration left = deadline - absl::Now();
-  absl::StatusOr<v1::GetBinariesResponse> binaries =
-      left > absl::ZeroDuration()
-          ? client_->GetBinaries(fetch, left)
-          : absl::StatusOr<v1::GetBinariesResponse>(
-                absl::DeadlineExceededError("no time was left for the cubins"));
-  // Each fetched cubin checked once and shared by its answers.
-  std::map<std::string, SharedBytes> checked;
+  absl::StatusOr<ReceivedBinaries> binaries =
+      left > absl::ZeroDuration() ? client_->GetBinariesReceivingCubins(fetch, left)
+                                  : absl::StatusOr<ReceivedBinaries>(absl::DeadlineExceededError(
+                                        "no time was left for the cubins"));
+  // Each cubin received checked once (null: refused), then shared by its
+  // answers.
+  if (binaries.ok()) {
+    std::vector<std::pair<const std::string*, SharedBytes*>> checks;
+    for (auto& [sha, cubin] : binaries->binaries) checks.emplace_back(&sha, &cubin);
+    ParallelFor(checks.size(), [&](size_t i) {
+      SharedBytes& cubin = *checks[i].second;
+      if (cubin != nullptr && Sha256Hex(*cubin) != *checks[i].first) cubin = nullptr;
+    });
+  }
   for (size_t i : to_fetch) {
     StartupAnswer& answer = answers[i];
     const std::string& sha = answer.response.entry().binary_sha256();
@@ -371,24 +342,18 @@ void StartupLookup::AttachCubins(absl::Time deadline, const LocalCache::Pack* pa
       AddNote(answer, absl::StrCat("its cubin was not fetched: ", binaries.status().message()));
       continue;
     }
-    auto done = checked.find(sha);
-    if (done == checked.end()) {
-      auto it = binaries->mutable_binaries()->find(sha);
-      SharedBytes cubin;
-      if (it != binaries->mutable_binaries()->end() && Sha256Hex(it->second) == sha) {
-        cubin = ShareBytes(std::move(it->second));
-      } else if (it != binaries->mutable_binaries()->end()) {
-        it->second.clear();  // refused: its bytes are of no use
-      }
-      done = checked.emplace(sha, std::move(cubin)).first;
+    if (auto failure = binaries->failed.find(sha); failure != binaries->failed.end()) {
+      AddNote(answer, absl::StrCat("its cubin was not fetched: ", failure->second.message()));
+      continue;
     }
-    if (done->second != nullptr) {
-      answer.cubin = done->second;
-      fetched[i] = true;
-    } else if (binaries->binaries().contains(sha)) {
+    auto it = binaries->binaries.find(sha);
+    if (it == binaries->binaries.end()) {
+      AddNote(answer, "the service no longer stores its cubin (removed since it answered)");
+    } else if (it->second == nullptr) {
       AddNote(answer, absl::StrCat("the cubin the service sent does not match ", sha, "; refused"));
     } else {
-      AddNote(answer, "the service no longer stores its cubin (removed since it answered)");
+      answer.cubin = it->second;
+      fetched[i] = true;
     }
   }
 }

@@ -15,11 +15,12 @@
 //   }
 //
 // Cost: at most `deadline` waiting on the service, whatever it does (absent,
-// slow, hung). When the local cache holds most of the answers, one
-// BatchLookup without cubins, then one GetBinaries, by sha256, for the
-// cubins the local cache lacks or holds damaged (a damaged cubin is refused
-// and fetched again); on a
-// first start one BatchLookup with the cubins. Local answers and cubins
+// slow, hung). One BatchLookup without cubins, then GetBinaries calls, by
+// sha256, for the cubins the local cache lacks or holds damaged (a damaged
+// cubin is refused and fetched again), or for all of them on a first start
+// (the local cache lacks most answers). The cubins come in calls of about a
+// MB, two at a time, into shared blocks of memory
+// (Client::GetBinariesReceivingCubins). Local answers and cubins
 // come from the batch's pack (one mapped file, see local_cache.h) when the
 // cache has one for these lookups, else file by file, read and checked on
 // several threads. The answers the service gave, and the cubins it sent,
@@ -131,10 +132,10 @@ class StartupLookup {
   std::optional<LocalCache::Pack> ReadPack(const std::string& pack_key, std::string& note) const;
   // Fills `recipe_source` of the answers with a recipe from the local cache.
   void AttachLocalSources(std::vector<StartupAnswer>& answers) const;
-  // Fills `answers[i].cubin` from the local cache (`pack` first, when not
-  // null) or, for those it lacks, from the service before `deadline`
-  // (marking them `fetched`).
-  void AttachCubins(absl::Time deadline, const LocalCache::Pack* pack,
+  // Fills `answers[i].cubin` from the local cache when `read_local` (`pack`
+  // first, when not null) or, for those it lacks, from the service before
+  // `deadline` (marking them `fetched`).
+  void AttachCubins(absl::Time deadline, const LocalCache::Pack* pack, bool read_local,
                     std::vector<StartupAnswer>& answers, std::vector<bool>& fetched);
   // The local cubins `shas`: from `pack` when it has them, the others read
   // and checked on a few threads (null when absent).

@@ -64,6 +64,31 @@ class FakeAutotuneServer::Service final : public v1::Autotune::Service {
     return Answer("GarbageCollect", *request, &FakeCalls::gc, answers.gc, response);
   }
 
+  grpc::Status GetBinaries(grpc::ServerContext*, const v1::GetBinariesRequest* request,
+                           v1::GetBinariesResponse* response) override {
+    size_t call = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RecordLocked("GetBinaries");
+      calls_.get_binaries.push_back(*request);
+      call = calls_.get_binaries.size();
+    }
+    if (!answers.status.ok()) return answers.status;
+    if (answers.get_binaries_answered >= 0 &&
+        call > static_cast<size_t>(answers.get_binaries_answered)) {
+      return answers.get_binaries_failure;
+    }
+    for (const std::string& sha : request->sha256()) {
+      auto it = answers.binaries.find(sha);
+      if (it == answers.binaries.end()) {
+        response->add_missing(sha);
+      } else {
+        (*response->mutable_binaries())[sha] = it->second;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                          grpc::ServerWriter<v1::JobProgress>* writer) override {
     Record("SubmitJob", *request, &FakeCalls::submit_job);

@@ -10,6 +10,7 @@
 #ifndef AUTOTUNE_CLIENT_FAKE_AUTOTUNE_SERVER_H_
 #define AUTOTUNE_CLIENT_FAKE_AUTOTUNE_SERVER_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,12 @@ struct FakeAnswers {
   std::vector<v1::ExportResponse> export_parts;
   v1::ImportResponse import;
   v1::GarbageCollectResponse gc;
+  // GetBinaries sends those of these (sha256 -> cubin) it is asked for and
+  // lists the others as missing; after `get_binaries_answered` calls (-1:
+  // never) it fails with `get_binaries_failure`.
+  std::map<std::string, std::string> binaries;
+  int get_binaries_answered = -1;
+  grpc::Status get_binaries_failure{grpc::StatusCode::DATA_LOSS, "binary is corrupt"};
 };
 
 // What the fake was sent: the last request of each call, every Import part.
@@ -53,6 +60,7 @@ struct FakeCalls {
   v1::InvalidateRequest invalidate;
   v1::ExportRequest export_request;
   std::vector<v1::ImportRequest> import_parts;
+  std::vector<v1::GetBinariesRequest> get_binaries;  // every call
   v1::GarbageCollectRequest gc;
 };
 

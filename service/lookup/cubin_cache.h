@@ -1,6 +1,6 @@
-// Checked cubins kept in memory for the lookups that send them
-// (include_cubin): a start-up's BatchLookup of a thousand kernels reads none
-// of their cubins from SQLite and hashes none of them again.
+// Checked cubins kept in memory for the calls that send them (lookups with
+// include_cubin, GetBinaries): a start-up's thousand cubins are read from
+// SQLite and hashed once, not at every start.
 //
 //   CubinCache cubins(&store, kMaxCachedCubinBytes);
 //   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> cubin, cubins.Get(sha256));
@@ -9,9 +9,10 @@
 // (a damaged one is DATA_LOSS and is not kept), then kept, the most recently
 // used first, up to `max_bytes` in all (one larger than that is served and
 // not kept). Cubins are named by their content, so a kept one never goes
-// stale. Callers ask only for the binary of an entry they have just read
-// from the store, which therefore holds it too; a cubin no entry names any
-// more is dropped as others come in.
+// stale. Lookups ask for the binary of an entry they have just read from
+// the store; GetBinaries for any sha256 a client names, and one the store
+// lacks is NOT_FOUND and not kept. A kept cubin that the store has since
+// dropped (garbage collected) is still served until others push it out.
 //
 // Thread-safe; the store is read without the lock held.
 #ifndef AUTOTUNE_SERVICE_LOOKUP_CUBIN_CACHE_H_

@@ -301,16 +301,19 @@ absl::StatusOr<v1::GetBinariesResponse> LookupResolver::GetBinaries(
     }
     wanted.insert(sha);
   }
+  // All read (and checked) before any is copied into the answer.
+  std::vector<std::pair<const std::string*, std::shared_ptr<const std::string>>> found;
   v1::GetBinariesResponse response;
   for (const std::string& sha : wanted) {
-    absl::StatusOr<v1::Binary> binary = store_->GetBinary(sha);
-    if (absl::IsNotFound(binary.status())) {
+    absl::StatusOr<std::shared_ptr<const std::string>> cubin = cubins_.Get(sha);
+    if (absl::IsNotFound(cubin.status())) {
       response.add_missing(sha);
       continue;
     }
-    if (!binary.ok()) return binary.status();
-    (*response.mutable_binaries())[sha] = std::move(*binary->mutable_cubin());
+    if (!cubin.ok()) return cubin.status();
+    found.emplace_back(&sha, *std::move(cubin));
   }
+  for (const auto& [sha, cubin] : found) (*response.mutable_binaries())[*sha] = *cubin;
   return response;
 }
 

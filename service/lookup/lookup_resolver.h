@@ -22,13 +22,16 @@
 //   the family's source, or an exact-only request that refused a neighbour.
 //   The counts that word the reason are best effort: a MISS is never turned
 //   into an error by them.
-// - With include_cubin the binary is read and checked against its sha256; a
-//   corrupt binary fails the lookup with DATA_LOSS and is never served.
-//   Checked binaries are then kept in memory (CubinCache, up to
-//   kMaxCachedCubinBytes) and served from there: a copy damaged on disk
-//   after it was read is found by the next read from the store (GetBinaries,
-//   export, a daemon restarted), while the lookups go on serving the bytes
-//   that were checked.
+// - With include_cubin, and in GetBinaries, the binary is read and checked
+//   against its sha256; a corrupt binary fails the lookup (the call, in
+//   GetBinaries) with DATA_LOSS and is never served. Checked binaries are
+//   then kept in memory (CubinCache, up to kMaxCachedCubinBytes) and served
+//   from there: a copy damaged on disk after it was read is found by the
+//   next read from the store (export, a daemon restarted), while lookups and
+//   GetBinaries go on serving the bytes that were checked. GetBinaries lists
+//   as `missing` what neither memory nor the store holds: a binary garbage
+//   collected from the store may still be sent while it is kept, its bytes
+//   the same as ever (they are named by their sha256).
 //
 // - EXACT and NEAREST answers carry `launch`, the entry's config resolved for
 //   the requested problem. A NEAREST entry whose config does not fit the

@@ -246,6 +246,26 @@ TEST_F(StartupEndToEndTest, ADamagedLocalCubinIsRefusedAndFetchedAgain) {
   EXPECT_THAT(offline[0].note, HasSubstr("does not match its sha256"));
 }
 
+// A cubin damaged in the daemon's store fails the GetBinaries call that
+// asks for it: the answers stand, without the cubins of that call, and say
+// why (the kernel loader then compiles their recipes).
+TEST_F(StartupEndToEndTest, ACubinDamagedOnTheServiceCostsTheCubinsOfItsCallNotTheAnswers) {
+  ASSERT_OK(CorruptEveryStoredBinary(daemon_->db_path()));
+  auto lookup = Lookup(daemon_->address(), LocalDir());
+  ASSERT_NE(lookup, nullptr);
+  const std::vector<StartupAnswer> answers = lookup->LookupAll(ServerShapes());
+  ASSERT_EQ(answers.size(), 4u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_OK(answers[i].error) << i;
+    EXPECT_EQ(answers[i].source, AnswerSource::kService) << i;
+    EXPECT_EQ(answers[i].cubin, nullptr) << i;
+    EXPECT_THAT(answers[i].note, HasSubstr("its cubin was not fetched")) << i;
+    EXPECT_THAT(answers[i].note, HasSubstr("corrupt")) << i;
+  }
+  EXPECT_EQ(answers[0].response.match(), v1::EXACT);
+  EXPECT_EQ(answers[1].response.match(), v1::NEAREST);
+}
+
 // A start keeps its batch's answers and cubins in one pack, which the next
 // start with the service down maps instead of reading each file; a damaged
 // pack is refused whole and the files answer, and an answer kept since by

@@ -1,5 +1,6 @@
-#include "client/received_batch.h"
+#include "client/received_binaries.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "proto/autotune.pb.h"
 
 namespace autotune::client {
 
@@ -19,7 +21,7 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 
 absl::Status Malformed(absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("the service's BatchLookup answer is malformed: ", what));
+  return absl::DataLossError(absl::StrCat("the service's GetBinaries answer is malformed: ", what));
 }
 
 bool Delimited(uint32_t tag, int field) {
@@ -27,22 +29,23 @@ bool Delimited(uint32_t tag, int field) {
          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
 }
 
-// One pass over the serialized response. Without `block` it only measures:
-// *used ends as the bytes the cubins take in a block. With it, it copies
-// each cubin into the block, records where in `binaries`, and copies every
-// other field into `rest`.
-absl::Status Walk(grpc::ByteBuffer& received, LargeBuffer* block, size_t* used,
+// One pass over the serialized response. Without `rest` it only measures:
+// *used ends as the bytes its cubins take from offset 0 of a block. With
+// it, it copies each cubin into `block` from offset `start` on (a multiple
+// of kCubinAlignment; no block when they take no bytes), records where in
+// `binaries`, and copies every other field into `rest`.
+absl::Status Walk(grpc::ByteBuffer& received, LargeBuffer* block, size_t start, size_t* used,
                   std::map<std::string, std::pair<size_t, size_t>>* binaries, std::string* rest) {
-  constexpr int kBinaries = v1::BatchLookupResponse::kBinariesFieldNumber;
+  constexpr int kBinaries = v1::GetBinariesResponse::kBinariesFieldNumber;
   grpc::ProtoBufferReader reader(&received);
   google::protobuf::io::CodedInputStream in(&reader);
   std::optional<google::protobuf::io::StringOutputStream> rest_stream;
   std::optional<google::protobuf::io::CodedOutputStream> out;
-  if (block != nullptr) {
+  if (rest != nullptr) {
     rest_stream.emplace(rest);
     out.emplace(&*rest_stream);
   }
-  *used = 0;
+  *used = start;
   while (const uint32_t tag = in.ReadTag()) {
     if (!Delimited(tag, kBinaries)) {
       const bool skipped =
@@ -89,22 +92,40 @@ absl::Status Walk(grpc::ByteBuffer& received, LargeBuffer* block, size_t* used,
 
 }  // namespace
 
-absl::StatusOr<ReceivedBatch> ParseBatchLookupResponse(grpc::ByteBuffer& received) {
-  // Measured first, so that the block is as large as the cubins need; the
-  // pages it does not use are never backed.
+absl::StatusOr<std::pair<std::shared_ptr<LargeBuffer>, size_t>> CubinBlocks::Reserve(size_t size) {
+  const size_t at = AlignCubinOffset(used_);
+  if (block_ == nullptr || at > block_->size() || size > block_->size() - at) {
+    ASSIGN_OR_RETURN(block_, LargeBuffer::Create(std::max(size, block_bytes_)));
+    used_ = size;
+    return std::make_pair(block_, size_t{0});
+  }
+  used_ = at + size;
+  return std::make_pair(block_, at);
+}
+
+absl::Status ParseGetBinariesResponse(grpc::ByteBuffer& received, CubinBlocks& blocks,
+                                      ReceivedBinaries* into) {
+  // Measured first, so that the block has room for all of this answer's
+  // cubins.
   size_t needed = 0;
-  RETURN_IF_ERROR(Walk(received, nullptr, &needed, nullptr, nullptr));
-  ASSIGN_OR_RETURN(std::shared_ptr<LargeBuffer> block, LargeBuffer::Create(needed));
+  RETURN_IF_ERROR(Walk(received, nullptr, 0, &needed, nullptr, nullptr));
+  std::pair<std::shared_ptr<LargeBuffer>, size_t> room{nullptr, 0};
+  if (needed > 0) {
+    ASSIGN_OR_RETURN(room, blocks.Reserve(needed));
+  }
+  const std::shared_ptr<LargeBuffer>& block = room.first;
   std::map<std::string, std::pair<size_t, size_t>> binaries;  // offset, size in the block
   size_t used = 0;
   std::string rest;  // every other field, as received
-  RETURN_IF_ERROR(Walk(received, block.get(), &used, &binaries, &rest));
-  ReceivedBatch batch;
-  if (!batch.response.ParseFromString(rest)) return Malformed("its answers do not parse");
+  RETURN_IF_ERROR(Walk(received, block.get(), room.second, &used, &binaries, &rest));
+  v1::GetBinariesResponse others;
+  if (!others.ParseFromString(rest)) return Malformed("its other fields do not parse");
   for (const auto& [sha, where] : binaries) {
-    batch.binaries.emplace(sha, block->Share(where.first, where.second));
+    into->binaries[sha] =
+        block != nullptr ? block->Share(where.first, where.second) : ShareBytes(std::string());
   }
-  return batch;
+  for (std::string& sha : *others.mutable_missing()) into->missing.push_back(std::move(sha));
+  return absl::OkStatus();
 }
 
 }  // namespace autotune::client
