@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -42,12 +43,19 @@ namespace {
 // Without it the second and third calls of a new daemon still faulted
 // 8,000 pages each, for lack of one free block large enough among the
 // first call's. (Not under a sanitizer, whose allocator is its own.)
+//
+// An operator who sets glibc.malloc.arena_max in GLIBC_TUNABLES keeps that
+// number of heaps: on many cores under many clients at once, one heap's
+// lock may cost more than the faults (bench/RESULTS.md measures both).
 constexpr size_t kWarmHeapBytes = size_t{60} << 20;
 
 void KeepMemoryForLargeCalls() {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  mallopt(M_ARENA_MAX, 1);
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.arena_max") == nullptr) {
+    mallopt(M_ARENA_MAX, 1);
+  }
   if (autotune::kSanitizerBuild) return;
   std::thread([] {
     char* block = static_cast<char*>(malloc(kWarmHeapBytes));
