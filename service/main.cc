@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 
@@ -26,36 +25,28 @@
 
 namespace {
 
-// A BatchLookup or GetBinaries with cubins builds and sends tens of MB. By
-// default glibc maps blocks over 128 KiB afresh and gives freed memory back
-// at once, so each such call faulted in every page again (at 1,000 16 KB
-// cubins that was most of the call's time). The daemon keeps up to 256 MiB
-// of what it freed for the next call instead, and maps afresh only blocks of
-// 64 MiB and more. Its threads share one heap (arena): gRPC runs each call
-// on whichever thread is free, and with a heap per thread a call landing on
-// a thread that had not served one before faulted its tens of MB in again
-// (8,000 to 9,000 faults, the call's time doubled on a virtual machine).
-// Small blocks come from each thread's own cache (tcache) either way.
+// A BatchLookup or GetBinaries with cubins builds and sends MBs. By default
+// glibc maps blocks over 128 KiB afresh and gives freed memory back at
+// once, so each such call faulted in every page again (at 1,000 16 KB
+// cubins in one call that was most of the call's time). The daemon keeps
+// up to 256 MiB of what it freed for the next call instead, and maps afresh
+// only blocks of 64 MiB and more.
 //
-// Then kWarmHeapBytes of that heap are touched once, on a thread of their
-// own while the daemon starts, and freed: the first large calls, and the
-// cubins the lookups keep in memory, are carved from pages already there.
-// Without it the second and third calls of a new daemon still faulted
-// 8,000 pages each, for lack of one free block large enough among the
-// first call's. (Not under a sanitizer, whose allocator is its own.)
+// Its threads keep glibc's heaps (arenas), up to 8 per core. One heap for
+// all threads was tried: a large call then never landed on a thread whose
+// heap had not served one, but 64 clients on 16 cores got 7 times fewer
+// lookups through than with glibc's heaps (bench/RESULTS.md). The
+// start-ups' cubins now come in calls of about a MB each.
 //
-// An operator who sets glibc.malloc.arena_max in GLIBC_TUNABLES keeps that
-// number of heaps: on many cores under many clients at once, one heap's
-// lock may cost more than the faults (bench/RESULTS.md measures both).
+// Then kWarmHeapBytes are touched once, on a thread of their own while the
+// daemon starts, and freed: the next thread that needs a heap takes over
+// that thread's when it ends, with its pages already there. (Not under a
+// sanitizer, whose allocator is its own.)
 constexpr size_t kWarmHeapBytes = size_t{60} << 20;
 
 void KeepMemoryForLargeCalls() {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.arena_max") == nullptr) {
-    mallopt(M_ARENA_MAX, 1);
-  }
   if (autotune::kSanitizerBuild) return;
   std::thread([] {
     char* block = static_cast<char*>(malloc(kWarmHeapBytes));
