@@ -101,6 +101,10 @@ std::string Env(const char* name) {
   return value == nullptr ? "" : value;
 }
 
+// Where an answer is kept: <directory>/answers/<key>.answer.
+constexpr absl::string_view kAnswersDir = "answers";
+constexpr absl::string_view kAnswerSuffix = ".answer";
+
 bool IsHexSha256(absl::string_view text) {
   if (text.size() != 64) return false;
   for (char c : text) {
@@ -154,7 +158,7 @@ std::string LocalCache::AnswerPath(const v1::LookupRequest& request) const {
 }
 
 std::string LocalCache::AnswerPathOfKey(absl::string_view key) const {
-  return absl::StrCat(directory_, "/answers/", key, ".answer");
+  return absl::StrCat(directory_, "/", kAnswersDir, "/", key, kAnswerSuffix);
 }
 
 std::string LocalCache::PackPath(absl::string_view pack_key) const {
@@ -450,11 +454,10 @@ absl::StatusOr<std::optional<LocalCache::Pack>> LocalCache::GetPack(
   // (one walk of the directory's path, not one per answer). When the folder
   // cannot be opened, no file is found: every answer counts as changed.
   const int answers_dir =
-      open(absl::StrCat(directory_, "/answers").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      open(absl::StrCat(directory_, "/", kAnswersDir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   absl::Cleanup close_answers_dir = [answers_dir] {
     if (answers_dir >= 0) close(answers_dir);
   };
-  constexpr absl::string_view kAnswerSuffix = ".answer";
   char name[64 + kAnswerSuffix.size() + 1];
   for (int i = 0; i < index.answers_size(); ++i) {
     v1::LocalPack::Answer& answer = *index.mutable_answers(i);
