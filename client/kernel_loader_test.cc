@@ -3,8 +3,13 @@
 // kernels on a real one.
 #include "client/kernel_loader.h"
 
+#include <filesystem>
+#include <string>
+
+#include "base/file.h"
 #include "base/sha256.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,6 +18,7 @@ namespace {
 
 using ::autotune::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kScaleSource[] = R"(
 #ifndef BLOCK
@@ -71,6 +77,42 @@ TEST(CompileRecipeTest, ASourceThatIsNotTheRecipesIsRefused) {
   EXPECT_THAT(CompileRecipe(ScaleRecipe("scale", {"-DBLOCK=1"}), "// another source", "sm_90"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("does not match the recipe's sha256")));
+}
+
+// Found on 2bc4d71 (issue 44): a recipe compiled in the inference
+// server's own process could include any file it can read, and NVRTC
+// searched the server's working directory.
+TEST(CompileRecipeTest, ARecipeIncludesOnlyItsHeadersAndTheToolkits) {
+  ::autotune::testing::TempDir dir;
+  ASSERT_OK(WriteFileAtomically(dir.File("x.h"), "#error CANARY_WORKING_DIRECTORY\n"));
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  for (const std::string& include :
+       {std::string("#include \"x.h\"\n"), std::string("#include \"/etc/passwd\"\n"),
+        std::string("// \\\r\n/*\n#include \"x.h\"\n// */\n")}) {
+    SCOPED_TRACE(include);
+    const std::string source = include + kScaleSource;
+    v1::CompileRecipe recipe = ScaleRecipe("scale", {"-DBLOCK=1", "-DAUTOTUNE_DTYPE=float"});
+    recipe.set_source_sha256(Sha256Hex(source));
+    absl::StatusOr<LocalBinary> compiled = CompileRecipe(recipe, source, "sm_90");
+    if (absl::IsFailedPrecondition(compiled.status())) GTEST_SKIP() << compiled.status();
+    EXPECT_THAT(compiled.status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("include refused")));
+    EXPECT_THAT(compiled.status().message(), Not(HasSubstr("CANARY")));
+    EXPECT_THAT(compiled.status().message(), Not(HasSubstr("root:")));
+  }
+  std::filesystem::current_path(before);
+
+  // Its own headers, by their names, and the toolkit's are fine.
+  const std::string source =
+      std::string("#include \"tile.h\"\n#include <cuda_fp16.h>\n") + kScaleSource;
+  v1::CompileRecipe recipe = ScaleRecipe("scale", {"-DAUTOTUNE_DTYPE=float"});
+  recipe.set_source_sha256(Sha256Hex(source));
+  v1::SourceHeader* header = recipe.add_headers();
+  header->set_name("tile.h");
+  header->set_text("#define BLOCK 64\n");
+  ASSERT_OK_AND_ASSIGN(LocalBinary binary, CompileRecipe(recipe, source, "sm_90"));
+  EXPECT_EQ(binary.function_name, "scale");
 }
 
 TEST(KernelLoaderTest, WithoutADriverOpenSaysWhatIsMissing) {

@@ -24,6 +24,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "kernels/compile_request.h"
 #include "kernels/expression.h"
+#include "kernels/include_check.h"
 #include "kernels/search_space.h"
 #include "kernels/tensor_map.h"
 #include "proto/problem.h"
@@ -92,8 +93,12 @@ std::optional<std::string> OutsideDescriptorFolder(absl::string_view path) {
   return std::nullopt;
 }
 
-constexpr char kIncludeRule[] =
-    "a family's source includes only the CUDA toolkit's headers and the family's own headers";
+// The toolkit's include folder, found once: the one NVRTC would get here
+// (include_check.h).
+const std::string& ToolkitIncludeFolder() {
+  static const std::string* const folder = new std::string(ToolkitIncludeDir(""));
+  return *folder;
+}
 
 // Reads `file`, named in the descriptor at `descriptor`, which must lie in
 // the descriptor's folder or below it: not absolute, not going up, and not
@@ -122,97 +127,6 @@ absl::StatusOr<std::string> ReadBesideDescriptor(const std::string& descriptor,
                      "' (through a link), outside the descriptor's folder"));
   }
   return ReadFile(real_file.string());
-}
-
-// The first #include of `source` that NVRTC would resolve to a file outside
-// the CUDA toolkit's headers wherever the daemon runs: an absolute path, one
-// that goes up (a ".." part), or one computed by a macro (not "file" or
-// <file>). As the preprocessor reads: comments skipped, continued lines
-// joined, "#", "%:" and spaces before "include". {line, why}, or nullopt.
-std::optional<std::pair<int, std::string>> FindHostInclude(absl::string_view source) {
-  // Logical lines with the physical line each starts on, comments blanked.
-  std::vector<std::pair<int, std::string>> lines(1, {1, ""});
-  int line = 1;
-  enum { kCode, kBlock, kLineComment, kString, kChar } state = kCode;
-  for (size_t i = 0; i < source.size(); ++i) {
-    const char c = source[i];
-    if (c == '\\' && i + 1 < source.size() && source[i + 1] == '\n') {
-      ++i;
-      ++line;
-      continue;  // joined
-    }
-    if (c == '\n') {
-      ++line;
-      if (state == kBlock) continue;
-      if (state != kBlock) state = kCode;
-      lines.emplace_back(line, "");
-      continue;
-    }
-    std::string& text = lines.back().second;
-    switch (state) {
-      case kCode:
-        if (c == '/' && i + 1 < source.size() && source[i + 1] == '*') {
-          state = kBlock;
-          ++i;
-          text.push_back(' ');
-        } else if (c == '/' && i + 1 < source.size() && source[i + 1] == '/') {
-          state = kLineComment;
-        } else {
-          if (c == '"') state = kString;
-          if (c == '\'') state = kChar;
-          text.push_back(c);
-        }
-        break;
-      case kBlock:
-        if (c == '*' && i + 1 < source.size() && source[i + 1] == '/') {
-          state = kCode;
-          ++i;
-        }
-        break;
-      case kLineComment:
-        break;
-      case kString:
-      case kChar:
-        text.push_back(c);
-        if (c == '\\' && i + 1 < source.size() && source[i + 1] != '\n') {
-          text.push_back(source[++i]);
-        } else if ((state == kString && c == '"') || (state == kChar && c == '\'')) {
-          state = kCode;
-        }
-        break;
-    }
-  }
-  for (const auto& [number, text] : lines) {
-    absl::string_view rest = absl::StripLeadingAsciiWhitespace(text);
-    if (!absl::ConsumePrefix(&rest, "#") && !absl::ConsumePrefix(&rest, "%:")) continue;
-    rest = absl::StripLeadingAsciiWhitespace(rest);
-    if (!absl::ConsumePrefix(&rest, "include_next") && !absl::ConsumePrefix(&rest, "include") &&
-        !absl::ConsumePrefix(&rest, "import")) {
-      continue;
-    }
-    if (!rest.empty() && (absl::ascii_isalnum(rest[0]) || rest[0] == '_')) continue;  // #includes
-    rest = absl::StripAsciiWhitespace(rest);
-    const std::string shown(rest.substr(0, 200));
-    if (rest.empty() || (rest[0] != '"' && rest[0] != '<')) {
-      return std::make_pair(number, absl::StrCat("#include ", shown,
-                                                 " is computed by a macro; name the header as "
-                                                 "\"file\" or <file>"));
-    }
-    const size_t end = rest.find(rest[0] == '"' ? '"' : '>', 1);
-    const absl::string_view path =
-        rest.substr(1, end == absl::string_view::npos ? rest.npos : end - 1);
-    if (absl::StartsWith(path, "/") || absl::StartsWith(path, "\\")) {
-      return std::make_pair(
-          number, absl::StrCat("#include ", shown, " names an absolute path; ", kIncludeRule));
-    }
-    for (absl::string_view part : absl::StrSplit(path, absl::ByAnyChar("/\\"))) {
-      if (part == "..") {
-        return std::make_pair(
-            number, absl::StrCat("#include ", shown, " goes up a folder (..); ", kIncludeRule));
-      }
-    }
-  }
-  return std::nullopt;
 }
 
 // Checks one family; errors are "origin[:line]: field: message".
@@ -688,8 +602,10 @@ class FamilyChecker {
   }
 
   absl::Status CheckIncludes(absl::string_view field, absl::string_view source) const {
-    if (std::optional<std::pair<int, std::string>> found = FindHostInclude(source)) {
-      return Error(field, absl::StrCat("line ", found->first, ": ", found->second));
+    IncludeRules rules{.shipped = {}, .toolkit_include_dir = ToolkitIncludeFolder()};
+    for (const v1::SourceHeader& header : family_.headers()) rules.shipped.push_back(header.name());
+    if (std::optional<IncludeProblem> found = FindForbiddenInclude(source, rules)) {
+      return Error(field, absl::StrCat("line ", found->line, ": ", found->message));
     }
     return absl::OkStatus();
   }

@@ -22,11 +22,10 @@
 //   source          non-empty (files: exactly one of source / source_file;
 //                   source_file beside the descriptor or below it, neither
 //                   absolute nor going up); it, reference.source and each
-//                   header include only the toolkit's headers and the
-//                   family's own: no #include of an absolute path, of one
-//                   that goes up (".."), or computed by a macro ("source:
-//                   line 3: #include ..."), comments and continued lines read
-//                   as the preprocessor reads them
+//                   header include only the family's headers (by their
+//                   names) and the CUDA toolkit's (FindForbiddenInclude,
+//                   include_check.h, with the toolkit's folder found here by
+//                   ToolkitIncludeDir): "source: line 3: #include ..."
 //   headers         at most kMaxSourceHeaders; names are parts of
 //                   [A-Za-z0-9_][A-Za-z0-9_.-]* joined by '/', unique; text
 //                   non-empty, at most kMaxSourceBytes (files: `file` is

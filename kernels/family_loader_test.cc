@@ -430,6 +430,33 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "source: line 2: #include F is computed by a macro; name the header as "
                      "\"file\" or <file>"},
+        // Found on 2bc4d71 (issue 44): NVRTC resolved a relative include
+        // against the compiling process's working directory (/ under
+        // systemd), and a line joined by a backslash and CR LF or a raw
+        // string hid a directive from the check.
+        MutationCase{"RelativeIncludeNotShipped",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("#include \"etc/passwd\"\n" + f.source());
+                     },
+                     "source: line 1: #include \"etc/passwd\" is neither a header of the "
+                     "family's (it ships none) nor one of the CUDA toolkit's; a family's source "
+                     "includes only the CUDA toolkit's headers and the family's own headers"},
+        MutationCase{"IncludeAfterABackslashCrLfSplice",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("// x \\\r\n/*\n#include \"/etc/passwd\"\n// */\n" +
+                                    f.source());
+                     },
+                     "source: line 3: #include \"/etc/passwd\" names an absolute path; a "
+                     "family's source includes only the CUDA toolkit's headers and the family's "
+                     "own headers"},
+        MutationCase{"IncludeAfterARawStringThatHidesAQuote",
+                     [](v1::KernelFamily& f) {
+                       f.set_source("auto s = R\"(\" /*)\";\n#include \"etc/passwd\"\n// */\n" +
+                                    f.source());
+                     },
+                     "source: line 2: #include \"etc/passwd\" is neither a header of the "
+                     "family's (it ships none) nor one of the CUDA toolkit's; a family's source "
+                     "includes only the CUDA toolkit's headers and the family's own headers"},
         MutationCase{"ReferenceInclude",
                      [](v1::KernelFamily& f) {
                        f.mutable_reference()->set_source("#include </etc/passwd>\n");

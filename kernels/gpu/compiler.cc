@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "kernels/include_check.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -61,24 +63,6 @@ std::string LibraryDir(void* handle) {
   std::string library(resolved);
   const size_t slash = library.find_last_of('/');
   return slash == std::string::npos ? "" : library.substr(0, slash);
-}
-
-std::string ToolkitIncludeDir(void* handle) {
-  std::vector<std::string> candidates;
-  if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && home[0] != '\0') {
-    candidates.push_back(absl::StrCat(home, "/include"));
-  }
-  if (const std::string lib_dir = LibraryDir(handle); !lib_dir.empty()) {
-    candidates.push_back(lib_dir + "/../include");
-    candidates.push_back(lib_dir + "/../../include");  // targets/<arch>/lib
-  }
-  candidates.push_back("/usr/local/cuda/include");
-  for (const std::string& dir : candidates) {
-    char resolved[PATH_MAX];
-    if (realpath(dir.c_str(), resolved) == nullptr) continue;
-    if (access((std::string(resolved) + "/cuda_fp16.h").c_str(), R_OK) == 0) return resolved;
-  }
-  return "";
 }
 
 template <typename Fn>
@@ -212,6 +196,21 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
     }
   }
 
+  // Only the family's headers and the toolkit's: the preprocessor reads
+  // nothing else of the host, wherever this process runs (include_check.h).
+  IncludeRules rules{.shipped = {}, .toolkit_include_dir = nvrtc.include_dir()};
+  for (const SourceHeader& header : request.headers) rules.shipped.push_back(header.name);
+  if (std::optional<IncludeProblem> problem = FindForbiddenInclude(request.source, rules)) {
+    return Failed(absl::StrCat("include refused: ", request.program_name, ":", problem->line, ": ",
+                               problem->message));
+  }
+  for (const SourceHeader& header : request.headers) {
+    if (std::optional<IncludeProblem> problem = FindForbiddenInclude(header.text, rules)) {
+      return Failed(absl::StrCat("include refused: ", header.name, ":", problem->line, ": ",
+                                 problem->message));
+    }
+  }
+
   const Nvrtc::Api& api = nvrtc.api();
   nvrtcProgram raw = nullptr;
   std::vector<const char*> header_texts;
@@ -234,11 +233,13 @@ CompileResult CompileOrThrow(const Nvrtc& nvrtc, const CompileRequest& request) 
   }
 
   std::vector<std::string> options;
-  options.reserve(request.options.size() + 1);
+  options.reserve(request.options.size() + 3);
   options.push_back(absl::StrCat("-arch=", request.arch));
   options.insert(options.end(), request.options.begin(), request.options.end());
-  // After the caller's options, so a family's own -I comes first.
   if (!nvrtc.include_dir().empty()) options.push_back(absl::StrCat("-I", nvrtc.include_dir()));
+  // NVRTC would also search the folder of the program's source, which for a
+  // program made from memory is the process's working directory.
+  options.push_back("-no-source-include");
   std::vector<const char*> argv;
   argv.reserve(options.size());
   for (const std::string& option : options) argv.push_back(option.c_str());
@@ -355,7 +356,7 @@ absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::LoadFrom(const std::vector<std::st
   std::unique_ptr<Nvrtc> nvrtc(new Nvrtc());
   nvrtc->version_ = absl::StrCat(major, ".", minor);
   nvrtc->path_ = opened;
-  nvrtc->include_dir_ = ToolkitIncludeDir(handle);
+  nvrtc->include_dir_ = ToolkitIncludeDir(LibraryDir(handle));
   nvrtc->library_dir_ = LibraryDir(handle);
   nvrtc->api_ = std::move(api);
   return nvrtc;

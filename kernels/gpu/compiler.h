@@ -79,9 +79,8 @@ class Nvrtc {
   // The path that was opened, as given to dlopen (e.g. "libnvrtc.so.13").
   const std::string& path() const { return path_; }
   // The CUDA toolkit's include directory (cuda_fp16.h, cuda_bf16.h...),
-  // which NVRTC does not find by itself: $CUDA_HOME/include, else the
-  // include/ beside the loaded library's lib64/, else /usr/local/cuda/include;
-  // empty when none holds cuda_fp16.h. Compile() passes it with -I.
+  // which NVRTC does not find by itself: ToolkitIncludeDir(library_dir())
+  // (kernels/include_check.h). Compile() passes it with -I.
   const std::string& include_dir() const { return include_dir_; }
   // The folder of the loaded library, symlinks resolved (where its builtins
   // library lives too); empty when the loader cannot say.
@@ -120,7 +119,12 @@ struct CompileResult {
 // architecture itself (-arch..., --gpu-architecture...), or an option NVRTC
 // does not accept (e.g. -O3).
 // kCompileError: the source did not compile; `log` is NVRTC's full log, whose
-// messages read "<program_name>(<line>): error: ...".
+// messages read "<program_name>(<line>): error: ...". Also, before NVRTC
+// runs, an #include of the source or of a header that names neither one of
+// request.headers nor a header of include_dir() (kernels/include_check.h):
+// "include refused: <program or header name>:<line>: ...".
+// NVRTC gets -I<include_dir()> and -no-source-include after `options`: it
+// never searches the process's working directory.
 //
 // Never throws; NVRTC failures that are not the source's fault (out of memory,
 // internal errors) come back as kCompileError with NVRTC's message in `log`.

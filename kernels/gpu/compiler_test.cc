@@ -28,6 +28,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kElfMagic[] =
@@ -283,7 +284,47 @@ TEST_F(CompilerTest, HeadersAreIncludedFromMemory) {
   request.headers.clear();
   CompileResult missing = Compile(*nvrtc_, request);
   EXPECT_EQ(missing.status, CompileStatus::kCompileError);
-  EXPECT_THAT(missing.log, HasSubstr("detail/block.cuh"));
+  EXPECT_THAT(missing.log, HasSubstr("include refused: fixed_block.cu:1: #include "
+                                     "\"detail/block.cuh\" is neither a header of the family's"));
+}
+
+// Runs `body` with the working directory at `dir`, then goes back.
+template <typename Body>
+void InWorkingDirectory(const std::string& dir, Body body) {
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  body();
+  std::filesystem::current_path(before);
+}
+
+// Found on 2bc4d71 (issue 44): NVRTC searched the folder of the program's
+// source, the process's working directory, before the toolkit's, for a
+// quoted include: a file planted there as "cuda_fp16.h" was compiled.
+TEST_F(CompilerTest, TheWorkingDirectoryIsNeverSearched) {
+  if (nvrtc_->include_dir().empty()) GTEST_SKIP() << "no CUDA toolkit headers here";
+  ::autotune::testing::TempDir dir;
+  ASSERT_OK(WriteFileAtomically(dir.File("cuda_fp16.h"), "#error CANARY_WORKING_DIRECTORY\n"));
+  CompileRequest request{.source =
+                             "#include \"cuda_fp16.h\"\n"
+                             "extern \"C\" __global__ void half_one(__half* x) {\n"
+                             "  x[0] = __float2half(1.0f);\n}\n",
+                         .program_name = "half_one.cu",
+                         .name_expression = "half_one",
+                         .options = {},
+                         .arch = "sm_90"};
+  InWorkingDirectory(dir.path(), [&] {
+    CompileResult result = Compile(*nvrtc_, request);
+    EXPECT_EQ(result.status, CompileStatus::kOk) << result.log;
+    EXPECT_THAT(result.log, Not(HasSubstr("CANARY")));
+
+    // A name only the working directory holds is refused before NVRTC runs.
+    ASSERT_OK(WriteFileAtomically(dir.File("x.h"), "#error CANARY_WORKING_DIRECTORY\n"));
+    request.source = "#include \"x.h\"\n" + request.source;
+    CompileResult planted = Compile(*nvrtc_, request);
+    EXPECT_EQ(planted.status, CompileStatus::kCompileError);
+    EXPECT_THAT(planted.log, HasSubstr("include refused: half_one.cu:1: #include \"x.h\""));
+    EXPECT_THAT(planted.log, Not(HasSubstr("CANARY")));
+  });
 }
 
 TEST_F(CompilerTest, SuccessKeepsWarningsInLog) {

@@ -7,11 +7,14 @@
 // `autotune-worker compile [--memory-limit-mb N] [--allow-unconfined]`
 // confines itself before its Hello (service/worker/confinement.h): reads
 // only beneath the CUDA toolkit's headers and NVRTC's own folder, no
-// writes. Where the kernel cannot confine it, it says hello with the reason
-// as an error and exits, unless --allow-unconfined, when it serves and its
-// Hello says why it is not confined. --memory-limit-mb caps its data memory
-// (not applied in a sanitizer build, whose shadow memory the cap would
-// count; the Hello says so).
+// writes. It works in an empty folder made for it and removed at once, so
+// that no relative path leads anywhere (NVRTC is also told never to search
+// the working directory: kernels/gpu/compiler.h). Where the kernel cannot
+// confine it, it says hello with the reason as an error and exits, unless
+// --allow-unconfined, when it serves and its Hello says why it is not
+// confined. --memory-limit-mb caps its data memory (not applied in a
+// sanitizer build, whose shadow memory the cap would count; the Hello says
+// so).
 //
 // `autotune-worker profile --device N` validates and times kernel variants
 // on GPU N (service/worker/profiler.h): it writes a Hello with the device (or with
@@ -25,12 +28,15 @@
 // stdout carries the protocol alone; diagnostics go to stderr.
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -92,6 +98,28 @@ constexpr char kWarmUpSource[] = R"(
 extern "C" __global__ void autotune_warm_up(__half* x) { x[0] = __float2half(1.0f); }
 )";
 
+// Makes the working directory a folder of this process's own that no
+// longer exists: every relative path is then ENOENT, whatever the daemon's
+// working directory held ("/" under systemd). "/" itself is not neutral: it
+// holds etc/passwd.
+absl::Status LeaveTheWorkingDirectory() {
+  std::error_code error;
+  std::string folder = (std::filesystem::temp_directory_path(error) / "autotune-compile-XXXXXX");
+  if (error) folder = "/tmp/autotune-compile-XXXXXX";
+  if (mkdtemp(folder.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp(", folder, "): ", std::strerror(errno)));
+  }
+  if (chdir(folder.c_str()) != 0) {
+    const int chdir_errno = errno;
+    rmdir(folder.c_str());
+    return absl::InternalError(absl::StrCat("chdir(", folder, "): ", std::strerror(chdir_errno)));
+  }
+  if (rmdir(folder.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("rmdir(", folder, "): ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 int ServeCompile(const CompileFlags& flags) {
   wv1::WorkerResponse hello;
   wv1::Hello& said = *hello.mutable_hello();
@@ -104,6 +132,9 @@ int ServeCompile(const CompileFlags& flags) {
   auto nvrtc = autotune::kernels::Nvrtc::Load();
   if (!nvrtc.ok()) return refuse(std::string(nvrtc.status().message()));
   said.set_nvrtc_version((*nvrtc)->version());
+  if (absl::Status left = LeaveTheWorkingDirectory(); !left.ok()) {
+    return refuse(absl::StrCat("cannot leave the working directory: ", left.message()));
+  }
 
   // Confined before its first compile, while NVRTC has started no thread
   // of its own (Landlock binds the calling thread and those it starts).
