@@ -2,12 +2,14 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
+#include "client/cubin_check.h"
 #include "kernels/gpu/compiler.h"
 #include "kernels/gpu/cuda_driver.h"
 #include "proto/problem.h"
@@ -64,6 +66,7 @@ struct KernelLoader::State {
   const kernels::CudaDriver* driver = nullptr;
   CUdevice device = 0;
   kernels::PrimaryContext context;
+  DeviceLimits limits;
 };
 
 KernelLoader::KernelLoader(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -97,6 +100,23 @@ absl::StatusOr<std::unique_ptr<KernelLoader>> KernelLoader::Open(int ordinal) {
   RETURN_IF_ERROR(driver->Check(
       cu.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device),
       "cuDeviceGetAttribute"));
+  DeviceLimits& limits = state->limits;
+  limits.compute_capability = major * 10 + minor;
+  const std::pair<int64_t*, CUdevice_attribute> wanted[] = {
+      {&limits.max_grid[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X},
+      {&limits.max_grid[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y},
+      {&limits.max_grid[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z},
+      {&limits.max_block[0], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X},
+      {&limits.max_block[1], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y},
+      {&limits.max_block[2], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z},
+      {&limits.max_threads_per_block, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+      {&limits.max_dynamic_shared_bytes, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN}};
+  for (const auto& [value, attribute] : wanted) {
+    int got = 0;
+    RETURN_IF_ERROR(driver->Check(cu.device_get_attribute(&got, attribute, state->device),
+                                  "cuDeviceGetAttribute"));
+    *value = got;
+  }
   ASSIGN_OR_RETURN(state->context, kernels::PrimaryContext::Retain(*driver, state->device));
   auto loader = std::unique_ptr<KernelLoader>(new KernelLoader(std::move(state)));
   loader->device_.set_name(name);
@@ -177,9 +197,20 @@ absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
                                                       response.miss_reason()));
   }
 
+  // Whichever kernel runs, it runs with this launch: one the device cannot
+  // run is no answer to use.
+  if (absl::Status fits = CheckLaunch(launch, state_->limits); !fits.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Context(answer), ": the answer's launch is refused: ", fits.message()));
+  }
+
   // Why the served binary cannot be used, when it cannot.
   std::string why_compile;
-  if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty()) {
+  absl::Status header = absl::OkStatus();
+  if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty() &&
+      !(header = CheckCubinHeader(*answer.cubin, state_->limits.compute_capability)).ok()) {
+    why_compile = absl::StrCat("its cubin is refused: ", header.message());
+  } else if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty()) {
     const std::string function_name =
         entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
     absl::StatusOr<LoadedKernel> served = LoadCubin(answer, *answer.cubin, function_name, launch);

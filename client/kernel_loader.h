@@ -31,6 +31,17 @@
 // LoadedKernel says so (origin, note). NVRTC is dlopen'ed like the driver
 // ($AUTOTUNE_NVRTC, libnvrtc.so.13, ...; kernels/gpu/compiler.h).
 //
+// What is served is checked before the driver sees it (client/cubin_check.h):
+// a cubin whose ELF header is not a CUDA binary the device runs is treated
+// as a cubin that does not load ("its cubin is refused: ..."), and the
+// recipe, when there is one, is compiled here; a launch outside the
+// device's limits (grid, block, threads, dynamic shared memory, tensor
+// maps) is FAILED_PRECONDITION "the answer's launch is refused: ...", with
+// no fallback (every kernel of the answer would run with it). Recipes are
+// compiled through the include check of every compile
+// (kernels/include_check.h): a recipe that includes anything but its own
+// headers and the toolkit's does not compile.
+//
 // Errors name the problem and what failed: FAILED_PRECONDITION when there is
 // nothing to load (a MISS without a default config, no cubin and no recipe:
 // the answer's note says why; no launch for the requested problem), when
