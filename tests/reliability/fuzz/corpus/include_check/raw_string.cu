@@ -1,0 +1,6 @@
+auto s = R"x(" /*)x";
+#include "tile.cuh"
+// */
+const char* t = u8R"(
+#include "x.h"
+)";
