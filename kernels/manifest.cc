@@ -1,6 +1,9 @@
 #include "kernels/manifest.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 
@@ -20,6 +23,42 @@ namespace autotune::kernels {
 namespace {
 
 using google::protobuf::TextFormat;
+
+// A value listed again: its first place and the later one.
+struct Repeat {
+  int earlier = 0;
+  int later = 0;
+};
+
+// The first element of `list` whose key an earlier one has: pairwise for a
+// few (no allocation, the common case), a set for many (a manifest sent
+// over RPC may list millions).
+template <typename List, typename KeyOf>
+std::optional<Repeat> FirstRepeat(const List& list, KeyOf key_of) {
+  constexpr int kPairwiseUpTo = 16;
+  const int size = static_cast<int>(list.size());
+  if (size <= kPairwiseUpTo) {
+    for (int later = 1; later < size; ++later) {
+      for (int earlier = 0; earlier < later; ++earlier) {
+        if (key_of(list[earlier]) == key_of(list[later])) return Repeat{earlier, later};
+      }
+    }
+    return std::nullopt;
+  }
+  using Key = std::decay_t<decltype(key_of(list[0]))>;
+  absl::flat_hash_map<Key, int> seen;
+  for (int later = 0; later < size; ++later) {
+    if (const auto [it, added] = seen.emplace(key_of(list[later]), later); !added) {
+      return Repeat{it->second, later};
+    }
+  }
+  return std::nullopt;
+}
+
+template <typename List>
+std::optional<Repeat> FirstRepeat(const List& list) {
+  return FirstRepeat(list, [](const auto& value) { return value; });
+}
 
 class ManifestChecker {
  public:
@@ -46,55 +85,58 @@ class ManifestChecker {
   }
 
  private:
+  // Checks one item. Strings are made only for an error: a manifest sent
+  // over RPC may list a million items, each checked here.
   absl::Status CheckItem(int i) const {
     const v1::ManifestItem& item = manifest_.items(i);
-    const std::string field = absl::StrCat("items[", i, "]");
-    if (item.family().empty()) return Error(absl::StrCat(field, ".family"), "must be set");
+    const auto field = [i](auto... rest) { return absl::StrCat("items[", i, "]", rest...); };
+    if (item.family().empty()) return Error(field(".family"), "must be set");
     if (!IsFamilyName(item.family())) {
-      return Error(absl::StrCat(field, ".family"),
+      return Error(field(".family"),
                    absl::StrCat("'", item.family(), "' is not a family name ([a-z][a-z0-9_]*)"));
     }
-    // Sets, not pairwise scans: a manifest sent over RPC may list millions.
-    absl::flat_hash_map<std::string, int> dim_names;
     for (int j = 0; j < item.dims_size(); ++j) {
       const v1::ManifestItem::DimValues& dim = item.dims(j);
-      const std::string dim_field = absl::StrCat(field, ".dims[", j, "]");
-      if (dim.name().empty()) return Error(absl::StrCat(dim_field, ".name"), "must be set");
+      if (dim.name().empty()) return Error(field(".dims[", j, "].name"), "must be set");
       if (!IsIdentifier(dim.name())) {
-        return Error(absl::StrCat(dim_field, ".name"),
+        return Error(field(".dims[", j, "].name"),
                      absl::StrCat("'", dim.name(), "' is not an identifier"));
       }
-      if (const auto [earlier, added] = dim_names.emplace(dim.name(), j); !added) {
-        return Error(absl::StrCat(dim_field, ".name"),
-                     absl::StrCat("'", dim.name(), "' is also dims[", earlier->second, "]"));
-      }
       if (dim.values_size() == 0) {
-        return Error(absl::StrCat(dim_field, ".values"), "empty (list at least one value)");
+        return Error(field(".dims[", j, "].values"), "empty (list at least one value)");
       }
-      absl::flat_hash_set<int64_t> values;
       for (int v = 0; v < dim.values_size(); ++v) {
         if (dim.values(v) <= 0) {
-          return Error(absl::StrCat(dim_field, ".values[", v, "]"),
+          return Error(field(".dims[", j, "].values[", v, "]"),
                        absl::StrCat(dim.values(v), " is not positive"));
         }
-        if (!values.insert(dim.values(v)).second) {
-          return Error(absl::StrCat(dim_field, ".values[", v, "]"),
-                       absl::StrCat(dim.values(v), " is listed twice"));
-        }
+      }
+      if (const std::optional<Repeat> again = FirstRepeat(dim.values())) {
+        return Error(field(".dims[", j, "].values[", again->later, "]"),
+                     absl::StrCat(dim.values(again->later), " is listed twice"));
       }
     }
-    absl::flat_hash_set<int> dtypes;
+    if (const std::optional<Repeat> again = FirstRepeat(
+            item.dims(), [](const v1::ManifestItem::DimValues& dim) -> const std::string& {
+              return dim.name();
+            })) {
+      return Error(field(".dims[", again->later, "].name"),
+                   absl::StrCat("'", item.dims(again->later).name(), "' is also dims[",
+                                again->earlier, "]"));
+    }
     for (int d = 0; d < item.dtypes_size(); ++d) {
       const v1::DType dtype = item.dtypes(d);
-      const std::string dtype_field = absl::StrCat(field, ".dtypes[", d, "]");
       if (dtype == v1::DTYPE_UNSPECIFIED) {
-        return Error(dtype_field, "DTYPE_UNSPECIFIED is not a dtype");
+        return Error(field(".dtypes[", d, "]"), "DTYPE_UNSPECIFIED is not a dtype");
       }
-      if (!v1::DType_IsValid(dtype))
-        return Error(dtype_field, absl::StrCat("unknown ", DTypeName(dtype)));
-      if (!dtypes.insert(dtype).second) {
-        return Error(dtype_field, absl::StrCat(DTypeName(dtype), " is listed twice"));
+      if (!v1::DType_IsValid(dtype)) {
+        return Error(field(".dtypes[", d, "]"), absl::StrCat("unknown ", DTypeName(dtype)));
       }
+    }
+    if (const std::optional<Repeat> again = FirstRepeat(item.dtypes())) {
+      return Error(field(".dtypes[", again->later, "]"),
+                   absl::StrCat(DTypeName(static_cast<v1::DType>(item.dtypes(again->later))),
+                                " is listed twice"));
     }
     return absl::OkStatus();
   }
@@ -108,43 +150,47 @@ absl::Status Error(absl::string_view field, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
 }
 
-// Checks `item` against its family; returns the dtypes it stands for.
-absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::ManifestItem& item,
-                                                              const std::string& field,
+// Checks item `i` against its family; returns the dtypes it stands for.
+// Strings are made only for an error, as in ManifestChecker.
+absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::ManifestItem& item, int i,
                                                               const v1::KernelFamily& family) {
-  std::vector<std::string> dim_names;
-  for (const v1::ProblemDimension& dim : family.dims()) dim_names.push_back(dim.name());
+  const auto field = [i](auto... rest) { return absl::StrCat("items[", i, "]", rest...); };
+  const auto dim_names = [&family] {
+    std::vector<std::string> names;
+    for (const v1::ProblemDimension& dim : family.dims()) names.push_back(dim.name());
+    return absl::StrJoin(names, ", ");
+  };
   for (int j = 0; j < item.dims_size(); ++j) {
     const v1::ManifestItem::DimValues& values = item.dims(j);
-    const std::string dim_field = absl::StrCat(field, ".dims[", j, "]");
     const auto dim =
         std::find_if(family.dims().begin(), family.dims().end(),
                      [&](const v1::ProblemDimension& d) { return d.name() == values.name(); });
     if (dim == family.dims().end()) {
-      return Error(dim_field,
+      return Error(field(".dims[", j, "]"),
                    absl::StrCat("'", values.name(), "' is not a dim of family '", family.name(),
-                                "' (dims: ", absl::StrJoin(dim_names, ", "), ")"));
+                                "' (dims: ", dim_names(), ")"));
     }
     for (int v = 0; v < values.values_size(); ++v) {
       const int64_t value = values.values(v);
-      const std::string value_field = absl::StrCat(dim_field, ".values[", v, "]");
       if (dim->min() > 0 && value < dim->min()) {
-        return Error(value_field, absl::StrCat(value, " is below the min ", dim->min(), " of dim '",
-                                               dim->name(), "'"));
+        return Error(
+            field(".dims[", j, "].values[", v, "]"),
+            absl::StrCat(value, " is below the min ", dim->min(), " of dim '", dim->name(), "'"));
       }
       if (dim->max() > 0 && value > dim->max()) {
-        return Error(value_field, absl::StrCat(value, " is above the max ", dim->max(), " of dim '",
-                                               dim->name(), "'"));
+        return Error(
+            field(".dims[", j, "].values[", v, "]"),
+            absl::StrCat(value, " is above the max ", dim->max(), " of dim '", dim->name(), "'"));
       }
     }
   }
-  for (const std::string& name : dim_names) {
+  for (const v1::ProblemDimension& dim : family.dims()) {
     const bool given =
         std::any_of(item.dims().begin(), item.dims().end(),
-                    [&](const v1::ManifestItem::DimValues& d) { return d.name() == name; });
+                    [&](const v1::ManifestItem::DimValues& d) { return d.name() == dim.name(); });
     if (!given) {
-      return Error(absl::StrCat(field, ".dims"),
-                   absl::StrCat("missing '", name, "' of family '", family.name(), "'"));
+      return Error(field(".dims"),
+                   absl::StrCat("missing '", dim.name(), "' of family '", family.name(), "'"));
     }
   }
   std::vector<v1::DType> dtypes;
@@ -152,12 +198,14 @@ absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::Manifest
     for (int dtype : family.dtypes()) dtypes.push_back(static_cast<v1::DType>(dtype));
     return dtypes;
   }
-  std::vector<std::string> supported;
-  for (int dtype : family.dtypes()) supported.push_back(DTypeName(static_cast<v1::DType>(dtype)));
   for (int d = 0; d < item.dtypes_size(); ++d) {
     const v1::DType dtype = item.dtypes(d);
     if (std::find(family.dtypes().begin(), family.dtypes().end(), dtype) == family.dtypes().end()) {
-      return Error(absl::StrCat(field, ".dtypes[", d, "]"),
+      std::vector<std::string> supported;
+      for (int known : family.dtypes()) {
+        supported.push_back(DTypeName(static_cast<v1::DType>(known)));
+      }
+      return Error(field(".dtypes[", d, "]"),
                    absl::StrCat(DTypeName(dtype), " is not supported by family '", family.name(),
                                 "' (", absl::StrJoin(supported, ", "), ")"));
     }
@@ -165,6 +213,19 @@ absl::StatusOr<std::vector<v1::DType>> CheckItemAgainstFamily(const v1::Manifest
   }
   return dtypes;
 }
+
+}  // namespace
+
+int64_t SaturatingMultiply(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > std::numeric_limits<int64_t>::max() / b ? std::numeric_limits<int64_t>::max() : a * b;
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+namespace {
 
 std::string ProblemKey(const ManifestProblem& problem) {
   return absl::StrCat(problem.family, "\n", FormatDims(problem.problem.dims()), "\n",
@@ -185,36 +246,49 @@ absl::Status ValidateManifest(const v1::Manifest& manifest, absl::string_view or
   return ManifestChecker(manifest, origin, nullptr).Check();
 }
 
-absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
+absl::StatusOr<ManifestCount> CountManifest(
     const v1::Manifest& manifest,
     const absl::flat_hash_map<std::string, v1::KernelFamily>& families) {
   RETURN_IF_ERROR(ValidateManifest(manifest, ""));
-  std::vector<std::vector<v1::DType>> item_dtypes;
-  int64_t total = 0;
+  ManifestCount count;
+  count.items.reserve(static_cast<size_t>(manifest.items_size()));
   for (int i = 0; i < manifest.items_size(); ++i) {
     const v1::ManifestItem& item = manifest.items(i);
-    const std::string field = absl::StrCat("items[", i, "]");
     const auto family = families.find(item.family());
     if (family == families.end()) {
       std::vector<std::string> known;
       for (const auto& [name, unused] : families) known.push_back(name);
       std::sort(known.begin(), known.end());
-      return Error(absl::StrCat(field, ".family"),
+      return Error(absl::StrCat("items[", i, "].family"),
                    absl::StrCat("unknown family '", item.family(), "' (known: ",
                                 known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
     }
-    ASSIGN_OR_RETURN(std::vector<v1::DType> dtypes,
-                     CheckItemAgainstFamily(item, field, family->second));
-    int64_t count = static_cast<int64_t>(dtypes.size());
+    ManifestCount::Item& counted = count.items.emplace_back();
+    counted.family = &family->second;
+    ASSIGN_OR_RETURN(counted.dtypes, CheckItemAgainstFamily(item, i, family->second));
+    counted.problems_per_dtype = 1;
     for (const v1::ManifestItem::DimValues& dim : item.dims()) {
-      count = count > kMaxManifestProblems ? count : count * dim.values_size();
+      counted.problems_per_dtype =
+          SaturatingMultiply(counted.problems_per_dtype, dim.values_size());
     }
-    total += std::min(count, kMaxManifestProblems + 1);
-    if (total > kMaxManifestProblems) {
-      return Error("items", absl::StrCat("more than ", kMaxManifestProblems, " problems"));
-    }
-    item_dtypes.push_back(std::move(dtypes));
+    count.problems = SaturatingAdd(count.problems,
+                                   SaturatingMultiply(counted.problems_per_dtype,
+                                                      static_cast<int64_t>(counted.dtypes.size())));
   }
+  return count;
+}
+
+absl::Status CheckManifestCount(const ManifestCount& count) {
+  if (count.problems <= kMaxManifestProblems) return absl::OkStatus();
+  return Error("items", absl::StrCat("more than ", kMaxManifestProblems, " problems (",
+                                     CountText(count.problems), ")"));
+}
+
+absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
+    const v1::Manifest& manifest,
+    const absl::flat_hash_map<std::string, v1::KernelFamily>& families) {
+  ASSIGN_OR_RETURN(const ManifestCount count, CountManifest(manifest, families));
+  RETURN_IF_ERROR(CheckManifestCount(count));
 
   std::vector<ManifestProblem> problems;
   std::unordered_set<std::string> seen;
@@ -223,7 +297,7 @@ absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
     const int dim_count = item.dims_size();
     std::vector<int> digits(dim_count, 0);
     while (true) {
-      for (v1::DType dtype : item_dtypes[i]) {
+      for (v1::DType dtype : count.items[static_cast<size_t>(i)].dtypes) {
         ManifestProblem problem;
         problem.family = item.family();
         problem.item = i;
@@ -242,6 +316,10 @@ absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
     }
   }
   return problems;
+}
+
+std::string CountText(int64_t count) {
+  return count == std::numeric_limits<int64_t>::max() ? "more than 2^63" : absl::StrCat(count);
 }
 
 int ShardOf(const ManifestProblem& problem, int count) {

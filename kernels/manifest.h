@@ -55,6 +55,39 @@ absl::StatusOr<v1::Manifest> LoadManifestFile(const std::string& path);
 // is empty).
 absl::Status ValidateManifest(const v1::Manifest& manifest, absl::string_view origin);
 
+// What a manifest stands for, counted by arithmetic from its items and the
+// families' descriptors: no problem is built, so a manifest of millions is
+// counted at the cost of reading it. Counts saturate at INT64_MAX.
+struct ManifestCount {
+  struct Item {
+    const v1::KernelFamily* family = nullptr;  // into the families given
+    std::vector<v1::DType> dtypes;             // its own, or all its family's
+    int64_t problems_per_dtype = 0;            // the product of its dims' value counts
+  };
+  std::vector<Item> items;  // parallel to manifest.items
+  // Over every item; a problem listed by two items counts twice, so this
+  // bounds what ExpandManifest gives from above.
+  int64_t problems = 0;
+};
+
+// Checks the manifest as ExpandManifest does, with the same errors, and
+// counts it. No limit is applied: the caller compares the counts with its
+// own (ExpandManifest with kMaxManifestProblems, a job with the daemon's).
+absl::StatusOr<ManifestCount> CountManifest(
+    const v1::Manifest& manifest,
+    const absl::flat_hash_map<std::string, v1::KernelFamily>& families);
+
+// INVALID_ARGUMENT "items: more than 1048576 problems (4194304)" when the
+// count is over kMaxManifestProblems, the limit of every manifest.
+absl::Status CheckManifestCount(const ManifestCount& count);
+
+// A saturated count as people read it: "123", or "more than 2^63".
+std::string CountText(int64_t count);
+
+// a * b and a + b for counts >= 0, INT64_MAX where they would overflow.
+int64_t SaturatingMultiply(int64_t a, int64_t b);
+int64_t SaturatingAdd(int64_t a, int64_t b);
+
 // Every problem of the manifest, in a deterministic order: items in order;
 // within an item the cartesian product of its dims' values, the first
 // listed dim varying slowest, each dim's values in order; dtypes innermost.
@@ -67,7 +100,8 @@ absl::Status ValidateManifest(const v1::Manifest& manifest, absl::string_view or
 //   "items[0].dims: missing 'n' of family 'axpy'"
 //   "items[0].dims[0].values[1]: 5000 is above the max 4096 of dim 'n'"
 //   "items[0].dtypes[1]: fp64 is not supported by family 'axpy' (fp32, fp16)"
-//   "items: more than 1048576 problems" (kMaxManifestProblems)
+//   "items: more than 1048576 problems (4194304)" (kMaxManifestProblems,
+//   counted by CountManifest before any problem is built)
 absl::StatusOr<std::vector<ManifestProblem>> ExpandManifest(
     const v1::Manifest& manifest,
     const absl::flat_hash_map<std::string, v1::KernelFamily>& families);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
@@ -230,6 +231,43 @@ TEST(ValidateManifestTest, PrefixesTheOrigin) {
                                                   dims { name: "n" values: 1 }
                                                 })pb"),
                              "SubmitJob"));
+}
+
+TEST(CountManifestTest, CountsByArithmeticAndSaturates) {
+  ASSERT_OK_AND_ASSIGN(ManifestCount count, CountManifest(ParseManifest(R"pb(
+                                                            items {
+                                                              family: "axpy"
+                                                              dims {
+                                                                name: "n"
+                                                                values: [ 1, 2, 3 ]
+                                                              }
+                                                            }
+                                                            items {
+                                                              family: "axpy"
+                                                              dims { name: "n" values: 1 }
+                                                              dtypes: FLOAT16
+                                                            })pb"),
+                                                          GoodFamilies()));
+  EXPECT_EQ(count.problems, 3 * 2 + 1);  // axpy has two dtypes; the repeat counts
+  // Seven items of 2048 values: counted, not listed.
+  v1::Manifest huge;
+  v1::ManifestItem* item = huge.add_items();
+  item->set_family("axpy");
+  v1::ManifestItem::DimValues* n = item->add_dims();
+  n->set_name("n");
+  for (int64_t v = 1; v <= 2048; ++v) n->add_values(v);
+  for (int i = 0; i < 6; ++i) *huge.add_items() = *item;
+  ASSERT_OK_AND_ASSIGN(count, CountManifest(huge, GoodFamilies()));
+  EXPECT_EQ(count.problems, 7 * 2048 * 2);
+  EXPECT_EQ(SaturatingMultiply(int64_t{1} << 40, int64_t{1} << 40),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(CountText(std::numeric_limits<int64_t>::max()), "more than 2^63");
+  EXPECT_THAT(ExpandManifest(ParseManifest(R"pb(items {
+                                                  family: "axpy"
+                                                  dims { name: "n" values: 0 }
+                                                })pb"),
+                             GoodFamilies()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 is not positive")));
 }
 
 std::vector<ManifestProblem> ManyProblems() {

@@ -70,6 +70,26 @@ inline constexpr double kMaxCompileTimeoutS = 600;
 // top 8): enough to hold the screen's near ties, few enough to time at
 // length.
 inline constexpr int kDefaultSerialCandidates = 8;
+// The most a job may ask for one variant's launch (JobOptions.
+// variant_timeout_s; 0 = the daemon's --variant-timeout): a kernel that runs
+// a minute is hung, and the GPU it holds is every other job's too.
+inline constexpr double kMaxVariantTimeoutS = 60;
+// The most a job may wait for a quiet GPU (JobOptions.quiet_wait_s), and
+// may give its serial phase (serial_max_s) or a problem's search
+// (SearchOptions.max_seconds): a week of waiting, an hour of timing one
+// problem's candidates, a day of searching one problem's space.
+inline constexpr double kMaxQuietWaitS = 7 * 24 * 3600.0;
+inline constexpr double kMaxSerialMaxS = 3600;
+inline constexpr double kMaxSearchSeconds = 24 * 3600.0;
+// The widest candidate band and the loosest noise target a job may ask
+// for: a band of 10x is every variant; noise of 50% is no measurement.
+inline constexpr double kMaxCandidateBand = 10;
+inline constexpr double kMaxSerialNoise = 0.5;
+// Problems one job's manifest may hold, counted by arithmetic from its
+// items before any is built (job_plan.h): far above a manifest worth one
+// job (the built-in ones hold tens), low enough that refusing a larger one,
+// or sharding one this size, costs the daemon a fraction of a second.
+inline constexpr int64_t kDefaultMaxJobProblems = 100000;
 // ...and at least (when the screen found that many): a screen's ranking of
 // close variants is noise.
 inline constexpr int kDefaultMinSerialCandidates = 3;

@@ -1,9 +1,42 @@
 #include "service/jobs/job_options.h"
 
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/manifest.h"
+#include "kernels/search_space.h"
 
 namespace autotune::service {
 namespace {
+
+// One number of a request and its range, 0..max; `zero` says what 0 stands
+// for when it stands for a default.
+struct Bounded {
+  const char* name;
+  double value;
+  double max;
+  std::string zero;
+};
+
+// Whole numbers as integers ("1048576", not "1.04858e+06").
+std::string NumberText(double value) {
+  if (std::trunc(value) == value && std::fabs(value) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  return absl::StrCat(value);
+}
+
+absl::Status CheckBounded(absl::string_view prefix, const Bounded& bounded) {
+  // Written so that NaN fails too.
+  if (bounded.value >= 0 && bounded.value <= bounded.max) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(prefix, bounded.name, " is ", NumberText(bounded.value), ", not in 0..",
+                   NumberText(bounded.max),
+                   bounded.zero.empty() ? "" : absl::StrCat(" (0 = ", bounded.zero, ")")));
+}
 
 // The screen's timing: enough replays for a usable median, a few
 // milliseconds of GPU time per variant (the serial phase measures at length).
@@ -17,6 +50,49 @@ std::string NameSetting(absl::string_view setting, absl::string_view value,
                         const SettingHint& hint) {
   const std::string how = hint ? hint(setting) : "";
   return absl::StrCat(setting, " (", value, how.empty() ? "" : "; ", how, ")");
+}
+
+absl::Status CheckSearchOptions(const v1::SearchOptions& search, absl::string_view field) {
+  if (!v1::SearchStrategy_IsValid(search.strategy())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".strategy ", search.strategy(), " is not a SearchStrategy"));
+  }
+  const std::string prefix = absl::StrCat(field, ".");
+  // No space holds more variants than a family may have configs: a larger
+  // max_variants asks for nothing more.
+  const Bounded numbers[] = {
+      {"max_variants", static_cast<double>(search.max_variants()),
+       static_cast<double>(kernels::kMaxConfigsPerFamily), "no limit"},
+      {"max_fraction", search.max_fraction(), 1, "no limit"},
+      {"max_seconds", search.max_seconds(), kMaxSearchSeconds, "no limit"},
+  };
+  for (const Bounded& number : numbers) RETURN_IF_ERROR(CheckBounded(prefix, number));
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobOptions(const v1::JobOptions& options) {
+  if (options.shard_count() < 0 || options.shard_count() > kernels::kMaxManifestProblems ||
+      options.shard_index() < 0 ||
+      (options.shard_count() > 0 && options.shard_index() >= options.shard_count())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.shard_index ", options.shard_index(), " is not in 0..shard_count-1 (shard_count ",
+        options.shard_count(), ", at most ", kernels::kMaxManifestProblems, ")"));
+  }
+  const Bounded numbers[] = {
+      {"variant_timeout_s", options.variant_timeout_s(), kMaxVariantTimeoutS,
+       "the daemon's variant timeout"},
+      {"compile_timeout_s", options.compile_timeout_s(), kMaxCompileTimeoutS,
+       absl::StrCat(kDefaultCompileTimeoutS, " s")},
+      {"serial_candidates", static_cast<double>(options.serial_candidates()), kMaxSerialCandidates,
+       absl::StrCat(kDefaultSerialCandidates)},
+      {"quiet_wait_s", options.quiet_wait_s(), kMaxQuietWaitS, "the daemon's quiet wait"},
+      {"serial_max_s", options.serial_max_s(), kMaxSerialMaxS, "the worker's default"},
+      {"candidate_band", options.candidate_band(), kMaxCandidateBand,
+       absl::StrCat(kDefaultCandidateBand)},
+      {"serial_noise", options.serial_noise(), kMaxSerialNoise, "the worker's default"},
+  };
+  for (const Bounded& number : numbers) RETURN_IF_ERROR(CheckBounded("options.", number));
+  return CheckSearchOptions(options.search(), "options.search");
 }
 
 ResolvedJobOptions ResolveJobOptions(const v1::JobOptions& job, const JobRunnerOptions& defaults) {

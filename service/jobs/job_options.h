@@ -84,12 +84,26 @@ struct ResolvedJobOptions {
   absl::Duration quiet_wait = absl::Seconds(kDefaultQuietWaitS);
 };
 
+// The checks of every number a job's options carry, each against a bound
+// of service/defaults.h: INVALID_ARGUMENT naming the field, its value and
+// the range, and what 0 stands for where it stands for a default:
+//   "options.variant_timeout_s is 3600, not in 0..60 (0 = the daemon's
+//   variant timeout)", "options.shard_index 3 is not in 0..shard_count-1
+//   (shard_count 2)". NaN and infinities are outside every range. Checks
+//   options.search as CheckSearchOptions; not the compile_only rules, which
+//   need the manifest too (CheckJobSpec, job_plan.h).
+absl::Status CheckJobOptions(const v1::JobOptions& options);
+
+// The same for one SearchOptions (the job's or a manifest item's), `field`
+// naming it: "options.search.max_seconds is 1e+09, not in 0..86400".
+absl::Status CheckSearchOptions(const v1::SearchOptions& search, absl::string_view field);
+
 // `job` resolved onto `defaults`: a value the job gives wins, one it leaves
 // at zero (the proto's "not given") falls back. The launch timeout, compile
 // timeout and quiet wait fall back to `defaults`; the serial candidates and
 // band to CandidateRule's; the serial rounds' limits stay zero, which the
 // worker reads as its own defaults (kernels::SerialRule). Pure: nothing is
-// checked or started.
+// checked (CheckJobOptions, before) or started.
 ResolvedJobOptions ResolveJobOptions(const v1::JobOptions& job, const JobRunnerOptions& defaults);
 
 }  // namespace autotune::service

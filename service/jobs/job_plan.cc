@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,34 +16,15 @@
 #include "base/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/compile_request.h"
+#include "kernels/expression.h"
 #include "kernels/family_check.h"
 #include "kernels/manifest.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
+#include "service/jobs/job_options.h"
 
 namespace autotune::service {
 namespace {
-
-// The checks of one SearchOptions, `field` naming it.
-absl::Status CheckSearch(const v1::SearchOptions& search, const std::string& field) {
-  if (!v1::SearchStrategy_IsValid(search.strategy())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".strategy ", search.strategy(), " is not a SearchStrategy"));
-  }
-  if (search.max_variants() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".max_variants is ", search.max_variants(), ", not >= 0"));
-  }
-  if (!(search.max_fraction() >= 0 && search.max_fraction() <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".max_fraction is ", search.max_fraction(), ", not in 0..1"));
-  }
-  if (!(search.max_seconds() >= 0 && std::isfinite(search.max_seconds()))) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".max_seconds is ", search.max_seconds(),
-                                                   ", not a finite number >= 0"));
-  }
-  return absl::OkStatus();
-}
 
 bool SearchGiven(const v1::SearchOptions& search) {
   return search.strategy() != v1::SEARCH_STRATEGY_UNSPECIFIED || search.max_variants() != 0 ||
@@ -54,6 +37,129 @@ std::vector<kernels::SourceHeader> HeadersOf(const v1::KernelFamily& family) {
     headers.push_back({header.name(), header.text()});
   }
   return headers;
+}
+
+// The most variants a job's problems can have, by arithmetic from their
+// families' descriptors. A problem of a family in a dtype can have at most
+// the configs that pass the constraints reading only params and
+// dtype_bytes: the other constraints (the dims', the arch's) and the
+// launch limits only remove configs. Those constraints are evaluated once
+// per family and dtype, over the family's configs (at most
+// kernels::kMaxConfigsPerFamily), and only when the plain product of the
+// params' value counts would go over the limit.
+class VariantBound {
+ public:
+  explicit VariantBound(const PlanTarget& target) : target_(target) {}
+
+  void Add(const v1::KernelFamily& family, v1::DType dtype, int64_t problems) {
+    Group& group = groups_[std::make_pair(family.name(), dtype)];
+    group.family = &family;
+    group.problems = kernels::SaturatingAdd(group.problems, problems);
+  }
+
+  // Over everything added. INVALID_ARGUMENT when a constraint does not parse
+  // (a stored family passed ValidateFamily, so only a family changed since).
+  absl::StatusOr<int64_t> Total() {
+    int64_t total = 0;
+    for (const auto& [key, group] : groups_) {
+      total = kernels::SaturatingAdd(
+          total, kernels::SaturatingMultiply(group.problems, AllConfigs(*group.family)));
+    }
+    if (target_.max_variants <= 0 || total <= target_.max_variants) return total;
+    total = 0;
+    for (auto& [key, group] : groups_) {
+      if (!group.configs.has_value()) {
+        ASSIGN_OR_RETURN(group.configs, ConfigsPassing(*group.family, key.second));
+      }
+      total = kernels::SaturatingAdd(total,
+                                     kernels::SaturatingMultiply(group.problems, *group.configs));
+    }
+    return total;
+  }
+
+ private:
+  struct Group {
+    const v1::KernelFamily* family = nullptr;
+    int64_t problems = 0;
+    std::optional<int64_t> configs;  // ConfigsPassing, once computed
+  };
+
+  static int64_t AllConfigs(const v1::KernelFamily& family) {
+    int64_t configs = 1;
+    for (const v1::TunableParameter& param : family.params()) {
+      configs = kernels::SaturatingMultiply(configs, std::max(1, param.values_size()));
+    }
+    return configs;
+  }
+
+  static absl::StatusOr<int64_t> ConfigsPassing(const v1::KernelFamily& family, v1::DType dtype) {
+    std::vector<std::string> params;
+    for (const v1::TunableParameter& param : family.params()) params.push_back(param.name());
+    std::vector<std::string> names = params;
+    names.emplace_back(kernels::kDTypeBytesVariable);
+    for (const v1::ProblemDimension& dim : family.dims()) names.push_back(dim.name());
+    for (absl::string_view name : kernels::kTargetVariables) names.emplace_back(name);
+    std::vector<kernels::Expression> constraints;
+    for (int i = 0; i < family.constraints_size(); ++i) {
+      absl::StatusOr<kernels::Expression> parsed =
+          kernels::Expression::Parse(family.constraints(i), names);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("family '", family.name(), "': constraints[",
+                                                       i, "]: ", parsed.status().message()));
+      }
+      const bool params_only = std::all_of(
+          parsed->variables().begin(), parsed->variables().end(), [&](const std::string& name) {
+            return name == kernels::kDTypeBytesVariable ||
+                   std::find(params.begin(), params.end(), name) != params.end();
+          });
+      if (params_only) constraints.push_back(*std::move(parsed));
+    }
+    const int64_t all = AllConfigs(family);
+    if (constraints.empty() || all > kernels::kMaxConfigsPerFamily) return all;
+    kernels::Expression::Variables values;
+    values[std::string(kernels::kDTypeBytesVariable)] = static_cast<double>(DTypeBytes(dtype));
+    // Every config, as the search space orders them: the last param fastest.
+    std::vector<int> digits(params.size(), 0);
+    int64_t passing = 0;
+    while (true) {
+      for (size_t p = 0; p < params.size(); ++p) {
+        const v1::TunableParameter& param = family.params(static_cast<int>(p));
+        values[params[p]] =
+            param.values_size() == 0 ? 0 : static_cast<double>(param.values(digits[p]));
+      }
+      bool holds = true;
+      for (kernels::Expression& constraint : constraints) {
+        const absl::StatusOr<bool> held = constraint.EvaluateCondition(values);
+        if (!held.ok() || !*held) {
+          holds = false;
+          break;
+        }
+      }
+      passing += holds ? 1 : 0;
+      int p = static_cast<int>(params.size()) - 1;
+      for (; p >= 0; --p) {
+        if (++digits[p] < family.params(p).values_size()) break;
+        digits[p] = 0;
+      }
+      if (p < 0) break;
+    }
+    return passing;
+  }
+
+  const PlanTarget& target_;
+  std::map<std::pair<std::string, v1::DType>, Group> groups_;
+};
+
+// RESOURCE_EXHAUSTED when `variants`, VariantBound's of `problems`, is over
+// the target's limit.
+absl::Status CheckVariantBound(const PlanTarget& target, int64_t problems, int64_t variants) {
+  if (target.max_variants <= 0 || variants <= target.max_variants) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the job may have ", kernels::CountText(variants), " variants (its ", problems,
+      " problems times the configs their families' params and constraints allow), more than the ",
+      target.max_variants, " the daemon's limit ", target.max_variants_setting,
+      " allows; split it into shards (the job's shard_index and shard_count) or narrow the "
+      "manifest"));
 }
 
 }  // namespace
@@ -109,18 +215,20 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError("manifest.items is empty");
   }
   for (int i = 0; i < spec.manifest().items_size(); ++i) {
+    // Nothing allocated per item on the way: a manifest may list a million.
     const v1::ManifestItem& item = spec.manifest().items(i);
-    const std::string field = absl::StrCat("manifest.items[", i, "]");
     if (item.family().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".family is empty"));
+      return absl::InvalidArgumentError(absl::StrCat("manifest.items[", i, "].family is empty"));
     }
-    RETURN_IF_ERROR(CheckSearch(item.search(), absl::StrCat(field, ".search")));
-    if (options.compile_only() && item.has_search()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".search: a compile_only job measures nothing to search; leave it out"));
+    if (!item.has_search()) continue;
+    const std::string field = absl::StrCat("manifest.items[", i, "].search");
+    RETURN_IF_ERROR(CheckSearchOptions(item.search(), field));
+    if (options.compile_only()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": a compile_only job measures nothing to search; leave it out"));
     }
   }
-  RETURN_IF_ERROR(CheckSearch(options.search(), "options.search"));
+  RETURN_IF_ERROR(CheckJobOptions(options));
   if (options.compile_only() && SearchGiven(options.search())) {
     return absl::InvalidArgumentError(
         "options.search: a compile_only job measures nothing to search; leave it out");
@@ -139,46 +247,6 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat(
           absl::StrJoin(measuring, ", "), ": a compile_only job measures nothing; leave ",
           measuring.size() == 1 ? "it" : "them", " out"));
-    }
-  }
-  if (options.shard_count() < 0 || options.shard_index() < 0 ||
-      (options.shard_count() > 0 && options.shard_index() >= options.shard_count())) {
-    return absl::InvalidArgumentError(absl::StrCat("options.shard_index ", options.shard_index(),
-                                                   " is not in 0..shard_count-1 (shard_count ",
-                                                   options.shard_count(), ")"));
-  }
-  if (!(options.compile_timeout_s() >= 0) || std::isinf(options.compile_timeout_s())) {
-    return absl::InvalidArgumentError(absl::StrCat("options.compile_timeout_s is ",
-                                                   options.compile_timeout_s(),
-                                                   ", not a finite number >= 0"));
-  }
-  if (options.compile_timeout_s() > kMaxCompileTimeoutS) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.compile_timeout_s is ", options.compile_timeout_s(), "; at most ",
-                     kMaxCompileTimeoutS, " s (0 = ", kDefaultCompileTimeoutS, ")"));
-  }
-  if (!(options.variant_timeout_s() >= 0) || std::isinf(options.variant_timeout_s())) {
-    return absl::InvalidArgumentError(absl::StrCat("options.variant_timeout_s is ",
-                                                   options.variant_timeout_s(),
-                                                   ", not a finite number >= 0"));
-  }
-  if (options.serial_candidates() < 0 || options.serial_candidates() > kMaxSerialCandidates) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.serial_candidates is ", options.serial_candidates(), ", not in 0..",
-                     kMaxSerialCandidates, " (0 = ", kDefaultSerialCandidates, ")"));
-  }
-  const struct {
-    const char* name;
-    double value;
-    double max;
-  } seconds[] = {{"quiet_wait_s", options.quiet_wait_s(), 7 * 24 * 3600.0},
-                 {"serial_max_s", options.serial_max_s(), 3600},
-                 {"candidate_band", options.candidate_band(), 10},
-                 {"serial_noise", options.serial_noise(), 0.5}};
-  for (const auto& [name, value, max] : seconds) {
-    if (!(value >= 0) || !(value <= max)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.", name, " is ", value, ", not a number in 0..", max));
     }
   }
   return absl::OkStatus();
@@ -257,28 +325,36 @@ absl::StatusOr<JobPlan> PlanJob(
   const v1::JobOptions& options = spec.options();
   absl::flat_hash_map<std::string, v1::KernelFamily> by_name;
   for (const auto& [name, record] : families) by_name[name] = record->family;
+  // Counted before anything is built: a refusal costs reading the manifest.
+  ASSIGN_OR_RETURN(const kernels::ManifestCount count,
+                   kernels::CountManifest(spec.manifest(), by_name));
+  RETURN_IF_ERROR(kernels::CheckManifestCount(count));
+  if (target.max_problems > 0 && count.problems > target.max_problems) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "manifest.items: ", kernels::CountText(count.problems), " problems, more than the ",
+        target.max_problems,
+        " one job may hold (a job's shards each read the whole manifest); split the manifest "
+        "into jobs or narrow it"));
+  }
+  VariantBound bound(target);
+  if (options.shard_count() == 0) {
+    for (const kernels::ManifestCount::Item& item : count.items) {
+      for (v1::DType dtype : item.dtypes) bound.Add(*item.family, dtype, item.problems_per_dtype);
+    }
+    ASSIGN_OR_RETURN(const int64_t variants, bound.Total());
+    RETURN_IF_ERROR(CheckVariantBound(target, count.problems, variants));
+  }
   ASSIGN_OR_RETURN(std::vector<kernels::ManifestProblem> problems,
                    kernels::ExpandManifest(spec.manifest(), by_name));
   if (options.shard_count() > 0) {
     ASSIGN_OR_RETURN(
         problems, kernels::ShardProblems(problems, options.shard_index(), options.shard_count()));
-  }
-
-  // The bound by arithmetic, saturating: problems x configs of each family.
-  int64_t bound = 0;
-  for (const kernels::ManifestProblem& item : problems) {
-    int64_t configs = 1;
-    for (const v1::TunableParameter& param : by_name.at(item.family).params()) {
-      const int64_t values = std::max(1, param.values_size());
-      configs = configs > std::numeric_limits<int64_t>::max() / values
-                    ? std::numeric_limits<int64_t>::max()
-                    : configs * values;
+    for (const kernels::ManifestProblem& problem : problems) {
+      bound.Add(by_name.at(problem.family), problem.problem.dtype(), 1);
     }
-    bound = bound > std::numeric_limits<int64_t>::max() - configs
-                ? std::numeric_limits<int64_t>::max()
-                : bound + configs;
+    ASSIGN_OR_RETURN(const int64_t variants, bound.Total());
+    RETURN_IF_ERROR(CheckVariantBound(target, static_cast<int64_t>(problems.size()), variants));
   }
-  const bool bounded = target.max_variants > 0 && bound > target.max_variants;
 
   JobPlan plan;
   plan.arch = target.arch;
@@ -317,14 +393,6 @@ absl::StatusOr<JobPlan> PlanJob(
           absl::StrCat(ProblemContext(item.family, item.problem), ": ", space.status().message()));
     }
     plan.variants += static_cast<int64_t>(space->variants.size());
-    if (bounded && plan.variants > target.max_variants) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the job has more than the ", target.max_variants, " variants the daemon's limit ",
-          target.max_variants_setting, " allows (", plan.variants, " in its first ",
-          plan.problems.size() + 1, " of ", problems.size(),
-          " problems); split it into shards (the job's shard_index and shard_count) or narrow "
-          "the manifest"));
-    }
     PlannedProblem planned;
     planned.record = record;
     planned.problem = std::move(item.problem);

@@ -110,6 +110,8 @@ struct PlanTarget {
   // that limit ("max_job_variants (500000; autotuned --max-job-variants)").
   int64_t max_variants = 0;
   std::string max_variants_setting = "max_job_variants";
+  // Most problems the job's manifest may hold, sharded or not (0 = no limit).
+  int64_t max_problems = kDefaultMaxJobProblems;
 };
 
 // A problem's search: `given`, its strategy resolved for a space of
@@ -150,14 +152,19 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu);
 // family the manifest names, current version). INVALID_ARGUMENT from the
 // manifest or a search space, the message naming the problem.
 //
-// target.max_variants is kept before the plan grows: the problems times
-// their families' configs (an upper bound by arithmetic: constraints only
-// remove configs) within the limit plan at once; above it, the plan stops
-// at the first problem that takes it over the limit, so a job of millions
-// of variants costs one problem's space, never the whole plan.
-// RESOURCE_EXHAUSTED "the job has more than the N variants the daemon's
-// limit max_job_variants (N; ...) allows (M in its first K of P problems);
-// ...".
+// The limits are kept by arithmetic before anything is built
+// (kernels::CountManifest): first the manifest's problems against
+// target.max_problems, then its variants against target.max_variants,
+// bounded from above by each problem's family: the configs that pass the
+// constraints reading only params and dtype_bytes (the dims' constraints
+// and the launch limits only remove more). A sharded job's problems are
+// listed first (at most max_problems of them) and its shard's are bounded.
+// So a refused job costs reading its manifest, never a plan:
+// RESOURCE_EXHAUSTED "manifest.items: 1048576 problems, more than the
+// 100000 one job may hold ..." or "the job may have 12600000 variants (its
+// 75000 problems times the configs their families' params and constraints
+// allow), more than the 500000 the daemon's limit max_job_variants (...)
+// allows; split it into shards ...".
 absl::StatusOr<JobPlan> PlanJob(
     const v1::JobSpec& spec,
     const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,

@@ -1,5 +1,6 @@
 #include "service/jobs/job_plan.h"
 
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -9,7 +10,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "kernels/manifest.h"
 #include "kernels/profile_task.h"
+#include "kernels/search_space.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
 #include "service/jobs/job_options.h"
@@ -47,23 +50,86 @@ class JobPlanTest : public ::testing::Test {
 };
 
 // Found on e01f360: the variant limit was checked after the whole plan was
-// built; a job of 12.6M variants grew the daemon to 8.5 GB.
-TEST_F(JobPlanTest, TheVariantLimitStopsThePlanBeforeItGrowsPastIt) {
-  // axpy: 24 configs, 19 of them valid, per problem.
+// built; a job of 12.6M variants grew the daemon to 8.5 GB. Found on
+// 2bc4d71: it was still checked as the plan grew, after the whole manifest
+// was expanded; 2^20 problems cost 6.5 min of CPU and 3.7 GB.
+TEST_F(JobPlanTest, TheVariantLimitIsKeptByArithmeticBeforeAnyProblemIsBuilt) {
+  // axpy: 24 configs, 21 of them pass its constraint (BLOCK * ELEMS <=
+  // 4096), 19 fit a device.
   PlanTarget target = target_;
-  target.max_variants = 72;  // the bound by arithmetic: 3 x 24
+  target.max_variants = 72;  // 3 x 24: planned without evaluating a constraint
   ASSERT_OK_AND_ASSIGN(JobPlan whole, PlanJob(Spec({1024, 2048, 4096}), families_, target));
   EXPECT_EQ(whole.variants, 57);
-  target.max_variants = 57;  // exactly what it has: planned
+  target.max_variants = 63;  // 3 x 21: the constraint evaluated once
   ASSERT_OK(PlanJob(Spec({1024, 2048, 4096}), families_, target).status());
-  target.max_variants = 40;
-  target.max_variants_setting = "max_job_variants (40)";
-  EXPECT_THAT(PlanJob(Spec({1024, 2048, 4096, 8192}), families_, target),
+  target.max_variants = 62;
+  target.max_variants_setting = "max_job_variants (62)";
+  EXPECT_THAT(PlanJob(Spec({1024, 2048, 4096}), families_, target),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       "the job has more than the 40 variants the daemon's limit "
-                       "max_job_variants (40) allows (57 in its first 3 of 4 problems); split it "
-                       "into shards (the job's shard_index and shard_count) or narrow the "
-                       "manifest"));
+                       "the job may have 63 variants (its 3 problems times the configs their "
+                       "families' params and constraints allow), more than the 62 the daemon's "
+                       "limit max_job_variants (62) allows; split it into shards (the job's "
+                       "shard_index and shard_count) or narrow the manifest"));
+
+  // A constraint on the dims is not evaluated for the bound: it needs a
+  // problem. Nor is a search space built: n = 8 cannot be expanded
+  // (a buffer of n - 8 elements), yet the limit is what refuses the job.
+  auto narrow = std::make_shared<cache::FamilyRecord>(*families_["axpy"]);
+  narrow->family.add_constraints("n >= 4096");
+  narrow->family.mutable_buffers(0)->set_shape(0, "n - 8");
+  families_["axpy"] = narrow;
+  EXPECT_THAT(PlanJob(Spec({8, 2048, 4096}), families_, target),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may have 63 variants")));
+  target.max_variants = 0;
+  EXPECT_THAT(PlanJob(Spec({8, 2048, 4096}), families_, target),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=8")));
+}
+
+TEST_F(JobPlanTest, AShardIsBoundedByItsOwnProblems) {
+  v1::JobSpec spec = Spec({1024, 2048, 4096, 8192, 16384, 32768});
+  PlanTarget target = target_;
+  target.max_variants = 5 * 21;  // the whole manifest may have 6 x 21
+  EXPECT_THAT(PlanJob(spec, families_, target),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may have 126 variants")));
+  spec.mutable_options()->set_shard_count(2);
+  for (int index = 0; index < 2; ++index) {
+    spec.mutable_options()->set_shard_index(index);
+    ASSERT_OK_AND_ASSIGN(JobPlan shard, PlanJob(spec, families_, target));
+    EXPECT_LT(shard.problems.size(), 6u);
+  }
+}
+
+TEST_F(JobPlanTest, TheProblemLimitIsKeptByArithmeticShardedOrNot) {
+  PlanTarget target = target_;
+  target.max_problems = 3;
+  ASSERT_OK(PlanJob(Spec({1024, 2048, 4096}), families_, target).status());
+  v1::JobSpec spec = Spec({1024, 2048, 4096, 8192});
+  const std::string refusal =
+      "manifest.items: 4 problems, more than the 3 one job may hold (a job's shards each read "
+      "the whole manifest); split the manifest into jobs or narrow it";
+  EXPECT_THAT(PlanJob(spec, families_, target),
+              StatusIs(absl::StatusCode::kResourceExhausted, refusal));
+  spec.mutable_options()->set_shard_count(4);
+  EXPECT_THAT(PlanJob(spec, families_, target),
+              StatusIs(absl::StatusCode::kResourceExhausted, refusal));
+  // The default: a manifest of 2^20 one-problem items is refused on its
+  // count, the first item's problem n = 8 never expanded.
+  auto narrow = std::make_shared<cache::FamilyRecord>(*families_["axpy"]);
+  narrow->family.mutable_buffers(0)->set_shape(0, "n - 8");
+  families_["axpy"] = narrow;
+  v1::JobSpec huge;
+  for (int64_t n = 8; n < 8 + (int64_t{1} << 20); ++n) {
+    v1::ManifestItem* item = huge.mutable_manifest()->add_items();
+    item->set_family("axpy");
+    v1::ManifestItem::DimValues* dim = item->add_dims();
+    dim->set_name("n");
+    dim->add_values(n);
+    item->add_dtypes(v1::FLOAT32);
+  }
+  EXPECT_THAT(PlanJob(huge, families_, target_),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("manifest.items: 1048576 problems, more than the ",
+                                              kDefaultMaxJobProblems, " one job may hold"))));
 }
 
 TEST_F(JobPlanTest, SpecChecksNameTheField) {
@@ -94,8 +160,9 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
   slow.mutable_options()->set_compile_timeout_s(kMaxCompileTimeoutS);
   EXPECT_OK(CheckJobSpec(slow));
   slow.mutable_options()->set_compile_timeout_s(kMaxCompileTimeoutS + 1);
-  EXPECT_THAT(CheckJobSpec(slow), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("options.compile_timeout_s is 601; at most")));
+  EXPECT_THAT(CheckJobSpec(slow),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.compile_timeout_s is 601, not in 0..600 (0 = 120 s)"));
   v1::JobSpec wait = Spec({1024});
   wait.mutable_options()->set_quiet_wait_s(-1);
   EXPECT_THAT(CheckJobSpec(wait), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -109,18 +176,19 @@ TEST_F(JobPlanTest, SpecChecksNameTheField) {
 TEST_F(JobPlanTest, SearchOptionsAreCheckedAndAnItemsSearchReplacesTheJobs) {
   v1::JobSpec spec = Spec({1024, 2048});
   spec.mutable_options()->mutable_search()->set_max_variants(-1);
-  EXPECT_THAT(CheckJobSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           "options.search.max_variants is -1, not >= 0"));
+  EXPECT_THAT(CheckJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.search.max_variants is -1, not in 0..1048576 (0 = no limit)"));
   spec.mutable_options()->mutable_search()->set_max_variants(0);
   spec.mutable_manifest()->mutable_items(0)->mutable_search()->set_max_fraction(2);
   EXPECT_THAT(CheckJobSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "manifest.items[0].search.max_fraction is 2, not in 0..1"));
+                       "manifest.items[0].search.max_fraction is 2, not in 0..1 (0 = no limit)"));
   spec.mutable_manifest()->mutable_items(0)->mutable_search()->set_max_fraction(0);
   spec.mutable_options()->mutable_search()->set_max_seconds(-3);
   EXPECT_THAT(CheckJobSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "options.search.max_seconds is -3, not a finite number >= 0"));
+                       "options.search.max_seconds is -3, not in 0..86400 (0 = no limit)"));
   spec.mutable_options()->mutable_search()->set_max_seconds(
       std::numeric_limits<double>::infinity());
   EXPECT_THAT(CheckJobSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -367,6 +435,66 @@ TEST_F(JobPlanTest, SameButSpaceAllowsOnlyWhatChoosesAmongVariantsToDiffer) {
 
 // ResolveJobOptions (job_options.h): a job's options resolved once, onto the
 // daemon's.
+
+// Found on 2bc4d71: variant_timeout_s had no upper bound (a job could hold
+// a GPU for a year a launch), nor had search.max_seconds.
+TEST(CheckJobOptionsTest, EveryNumberHasARangeAndItsErrorNamesIt) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::function<void(v1::JobOptions&, double)> set;
+    double max;
+    std::string refused;  // the error for max + 1
+  };
+  const std::vector<Case> cases = {
+      {[](v1::JobOptions& o, double v) { o.set_variant_timeout_s(v); }, kMaxVariantTimeoutS,
+       "options.variant_timeout_s is 61, not in 0..60 (0 = the daemon's variant timeout)"},
+      {[](v1::JobOptions& o, double v) { o.set_compile_timeout_s(v); }, kMaxCompileTimeoutS,
+       "options.compile_timeout_s is 601, not in 0..600 (0 = 120 s)"},
+      {[](v1::JobOptions& o, double v) { o.set_serial_candidates(static_cast<int>(v)); },
+       kMaxSerialCandidates, "options.serial_candidates is 257, not in 0..256 (0 = 8)"},
+      {[](v1::JobOptions& o, double v) { o.set_quiet_wait_s(v); }, kMaxQuietWaitS,
+       "options.quiet_wait_s is 604801, not in 0..604800 (0 = the daemon's quiet wait)"},
+      {[](v1::JobOptions& o, double v) { o.set_serial_max_s(v); }, kMaxSerialMaxS,
+       "options.serial_max_s is 3601, not in 0..3600 (0 = the worker's default)"},
+      {[](v1::JobOptions& o, double v) { o.set_candidate_band(v); }, kMaxCandidateBand,
+       "options.candidate_band is 11, not in 0..10 (0 = 0.1)"},
+      {[](v1::JobOptions& o, double v) { o.set_serial_noise(v); }, kMaxSerialNoise,
+       "options.serial_noise is 1.5, not in 0..0.5 (0 = the worker's default)"},
+      {[](v1::JobOptions& o, double v) { o.mutable_search()->set_max_seconds(v); },
+       kMaxSearchSeconds, "options.search.max_seconds is 86401, not in 0..86400 (0 = no limit)"},
+      {[](v1::JobOptions& o, double v) { o.mutable_search()->set_max_fraction(v); }, 1,
+       "options.search.max_fraction is 2, not in 0..1 (0 = no limit)"},
+      {[](v1::JobOptions& o, double v) {
+         o.mutable_search()->set_max_variants(static_cast<int64_t>(v));
+       },
+       static_cast<double>(kernels::kMaxConfigsPerFamily),
+       "options.search.max_variants is 1048577, not in 0..1048576 (0 = no limit)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.refused);
+    v1::JobOptions options;
+    c.set(options, c.max);
+    EXPECT_OK(CheckJobOptions(options));
+    c.set(options, c.max + 1);
+    EXPECT_THAT(CheckJobOptions(options), StatusIs(absl::StatusCode::kInvalidArgument, c.refused));
+    c.set(options, -1);
+    EXPECT_THAT(CheckJobOptions(options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(" is -1, not in 0..")));
+    if (c.max == kMaxSerialCandidates || c.max >= kernels::kMaxConfigsPerFamily) continue;
+    for (double value : {nan, inf}) {
+      c.set(options, value);
+      EXPECT_THAT(CheckJobOptions(options),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(", not in 0..")));
+    }
+  }
+  v1::JobOptions shards;
+  shards.set_shard_count(kernels::kMaxManifestProblems + 1);
+  EXPECT_THAT(CheckJobOptions(shards),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.shard_index 0 is not in 0..shard_count-1 (shard_count 1048577, "
+                       "at most 1048576)"));
+}
 
 TEST(ResolveJobOptionsTest, ZerosAreTheDefaults) {
   const ResolvedJobOptions resolved = ResolveJobOptions(v1::JobOptions(), JobRunnerOptions());
