@@ -1,5 +1,7 @@
 #include "service/lookup/lookup_resolver.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -547,6 +549,13 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::ResolveEntry(
 
 namespace {
 
+// This thread's CPU time so far.
+absl::Duration ThreadCpuTime() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return absl::DurationFromTimespec(now);
+}
+
 // Optimistic tries before the commits are held off.
 constexpr int kOptimisticTries = 4;
 
@@ -594,13 +603,16 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Lookup(const v1::LookupReques
 }
 
 absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookup(
-    const v1::BatchLookupRequest& request) const {
+    const v1::BatchLookupRequest& request, absl::Duration cpu_budget) const {
   if (request.lookups_size() > kMaxBatchLookups) {
     return absl::InvalidArgumentError(
         absl::StrCat("lookups: ", request.lookups_size(), " items, at most ", kMaxBatchLookups));
   }
-  absl::StatusOr<v1::BatchLookupResponse> response =
-      Consistently<v1::BatchLookupResponse>(*store_, [&] { return BatchLookupOnce(request); });
+  // One budget for every try: a batch answered again after a commit does not
+  // start over.
+  const absl::Duration cpu_deadline = ThreadCpuTime() + cpu_budget;
+  absl::StatusOr<v1::BatchLookupResponse> response = Consistently<v1::BatchLookupResponse>(
+      *store_, [&] { return BatchLookupOnce(request, cpu_deadline, cpu_budget); });
   if (response.ok()) {
     for (const v1::BatchLookupResult& result : response->results()) {
       if (result.has_response()) Count(result.response());
@@ -623,7 +635,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::LookupOnce(
 }
 
 absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
-    const v1::BatchLookupRequest& request) const {
+    const v1::BatchLookupRequest& request, absl::Duration cpu_deadline,
+    absl::Duration cpu_budget) const {
   v1::BatchLookupResponse response;
   std::vector<absl::StatusOr<v1::LookupResponse>> answers;
   answers.reserve(static_cast<size_t>(request.lookups_size()));
@@ -634,7 +647,15 @@ absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
     return answer.ok() && (request.include_cubin() || item.include_cubin()) &&
            answer->match() != v1::MISS && !answer->entry().binary_sha256().empty();
   };
+  // The first item not answered for the budget; the clock is read every few
+  // items (a read costs about as much as an EXACT answer).
+  constexpr int kItemsPerClockRead = 16;
+  int answered = request.lookups_size();
   for (int i = 0; i < request.lookups_size(); ++i) {
+    if (i % kItemsPerClockRead == 0 && i > 0 && ThreadCpuTime() > cpu_deadline) {
+      answered = i;
+      break;
+    }
     const v1::LookupRequest& item = request.lookups(i);
     absl::StatusOr<v1::LookupResponse>& answer = answers.emplace_back(Resolve(
         item, absl::StrCat("lookups[", i, "]"), request.include_recipe() || item.include_recipe()));
@@ -653,6 +674,12 @@ absl::StatusOr<v1::BatchLookupResponse> LookupResolver::BatchLookupOnce(
   // response's copies, freed once it is sent, leave one block the next
   // batch reuses instead of faulting in fresh memory.
   for (auto& [sha, cubin] : cubins) cubin = cubins_.Get(sha);
+  for (int i = answered; i < request.lookups_size(); ++i) {
+    answers.emplace_back(absl::ResourceExhaustedError(
+        absl::StrCat("lookups[", i, "]: not answered: this BatchLookup used its ",
+                     absl::FormatDuration(cpu_budget), " of the daemon's CPU on its first ",
+                     answered, " items; send the rest in another call")));
+  }
   for (int i = 0; i < request.lookups_size(); ++i) {
     absl::StatusOr<v1::LookupResponse>& answer = answers[static_cast<size_t>(i)];
     if (sends_cubin(request.lookups(i), answer)) {

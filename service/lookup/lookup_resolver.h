@@ -68,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/autotune.pb.h"
 #include "service/lookup/cubin_cache.h"
@@ -79,6 +80,14 @@ inline constexpr size_t kMaxCachedEntries = 200000;
 
 // Most lookups one BatchLookup may carry.
 inline constexpr int kMaxBatchLookups = 100000;
+// The CPU time of the daemon's one BatchLookup may use (the thread that
+// answers it, every try of Consistently's included). An EXACT answer costs
+// microseconds, so a client's start-up batch is answered whole; a MISS
+// resolves the family's default config for the problem, a few hundred
+// microseconds, so a batch of 100,000 distinct misses would hold a core for
+// a minute. What is left when the budget is spent is answered item by item
+// with RESOURCE_EXHAUSTED (see BatchLookup).
+inline constexpr absl::Duration kBatchLookupCpuBudget = absl::Seconds(1);
 
 struct LookupCounters {
   std::atomic<int64_t> exact{0};
@@ -123,7 +132,16 @@ class LookupResolver {
   // Each lookup is answered on its own: a bad or failing item gets its error
   // in its result and does not fail the batch. Binaries are returned once
   // each in `binaries` when include_cubin is set (on the batch or the item).
-  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(const v1::BatchLookupRequest& request) const;
+  // INVALID_ARGUMENT for more than kMaxBatchLookups items, before any is
+  // read. Items are answered in order until `cpu_budget` of this thread's
+  // CPU time is spent; each item after that gets error_code
+  // RESOURCE_EXHAUSTED and "lookups[812]: not answered: this BatchLookup
+  // used its 1s of the daemon's CPU on its first 811 items; send the rest
+  // in another call", so a client answered in part asks again for exactly
+  // the items that carry that code.
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookup(
+      const v1::BatchLookupRequest& request,
+      absl::Duration cpu_budget = kBatchLookupCpuBudget) const;
 
   // The stored cubins of `request.sha256`, each read once and checked
   // against its digest. INVALID_ARGUMENT for a digest that is not 64
@@ -137,8 +155,10 @@ class LookupResolver {
  private:
   // Lookup and BatchLookup, each read as it goes.
   absl::StatusOr<v1::LookupResponse> LookupOnce(const v1::LookupRequest& request) const;
-  absl::StatusOr<v1::BatchLookupResponse> BatchLookupOnce(
-      const v1::BatchLookupRequest& request) const;
+  // Stops answering at `cpu_deadline`, this thread's CPU clock.
+  absl::StatusOr<v1::BatchLookupResponse> BatchLookupOnce(const v1::BatchLookupRequest& request,
+                                                          absl::Duration cpu_deadline,
+                                                          absl::Duration cpu_budget) const;
   // Adds a final answer to counters_.
   void Count(const v1::LookupResponse& response) const;
 

@@ -234,6 +234,35 @@ TEST_F(LookupResolverStoreTest, AMissCarriesTheFamilysDefaultConfigForTheProblem
   EXPECT_FALSE(exact.has_default_config());
 }
 
+// Found on 2bc4d71: one BatchLookup of 100,000 misses held a core of the
+// daemon for 48 s. The items past its CPU budget are answered, each, with
+// RESOURCE_EXHAUSTED naming where the batch stopped.
+TEST_F(LookupResolverStoreTest, ABatchStopsAnsweringAtItsCpuBudget) {
+  v1::BatchLookupRequest batch;
+  *batch.add_lookups() = Request(8);                                           // EXACT
+  for (int64_t n = 1; n < 40; ++n) *batch.add_lookups() = Request(8, n * 32);  // misses
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse whole,
+                       resolver_->BatchLookup(batch, absl::Hours(1)));
+  ASSERT_EQ(whole.results_size(), 40);
+  for (const v1::BatchLookupResult& result : whole.results()) {
+    EXPECT_TRUE(result.has_response()) << result.error_message();
+  }
+  // No budget at all: the clock is read every 16 items, so 16 are answered.
+  ASSERT_OK_AND_ASSIGN(v1::BatchLookupResponse part,
+                       resolver_->BatchLookup(batch, absl::ZeroDuration()));
+  ASSERT_EQ(part.results_size(), 40);
+  EXPECT_EQ(part.results(0).response().match(), v1::EXACT);
+  for (int i = 1; i < 16; ++i) EXPECT_EQ(part.results(i).response().match(), v1::MISS);
+  for (int i = 16; i < 40; ++i) {
+    EXPECT_FALSE(part.results(i).has_response());
+    EXPECT_EQ(part.results(i).error_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+    EXPECT_EQ(part.results(i).error_message(),
+              absl::StrCat("lookups[", i,
+                           "]: not answered: this BatchLookup used its 0 of the daemon's CPU on "
+                           "its first 16 items; send the rest in another call"));
+  }
+}
+
 TEST_F(LookupResolverStoreTest, TheLaunchIsForTheRequestedProblem) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
   EXPECT_TRUE(MessageDifferencer::Equals(exact.launch(), exact.entry().launch()));
