@@ -143,9 +143,10 @@ bool Statement::ColumnIsNull(int column) const {
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path, Mode mode,
                                                              absl::Duration busy_timeout) {
   // NOMUTEX: every connection is used by one thread at a time (see header),
-  // so SQLite's per-connection mutex is pure overhead.
+  // so SQLite's per-connection mutex is pure overhead. NOFOLLOW: a database
+  // swapped for a symbolic link after the store checked it is not opened.
   const int flags = (mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
-                    SQLITE_OPEN_NOMUTEX;
+                    SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   // A handle comes back even on failure and must be closed.
@@ -196,11 +197,9 @@ absl::Status Connection::Execute(absl::string_view sql) {
 }
 
 absl::Status Connection::BackupTo(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return PosixError(absl::StrCat("cannot create the backup ", path), errno);
-  close(fd);
   sqlite3* raw = nullptr;
-  const int opened = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
+  const int opened =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr);
   ConnectionHandle dest(raw);
   if (opened != SQLITE_OK) {
     unlink(path.c_str());

@@ -120,9 +120,10 @@ class Connection {
   // The first column of the first row of `sql`, e.g. "PRAGMA user_version".
   absl::StatusOr<int64_t> QueryInt(absl::string_view sql);
   absl::StatusOr<std::string> QueryText(absl::string_view sql);
-  // Copies this connection's database into the new file `path` (created
-  // 0600; ALREADY_EXISTS when it is there) with SQLite's online backup API,
-  // in one step: a consistent snapshot that does not block writers (WAL).
+  // Copies this connection's database into `path`, an empty file the
+  // caller created (in a folder no one else may write), with SQLite's
+  // online backup API, in one step: a consistent snapshot that does not
+  // block writers (WAL). The file is removed when the copy fails.
   absl::Status BackupTo(const std::string& path);
 
   // An error from the last failed call on this connection (see Error above).

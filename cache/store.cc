@@ -22,10 +22,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/posix_error.h"
+#include "base/private_file.h"
 #include "base/status_macros.h"
 #include "cache/lock_file.h"
 #include "cache/schema.h"
@@ -149,26 +151,35 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenFile(const StoreOptions& optio
   const int target = options.migrate_to == 0 ? kSchemaVersion : options.migrate_to;
 
   // Created here rather than by SQLite so that it is owner-only from the
-  // first byte; SQLite gives its -wal and -shm files the same mode. Opening
-  // read-write also turns an unreadable or unwritable path into an errno
-  // message naming the path.
+  // first byte; SQLite gives its -wal and -shm files the same mode. Opened
+  // as base/private_file.h says: no symbolic link, none of another user's
+  // files, and a loosened mode tightened back to 0600, for the side files
+  // SQLite would reuse as well. Opening read-write also turns an unreadable
+  // or unwritable path into an errno message naming the path.
   struct stat file {};
-  {
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int error = errno;
-      absl::Status status = PosixError(absl::StrCat("cannot open database ", path), error);
-      if (error == EACCES || error == EPERM || error == EROFS) {
-        return absl::Status(status.code(), absl::StrCat(status.message(), kNeedsReadWrite));
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string name = absl::StrCat(path, suffix);
+    const bool database = *suffix == '\0';
+    absl::StatusOr<PrivateFile> opened =
+        OpenPrivateFile(name, O_RDWR, database ? "database" : "the database's file", database);
+    if (!database && absl::IsNotFound(opened.status())) continue;
+    if (!opened.ok()) {
+      if (absl::IsPermissionDenied(opened.status())) {
+        return absl::Status(opened.status().code(),
+                            absl::StrCat(opened.status().message(), kNeedsReadWrite));
       }
-      return status;
+      return opened.status();
+    }
+    if (opened->tightened_from != 0 && options.warn) {
+      options.warn(absl::StrFormat("%s was mode %04o, open to other users; tightened to 0600", name,
+                                   opened->tightened_from));
     }
     // The file's identity, for CheckAvailable(), from the file just opened.
-    const int statted = fstat(fd, &file);
+    const int statted = database ? fstat(opened->fd, &file) : 0;
     const int stat_error = errno;
     // Closed before SQLite opens the file: closing any descriptor of a file
     // drops this process's POSIX locks on it, SQLite's included.
-    close(fd);
+    close(opened->fd);
     if (statted != 0) return PosixError(absl::StrCat("cannot open database ", path), stat_error);
   }
 

@@ -30,6 +30,7 @@
 #define AUTOTUNE_CACHE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,6 +62,12 @@ struct StoreOptions {
   // Testing only: stop migrating at this version (0 = kSchemaVersion).
   // Never downgrades: a database already past it stays at its version.
   int migrate_to = 0;
+  // The folder Backup() writes into (the daemon's --backup-dir); empty = no
+  // backups.
+  std::string backup_dir;
+  // Told, when Open tightens the database or its -wal/-shm file to 0600, of
+  // the file and its mode before (the daemon logs it); may be empty.
+  std::function<void(const std::string&)> warn;
 };
 
 // A family as stored: the descriptor and its content hash.
@@ -147,6 +154,10 @@ class Store {
   //                                                        FAILED_PRECONDITION
   //   options.path empty, readers < 1, migrate_to outside 0..kSchemaVersion:
   //                                                        INVALID_ARGUMENT
+  //   "database <path> is a symbolic link: refused ..." / "... belongs to
+  //       uid N, not to this process's uid M: refused ..."  FAILED_PRECONDITION
+  //       (base/private_file.h; the -wal and -shm files alike). A database
+  //       of ours open to group or others is tightened to 0600 (options.warn).
   // A file that is refused is left byte-for-byte as it was: every check runs
   // before the first write (switching to WAL rewrites the header).
   // Each migration runs in its own transaction. The "<path>.lock" file
@@ -378,12 +389,16 @@ class Store {
   absl::StatusOr<GarbageCollectResult> GarbageCollect(bool dry_run);
   absl::StatusOr<StoreStats> Stats() const;
 
-  // An online backup to the new file `path` (absolute, not yet there),
-  // taken from a pooled reader while writes go on, then opened and checked
-  // with PRAGMA integrity_check. INVALID_ARGUMENT for a relative path,
-  // ALREADY_EXISTS when the file exists, DATA_LOSS when the copy fails its
+  // An online backup into options.backup_dir, as the new file `name` (a
+  // name in that folder, not a path), checked with PRAGMA integrity_check.
+  // The file is created 0600 with O_EXCL | O_NOFOLLOW, in a folder that
+  // must be this process's user's and closed to group and others' writes,
+  // so nothing else can be put in its place. FAILED_PRECONDITION when no
+  // folder is configured or the folder is not so; INVALID_ARGUMENT "path:
+  // ..." for a name with '/', "." or "..", or a control character;
+  // ALREADY_EXISTS when the file exists; DATA_LOSS when the copy fails its
   // check (the copy is removed on any failure).
-  absl::StatusOr<v1::BackupResponse> Backup(const std::string& path) const;
+  absl::StatusOr<v1::BackupResponse> Backup(const std::string& name) const;
 
   // Whether the database answers now, for health checks: a read through a
   // pooled reader, the write lock taken and given back within the busy

@@ -1,17 +1,24 @@
 // Keeping the database file in shape: dropping unreferenced binaries,
 // online backups, and what the file holds.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "base/posix_error.h"
 #include "base/status_macros.h"
 #include "cache/sqlite.h"
 #include "cache/store.h"
@@ -66,13 +73,42 @@ absl::StatusOr<GarbageCollectResult> Store::GarbageCollect(bool dry_run) {
   return result;
 }
 
-absl::StatusOr<v1::BackupResponse> Store::Backup(const std::string& path) const {
-  if (path.empty() || path[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("path: '", path,
-                     "' is not absolute (the backup is written on the daemon's "
-                     "host)"));
+absl::StatusOr<v1::BackupResponse> Store::Backup(const std::string& name) const {
+  const std::string& dir = impl_->options.backup_dir;
+  if (dir.empty()) {
+    return absl::FailedPreconditionError(
+        "this daemon takes no backups: start autotuned with --backup-dir DIR (a folder of the "
+        "daemon's user) to allow them into that folder");
   }
+  // A name, never a path: an admin's call writes nowhere but the folder.
+  if (name.empty() || name == "." || name == ".." || name.size() > 255 ||
+      name.find_first_of(std::string("/\0", 2)) != std::string::npos ||
+      std::any_of(name.begin(), name.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path: '", absl::CHexEscape(name.substr(0, 300)),
+        "' is not a file name (no '/', not '..', no control characters, at most 255 bytes); "
+        "backups are written into the daemon's --backup-dir ",
+        dir));
+  }
+  // The folder as it is now: ours, and no one else may add or swap files in
+  // it, so the file created below stays the one SQLite writes.
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return PosixError(absl::StrCat("--backup-dir ", dir), errno);
+  const absl::Cleanup close_dir = [dir_fd] { close(dir_fd); };
+  struct stat info {};
+  if (fstat(dir_fd, &info) != 0) return PosixError(absl::StrCat("--backup-dir ", dir), errno);
+  if (info.st_uid != geteuid() || (info.st_mode & 022) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--backup-dir %s belongs to uid %d with mode %04o: backups go only into a folder of "
+        "the daemon's uid %d that group and others cannot write",
+        dir, info.st_uid, info.st_mode & 07777, geteuid()));
+  }
+  const std::string path = absl::StrCat(dir, "/", name);
+  const int fd =
+      openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return PosixError(absl::StrCat("cannot create the backup ", path), errno);
+  close(fd);
   {
     sqlite::ConnectionPool::Lease db = impl_->readers.Acquire();
     RETURN_IF_ERROR(db->BackupTo(path));
@@ -87,7 +123,7 @@ absl::StatusOr<v1::BackupResponse> Store::Backup(const std::string& path) const 
       copy.ok() ? (*copy)->QueryInt("PRAGMA user_version") : copy.status();
   copy = absl::CancelledError("closed");  // before the file may be removed
   if (!check.ok() || *check != "ok" || !entries.ok() || !version.ok()) {
-    unlink(path.c_str());
+    unlinkat(dir_fd, name.c_str(), 0);
     return absl::DataLossError(
         absl::StrCat("the backup ", path, " failed its check (",
                      check.ok() ? *check : std::string(check.status().message()), "); removed"));

@@ -1,6 +1,7 @@
 #include "cache/store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <functional>
@@ -898,8 +899,18 @@ TEST_F(BundleTest, ExistingEntriesAreKeptUnlessReplace) {
 
 TEST_F(BundleTest, AnOnlineBackupIsAConsistentCopyThatOpens) {
   Populate();
-  const std::string copy = dir_.File("backup.db");
-  ASSERT_OK_AND_ASSIGN(v1::BackupResponse backup, store_->Backup(copy));
+  // Found on 2bc4d71: a backup was written at any absolute path.
+  EXPECT_THAT(store_->Backup("backup.db"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--backup-dir")));
+  const std::string folder = dir_.File("backups");
+  ASSERT_EQ(mkdir(folder.c_str(), 0700), 0);
+  StoreOptions options = OptionsFor(path_);
+  options.backup_dir = folder;
+  store_.reset();
+  ASSERT_OK_AND_ASSIGN(store_, Store::Open(options));
+
+  const std::string copy = folder + "/backup.db";
+  ASSERT_OK_AND_ASSIGN(v1::BackupResponse backup, store_->Backup("backup.db"));
   EXPECT_EQ(backup.path(), copy);
   EXPECT_EQ(backup.entries(), 4);
   EXPECT_EQ(backup.schema_version(), kSchemaVersion);
@@ -914,9 +925,25 @@ TEST_F(BundleTest, AnOnlineBackupIsAConsistentCopyThatOpens) {
   EXPECT_EQ(stats.entries, 4);
   EXPECT_EQ(stats.measurements, 4);
 
-  EXPECT_THAT(store_->Backup(copy), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(copy)));
-  EXPECT_THAT(store_->Backup("relative.db"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not absolute")));
+  EXPECT_THAT(store_->Backup("backup.db"),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(copy)));
+  for (const std::string& name :
+       {dir_.File("outside.db"), std::string("../outside.db"), std::string(".."), std::string("."),
+        std::string(""), std::string("a\nb.db")}) {
+    EXPECT_THAT(store_->Backup(name),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not a file name")))
+        << name;
+  }
+  // A link planted in the folder is not followed, and not replaced.
+  const std::string target = dir_.File("target");
+  ASSERT_EQ(symlink(target.c_str(), (folder + "/planted.db").c_str()), 0);
+  EXPECT_THAT(store_->Backup("planted.db"),
+              StatusIs(absl::StatusCode::kAlreadyExists, ::testing::_));
+  EXPECT_FALSE(std::filesystem::exists(target));
+  // A folder others may write is refused: they could swap the file.
+  ASSERT_EQ(chmod(folder.c_str(), 0777), 0);
+  EXPECT_THAT(store_->Backup("other.db"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("group and others")));
 }
 
 TEST(StoreAvailabilityTest, NamesAMovedOrReplacedFileAndAHeldWriteLockAndRecovers) {

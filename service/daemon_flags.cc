@@ -196,6 +196,7 @@ DaemonConfig EffectiveDaemonConfig(const DaemonFlags& flags) {
   if (!options.http_listen.empty()) config.set_http_listen(options.http_listen);
   for (const std::string& host : options.http_allowed_hosts) config.add_http_allow_host(host);
   if (!options.audit_log.empty()) config.set_audit_log(options.audit_log);
+  if (!options.backup_dir.empty()) config.set_backup_dir(options.backup_dir);
   config.set_socket_mode(absl::StrFormat("%04o", options.socket_mode));
   if (!flags.log_level.empty()) config.set_log_level(flags.log_level);
   if (!flags.log_format.empty()) config.set_log_format(flags.log_format);
@@ -358,6 +359,10 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags) {
   app.add_option("--audit-log", options.audit_log,
                  "JSON lines, one per mutating call (default: audit.log beside the database; "
                  "'none' for no audit log)");
+  app.add_option("--backup-dir", options.backup_dir,
+                 "the folder `autotune backup` writes into, by file name (absolute; created "
+                 "0700; must be the daemon user's, closed to others' writes); without it "
+                 "backups are refused");
   app.add_option_function<std::string>(
          "--socket-mode",
          [&options](const std::string& text) {

@@ -305,6 +305,7 @@ TEST_F(DaemonFlagsTest, PrintConfigShowsEverySettingAsGiven) {
   given.set_http_listen("127.0.0.1:9464");
   given.add_http_allow_host("autotune.internal");
   given.set_audit_log("none");
+  given.set_backup_dir("/srv/autotune/backups");
   given.set_socket_mode("0660");
   given.set_log_level("debug");
   given.set_log_format("json");

@@ -50,8 +50,11 @@ inline constexpr double kDefaultHealthIntervalS = 5;
 // past this fails its compile instead of taking the host's memory.
 inline constexpr int64_t kDefaultCompileMemoryMb = 4096;
 
-// How long the token of `autotune admin-url`'s link lets the admin page in.
+// How long the link of `autotune admin-url` may wait to be opened (once).
 inline constexpr absl::Duration kLoginLinkLifetime = absl::Hours(1);
+// How long the admin page's session, which a link is swapped for once,
+// lasts: a working session's length, then a new link.
+inline constexpr absl::Duration kLoginSessionLifetime = absl::Minutes(30);
 
 // --- A job's options (v1::JobOptions: 0 = these) ---------------------------
 

@@ -1,5 +1,6 @@
 #include "service/server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -188,6 +189,21 @@ absl::StatusOr<KernelsDir> DefaultKernelsDir() {
       AUTOTUNE_BUILD_TREE_DIR, "; pass --kernels DIR, or --kernels none"));
 }
 
+// Each HTTP connection, idle or not, is a descriptor (http_server.h holds up
+// to kThreads of them before a request waits): the soft limit of 1024 that
+// systemd and shells give would fail accept() on gRPC too under an HTTP
+// flood. The hard limit is the operator's.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    spdlog::info("open files: soft limit raised from {} to {} for the HTTP port", before,
+                 limit.rlim_max);
+  }
+}
+
 }  // namespace
 
 std::string DaemonSettingHint(absl::string_view setting) {
@@ -308,6 +324,15 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   cache::StoreOptions store_options;
   store_options.path = db_path_;
   store_options.readers = options.readers;
+  if (!options.backup_dir.empty()) {
+    if (options.backup_dir[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backup-dir '", options.backup_dir, "' is not an absolute path"));
+    }
+    RETURN_IF_ERROR(MakeDirectories(options.backup_dir, 0700));
+    store_options.backup_dir = options.backup_dir;
+  }
+  store_options.warn = [](const std::string& text) { spdlog::warn("database: {}", text); };
   ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
   resolver_ = std::make_unique<LookupResolver>(store_.get());
   // RegisterKernel compiles a new family on the job runner's pool; no call
@@ -372,12 +397,14 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
       TuneOnMissOptions{.max_problems_per_hour = options.tune_on_miss_per_hour,
                         .setting_hint = DaemonSettingHint});
   if (!options.http_listen.empty()) {
+    RaiseOpenFileLimit();
     metrics_ =
         Metrics::Create({.resolver = resolver_.get(), .store = store_.get(), .jobs = jobs_.get()});
     admin_api_ = std::make_unique<AdminApi>(AdminApi::Sources{.admin = admin_.get(),
                                                               .jobs = jobs_.get(),
                                                               .admission = admission_.get(),
-                                                              .audit = audit_.get()});
+                                                              .audit = audit_.get(),
+                                                              .auth = auth_.get()});
     const Metrics* metrics = metrics_.get();
     const AdminApi* api = admin_api_.get();
     ASSIGN_OR_RETURN(
@@ -533,7 +560,9 @@ absl::StatusOr<v1::CreateLoginLinkResponse> Server::Impl::CreateLoginLink(const 
     address = absl::StrCat("[::1]", address.substr(4));
   }
   v1::CreateLoginLinkResponse response;
-  response.set_url(absl::StrCat("http://", address, "/admin#token=", token));
+  // In the fragment, which no request carries; the page swaps it for a
+  // session cookie (admin_api.h) and drops it.
+  response.set_url(absl::StrCat("http://", address, "/admin#login=", token));
   response.set_expires_at(
       absl::FormatTime(absl::RFC3339_sec, absl::Now() + kLoginLinkLifetime, absl::UTCTimeZone()));
   return response;

@@ -95,6 +95,9 @@ struct ServerOptions {
   // The audit log (service/rpc/audit_log.h): empty = audit.log beside the
   // database; "none" = no audit log.
   std::string audit_log;
+  // The one folder the Backup call writes into (absolute; created 0700 when
+  // missing); empty = Backup is refused (cache::Store::Backup).
+  std::string backup_dir;
   // How often the database is checked (cache::Store::CheckAvailable());
   // grpc.health.v1 says NOT_SERVING, for the whole server and for
   // autotune.v1.Autotune, from a failed check until one passes.

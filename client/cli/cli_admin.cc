@@ -68,7 +68,8 @@ Command AdminUrlCommand(CLI::App& root, Streams io) {
   command.app = root.add_subcommand(
       "admin-url",
       "Print a link that opens the daemon's admin page signed in with your role on its Unix "
-      "socket; it expires within the hour (the daemon needs --http-listen)");
+      "socket: good once, within the hour, for a session of 30 minutes (the daemon needs "
+      "--http-listen)");
   AddJsonFlag(command.app, s->json);
   command.run = [s, io](Client& client) -> absl::Status {
     return PrintAnswer(client.CreateLoginLink(v1::CreateLoginLinkRequest()), s->json, io.out,
@@ -343,7 +344,8 @@ Command ExportConfigsCommand(CLI::App& root, Streams io) {
   return command;
 }
 
-// `autotune backup --out PATH`: an online backup written by the daemon.
+// `autotune backup --out NAME`: an online backup the daemon writes into its
+// --backup-dir.
 Command BackupCommand(CLI::App& root, Streams io) {
   struct State {
     std::string out;
@@ -353,7 +355,11 @@ Command BackupCommand(CLI::App& root, Streams io) {
   Command command;
   command.app = root.add_subcommand(
       "backup", "Copy the daemon's database to a new file while it serves (SQLite's backup API)");
-  command.app->add_option("--out", s->out, "New file on the daemon's host, absolute")->required();
+  command.app
+      ->add_option("--out", s->out,
+                   "Name of the new file in the daemon's --backup-dir (a name, no '/'); a daemon "
+                   "started without --backup-dir takes no backups")
+      ->required();
   AddJsonFlag(command.app, s->json);
   command.run = [s, io](Client& client) -> absl::Status {
     v1::BackupRequest request;

@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/timestamp.h"
@@ -15,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/json.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 #include "service/jobs/job_text.h"
 #include "web/web_assets.h"
 
@@ -125,12 +128,56 @@ google::protobuf::Struct DevicesMessage(const JobRunner::GpuSnapshot& snapshot) 
   return answer;
 }
 
+std::string SessionCookieName(const HttpRequest& request) {
+  return absl::StrCat("autotune_session_", request.server_port);
+}
+
+// The value of this port's session cookie in the Cookie header, if any.
+std::string SessionCookie(const HttpRequest& request) {
+  const std::string name = SessionCookieName(request);
+  for (absl::string_view pair : absl::StrSplit(request.cookie, ';')) {
+    pair = absl::StripAsciiWhitespace(pair);
+    if (absl::ConsumePrefix(&pair, name) && absl::ConsumePrefix(&pair, "=")) {
+      return std::string(pair);
+    }
+  }
+  return "";
+}
+
+// The call as auth.h sees it: on HTTP, with the session cookie.
+CallInfo CallOf(const HttpRequest& request) {
+  return {.authorization = request.authorization,
+          .peer = request.peer,
+          .cert_common_names = {},
+          .transport = Transport::kHttp,
+          .session = SessionCookie(request)};
+}
+
+// A request the session cookie would sign in must say it comes from the
+// page (admin_api.h); requests with a bearer token or no cookie need not.
+absl::Status CheckPageRequest(const HttpRequest& request, bool always) {
+  if (!request.page_request.empty()) return absl::OkStatus();
+  if (!always && (!request.authorization.empty() || SessionCookie(request).empty())) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      request.path,
+      ": a request signed in by the admin page's session must carry the X-Autotune-Request "
+      "header (the page sends it; another site's page cannot)"));
+}
+
+bool IsJson(const HttpRequest& request) {
+  // The media type exactly ("application/jsonfoo" is not JSON); a parameter
+  // such as charset may follow.
+  const absl::string_view media = absl::StripAsciiWhitespace(
+      absl::string_view(request.content_type).substr(0, request.content_type.find(';')));
+  return absl::EqualsIgnoreCase(media, "application/json");
+}
+
 }  // namespace
 
 absl::StatusOr<Caller> AdminApi::Admit(const HttpRequest& request, absl::string_view method) const {
-  return sources_.admission->Admit(
-      {.authorization = request.authorization, .peer = request.peer, .cert_common_names = {}},
-      method);
+  return sources_.admission->Admit(CallOf(request), method);
 }
 
 HttpResponse AdminApi::Page(const HttpRequest& request) const {
@@ -146,7 +193,65 @@ HttpResponse AdminApi::Page(const HttpRequest& request) const {
                       {"Referrer-Policy", "no-referrer"}}};
 }
 
+HttpResponse AdminApi::Login(const HttpRequest& request) const {
+  if (request.method != "POST") return ErrorResponse(absl::InvalidArgumentError("POST /api/login"));
+  if (absl::Status page = CheckPageRequest(request, /*always=*/true); !page.ok()) {
+    return ErrorResponse(page);
+  }
+  google::protobuf::Struct body;
+  if (!IsJson(request) || !google::protobuf::util::JsonStringToMessage(request.body, &body).ok() ||
+      !body.fields().contains("login") || !body.fields().at("login").has_string_value()) {
+    return ErrorResponse(
+        absl::InvalidArgumentError("the body of /api/login is {\"login\": \"<token of the link>\"} "
+                                   "(Content-Type: application/json)"));
+  }
+  absl::StatusOr<LoginSession> session = sources_.auth->ExchangeLoginToken(
+      body.fields().at("login").string_value(), kLoginSessionLifetime);
+  if (sources_.audit != nullptr) {
+    sources_.audit->Record(
+        session.ok() ? session->caller : Caller{.role = Role::kNone, .id = "anonymous"}, "Login",
+        "admin page session (HTTP)", session.status());
+  }
+  if (!session.ok()) return ErrorResponse(session.status());
+  google::protobuf::Struct who;
+  (*who.mutable_fields())["caller"].set_string_value(session->caller.id);
+  (*who.mutable_fields())["role"].set_string_value(RoleName(session->caller.role));
+  (*who.mutable_fields())["expires"].set_string_value(Rfc3339(session->expires));
+  return {.body = MessageJson(who).value_or("{}"),
+          .headers = {{"Set-Cookie", absl::StrCat(SessionCookieName(request), "=", session->secret,
+                                                  "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
+                                                  absl::ToInt64Seconds(kLoginSessionLifetime))}}};
+}
+
+HttpResponse AdminApi::Logout(const HttpRequest& request) const {
+  if (request.method != "POST")
+    return ErrorResponse(absl::InvalidArgumentError("POST /api/logout"));
+  if (absl::Status page = CheckPageRequest(request, /*always=*/true); !page.ok()) {
+    return ErrorResponse(page);
+  }
+  // A session that has ended already is signed out: the cookie goes anyway.
+  int ended = 0;
+  if (absl::StatusOr<Caller> caller = sources_.admission->Identify(CallOf(request)); caller.ok()) {
+    ended = sources_.auth->EndSessions(*caller);
+    if (ended > 0 && sources_.audit != nullptr) {
+      sources_.audit->Record(*caller, "Logout", "admin page session (HTTP)", absl::OkStatus(),
+                             absl::StrCat(ended, " sessions and links ended"));
+    }
+  }
+  google::protobuf::Struct answer;
+  (*answer.mutable_fields())["ended"].set_number_value(ended);
+  return {
+      .body = MessageJson(answer).value_or("{}"),
+      .headers = {{"Set-Cookie", absl::StrCat(SessionCookieName(request),
+                                              "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")}}};
+}
+
 HttpResponse AdminApi::Api(const HttpRequest& request) const {
+  if (request.path == "/api/login") return Login(request);
+  if (request.path == "/api/logout") return Logout(request);
+  if (absl::Status page = CheckPageRequest(request, /*always=*/false); !page.ok()) {
+    return ErrorResponse(page);
+  }
   absl::StatusOr<std::string> answer = Answer(request);
   if (!answer.ok()) return ErrorResponse(answer.status());
   return {.body = *std::move(answer), .headers = {}};
@@ -157,11 +262,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
   const bool get = request.method == "GET";
   if (path == "/api/invalidate") {
     if (request.method != "POST") return absl::InvalidArgumentError("POST /api/invalidate");
-    // The media type exactly ("application/jsonfoo" is not JSON); a
-    // parameter such as charset may follow.
-    const absl::string_view media = absl::StripAsciiWhitespace(
-        absl::string_view(request.content_type).substr(0, request.content_type.find(';')));
-    if (!absl::EqualsIgnoreCase(media, "application/json")) {
+    if (!IsJson(request)) {
       return absl::InvalidArgumentError(
           "the body of /api/invalidate is an InvalidateRequest as JSON "
           "(Content-Type: application/json)");
@@ -180,10 +281,7 @@ absl::StatusOr<std::string> AdminApi::Answer(const HttpRequest& request) const {
   }
   if (!get) return absl::InvalidArgumentError(absl::StrCat(path, " answers GET only"));
   if (path == "/api/whoami") {
-    ASSIGN_OR_RETURN(const Caller caller,
-                     sources_.admission->Identify({.authorization = request.authorization,
-                                                   .peer = request.peer,
-                                                   .cert_common_names = {}}));
+    ASSIGN_OR_RETURN(const Caller caller, sources_.admission->Identify(CallOf(request)));
     google::protobuf::Struct who;
     (*who.mutable_fields())["caller"].set_string_value(caller.id);
     (*who.mutable_fields())["role"].set_string_value(RoleName(caller.role));

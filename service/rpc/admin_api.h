@@ -15,6 +15,20 @@
 //                                saw on them (reader role, as Stats)
 //   POST /api/invalidate         Invalidate, the body an InvalidateRequest
 //                                (Content-Type: application/json)
+//   POST /api/login              {"login": "<token of `autotune admin-url`>"}:
+//                                the link's token, used up, for a session
+//                                cookie (below); {"caller", "role", "expires"}
+//   POST /api/logout             ends the session's holder's sessions and
+//                                unused links, and clears the cookie
+//
+// The page's session is a cookie, autotune_session_<port>: HttpOnly (no
+// script reads it), SameSite=Strict (no other site's page sends it),
+// Path=/, living kLoginSessionLifetime at most. It counts only when no
+// Authorization header is given, and only with an X-Autotune-Request header
+// (any value), as /api/login and /api/logout need too: a browser sends a
+// custom header to another origin only after a CORS preflight, which this
+// port never answers, so no other page can make a signed-in request, even
+// one that reads nothing back.
 //
 // Messages travel as protobuf JSON with the field names of the .proto (as
 // `autotune --json` prints them). An error is the HTTP status of its code
@@ -46,7 +60,8 @@ class AdminApi {
     CacheAdmin* admin = nullptr;
     JobRunner* jobs = nullptr;
     const Admission* admission = nullptr;
-    AuditLog* audit = nullptr;  // null = no audit log
+    AuditLog* audit = nullptr;      // null = no audit log
+    Authenticator* auth = nullptr;  // login links and sessions
   };
   explicit AdminApi(Sources sources) : sources_(sources) {}
 
@@ -58,6 +73,9 @@ class AdminApi {
  private:
   absl::StatusOr<std::string> Answer(const HttpRequest& request) const;
   absl::StatusOr<Caller> Admit(const HttpRequest& request, absl::string_view method) const;
+  // POST /api/login and /api/logout, which set the session cookie.
+  HttpResponse Login(const HttpRequest& request) const;
+  HttpResponse Logout(const HttpRequest& request) const;
 
   const Sources sources_;
 };

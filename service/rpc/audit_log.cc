@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "base/paths.h"
 #include "base/posix_error.h"
+#include "base/private_file.h"
 #include "base/status_macros.h"
 #include "base/timestamp.h"
 #include "google/protobuf/struct.pb.h"
@@ -21,9 +22,13 @@ namespace autotune::service {
 
 absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& path) {
   RETURN_IF_ERROR(MakeDirectories(Dirname(path), 0700));
-  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return PosixError(absl::StrCat("cannot open the audit log ", path), errno);
-  return std::unique_ptr<AuditLog>(new AuditLog(path, fd));
+  ASSIGN_OR_RETURN(const PrivateFile file,
+                   OpenPrivateFile(path, O_WRONLY | O_APPEND, "the audit log"));
+  if (file.tightened_from != 0) {
+    spdlog::warn("the audit log {} was mode {:04o}, open to other users; tightened to 0600", path,
+                 file.tightened_from);
+  }
+  return std::unique_ptr<AuditLog>(new AuditLog(path, file.fd));
 }
 
 AuditLog::~AuditLog() { close(fd_); }

@@ -7,7 +7,7 @@
 //
 // `target` says what the call acted on, never a secret or a kernel's
 // source; `code` is the gRPC status name. Lines are appended with one
-// write(2) each to a file created owner-only (0600), so concurrent calls
+// write(2) each to a file kept owner-only (0600), so concurrent calls
 // never interleave within a line. Thread-safe.
 #ifndef AUTOTUNE_SERVICE_AUDIT_LOG_H_
 #define AUTOTUNE_SERVICE_AUDIT_LOG_H_
@@ -23,7 +23,10 @@ namespace autotune::service {
 
 class AuditLog {
  public:
-  // Opens `path` for appending (creating it and its directory). Errors name
+  // Opens `path` for appending (creating it and its directory) as
+  // base/private_file.h says: a symbolic link or a file another user owns
+  // is refused (FAILED_PRECONDITION); one of ours open to group or others
+  // is tightened to 0600, with a warning in the daemon's log. Errors name
   // the path.
   static absl::StatusOr<std::unique_ptr<AuditLog>> Open(const std::string& path);
   ~AuditLog();

@@ -244,6 +244,13 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthO
 }
 
 absl::StatusOr<int> Authenticator::Reload() {
+  {
+    // A reload is how an operator revokes: whatever the file says, no link
+    // or page session made before it still lets anyone in.
+    absl::MutexLock lock(&mu_);
+    login_tokens_.clear();
+    sessions_.clear();
+  }
   if (options_.token_file.empty()) return 0;
   ASSIGN_OR_RETURN(std::string text, ReadFile(options_.token_file, "--token-file"));
   // Every good line applies, even when others are bad: a reload meant to
@@ -272,13 +279,48 @@ absl::StatusOr<std::string> Authenticator::AddLoginToken(Role role, absl::string
   ASSIGN_OR_RETURN(std::string token, NewToken());
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  // Expired ones go, so a daemon asked for many links keeps few.
   std::erase_if(login_tokens_, [now](const TokenRecord& record) { return *record.expires <= now; });
   login_tokens_.push_back({.role = role,
                            .id = absl::StrCat("login:", id),
                            .hash = TokenHash(token),
                            .expires = now + lifetime});
   return token;
+}
+
+absl::StatusOr<LoginSession> Authenticator::ExchangeLoginToken(absl::string_view token,
+                                                               absl::Duration lifetime) {
+  ASSIGN_OR_RETURN(std::string secret, NewToken());
+  const std::string hash = TokenHash(token);
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  std::erase_if(login_tokens_, [now](const TokenRecord& record) { return *record.expires <= now; });
+  std::erase_if(sessions_, [now](const TokenRecord& record) { return *record.expires <= now; });
+  auto match = login_tokens_.end();
+  for (auto it = login_tokens_.begin(); it != login_tokens_.end(); ++it) {
+    if (ConstantTimeEqual(it->hash, hash) && match == login_tokens_.end()) match = it;
+  }
+  if (match == login_tokens_.end()) {
+    return absl::UnauthenticatedError(
+        "the login link is not good (used already, expired, or dropped when the daemon reloaded "
+        "on SIGHUP or restarted); make a new one with `autotune admin-url`");
+  }
+  TokenRecord session = {
+      .role = match->role, .id = match->id, .hash = TokenHash(secret), .expires = now + lifetime};
+  // Used up before anything else can fail: a link is good once.
+  login_tokens_.erase(match);
+  LoginSession answer = {.secret = std::move(secret),
+                         .caller = {.role = session.role, .id = session.id},
+                         .expires = *session.expires};
+  sessions_.push_back(std::move(session));
+  return answer;
+}
+
+int Authenticator::EndSessions(const Caller& caller) {
+  if (!absl::StartsWith(caller.id, "login:")) return 0;
+  absl::MutexLock lock(&mu_);
+  const auto of_holder = [&caller](const TokenRecord& record) { return record.id == caller.id; };
+  return static_cast<int>(std::erase_if(login_tokens_, of_holder) +
+                          std::erase_if(sessions_, of_holder));
 }
 
 absl::StatusOr<Caller> Authenticator::Identify(const CallInfo& call) const {
@@ -290,12 +332,11 @@ absl::StatusOr<Caller> Authenticator::Identify(const CallInfo& call) const {
     }
     const std::string hash = TokenHash(presented);
     absl::MutexLock lock(&mu_);
+    // The token file's tokens only: a login link is no bearer token.
     const TokenRecord* match = nullptr;
-    for (const std::vector<TokenRecord>* records : {&tokens_, &login_tokens_}) {
-      for (const TokenRecord& record : *records) {
-        // Every stored hash is compared, so the time says nothing of which.
-        if (ConstantTimeEqual(record.hash, hash) && match == nullptr) match = &record;
-      }
+    for (const TokenRecord& record : tokens_) {
+      // Every stored hash is compared, so the time says nothing of which.
+      if (ConstantTimeEqual(record.hash, hash) && match == nullptr) match = &record;
     }
     if (match == nullptr) {
       return absl::UnauthenticatedError(
@@ -307,6 +348,24 @@ absl::StatusOr<Caller> Authenticator::Identify(const CallInfo& call) const {
     }
     caller.role = match->role;
     caller.id = absl::StrCat("token:", match->id);
+    return caller;
+  }
+  if (call.transport == Transport::kHttp && !call.session.empty()) {
+    const std::string hash = TokenHash(call.session);
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&mu_);
+    const TokenRecord* match = nullptr;
+    for (const TokenRecord& record : sessions_) {
+      if (ConstantTimeEqual(record.hash, hash) && match == nullptr) match = &record;
+    }
+    if (match == nullptr || *match->expires <= now) {
+      return absl::UnauthenticatedError(
+          "the admin page's session has ended (signed out, expired, or dropped when the daemon "
+          "reloaded on SIGHUP or restarted); open a new link from `autotune admin-url`, or use "
+          "a bearer token");
+    }
+    caller.role = match->role;
+    caller.id = match->id;
     return caller;
   }
   absl::string_view peer = call.peer;

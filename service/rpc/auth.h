@@ -25,6 +25,16 @@
 // 3. over TLS with client certificates, the certificate's common name:
 //    `--cert-role NAME=ROLE`.
 // 4. anyone else: `--anonymous-role` (default none).
+// On the HTTP port only, a caller without a bearer token may present the
+// admin page's session (CallInfo::session, a cookie), which stands in for
+// steps 2-4; gRPC calls never carry one, and nothing on gRPC looks at login
+// links or sessions.
+//
+// Login links (`autotune admin-url`): AddLoginToken makes a token that is no
+// bearer token anywhere. It is good once, on the HTTP port, where
+// ExchangeLoginToken swaps it for a session; the token is gone from then on.
+// Reload() (SIGHUP) drops every login token and session; EndSessions (the
+// page's sign-out) drops those of one holder. Both live in memory only.
 // A caller with no role is UNAUTHENTICATED; one whose role is below the
 // method's is PERMISSION_DENIED, naming the method, the role it needs, the
 // caller and its role.
@@ -88,18 +98,30 @@ struct AuthOptions {
   uid_t daemon_uid = 0;  // admin unless a uid rule names it
 };
 
+// Where a call came in: sessions are looked at on the HTTP port only.
+enum class Transport { kGrpc, kHttp };
+
 // What is known of a call, taken from its context (FromContext) or built
-// by a test.
+// by the HTTP API or a test.
 struct CallInfo {
   std::string authorization;  // the "authorization" metadata, if any
   std::string peer;           // grpc's peer string: "fd:12" over our Unix listener
   std::vector<std::string> cert_common_names;
+  Transport transport = Transport::kGrpc;
+  std::string session;  // kHttp: the admin page's session cookie, if any
 };
 CallInfo FromContext(const grpc::ServerContextBase& context);
 
 struct Caller {
   Role role = Role::kNone;
   std::string id;  // "token:ci", "uid:1000", "cert:alice", "anonymous"
+};
+
+// What ExchangeLoginToken hands the page: `secret` goes into its cookie.
+struct LoginSession {
+  std::string secret;
+  Caller caller;  // as Identify will name it
+  absl::Time expires;
 };
 
 struct PeerCredentials {
@@ -114,24 +136,34 @@ class Authenticator {
   // file's errors as ParseTokenFile's (NOT_FOUND when it is missing).
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(const AuthOptions& options);
 
-  // Reads the token file again; the number of tokens loaded. Every good
+  // Drops every login token and session (whether or not the file reads),
+  // then reads the token file again; the number of tokens loaded. Every good
   // line applies even when others are bad (so a revocation happens whatever
   // else the file holds): then INVALID_ARGUMENT "N tokens loaded; M lines
   // skipped, ...; first: <path>:<line>: ...". When the file cannot be read
   // the tokens loaded before stay. At start-up (Create) any bad line fails.
   absl::StatusOr<int> Reload();
 
-  // A new token of `role` that expires after `lifetime`, named
-  // "login:<id>" in the audit log, held in memory only (a restart or its
-  // expiry ends it; Reload keeps it). For the admin page's login link.
+  // A new login token of `role` for the holder `id` (a Caller id), good
+  // once within `lifetime`, held in memory only. For the admin page's login
+  // link. Expired ones are dropped here, so many links keep few.
   absl::StatusOr<std::string> AddLoginToken(Role role, absl::string_view id,
                                             absl::Duration lifetime);
+  // Swaps a login token for a session of `lifetime`: the token is used up,
+  // whatever comes after. UNAUTHENTICATED when it is not a login token now
+  // (never one, used already, expired, or dropped by Reload/EndSessions).
+  // The session's caller is "login:<holder id>" with the token's role.
+  absl::StatusOr<LoginSession> ExchangeLoginToken(absl::string_view token, absl::Duration lifetime);
+  // Drops the login tokens and sessions of `caller` when it is a session's
+  // caller (the admin page's sign-out); the number dropped.
+  int EndSessions(const Caller& caller);
 
   // A Unix connection accepted as file descriptor `fd` (peer "fd:<fd>").
   void AddPeer(int fd, const PeerCredentials& peer);
 
   // Who the call is (the rules above). UNAUTHENTICATED for a token that is
-  // unknown or expired.
+  // unknown or expired, and on HTTP for a session that is (signed out,
+  // dropped by SIGHUP, expired, or from an earlier start).
   absl::StatusOr<Caller> Identify(const CallInfo& call) const;
   // Identify, then checks the role `method` needs.
   absl::StatusOr<Caller> Authorize(const CallInfo& call, absl::string_view method) const;
@@ -150,7 +182,9 @@ class Authenticator {
   Role anonymous_ = Role::kNone;
   mutable absl::Mutex mu_;
   std::vector<TokenRecord> tokens_ ABSL_GUARDED_BY(mu_);
-  std::vector<TokenRecord> login_tokens_ ABSL_GUARDED_BY(mu_);  // AddLoginToken
+  // AddLoginToken's and ExchangeLoginToken's; `id` is "login:<holder>".
+  std::vector<TokenRecord> login_tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenRecord> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<int, PeerCredentials> peers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -17,6 +17,7 @@ namespace autotune::service {
 namespace {
 
 using ::autotune::testing::StatusIs;
+using ::testing::_;
 using ::testing::HasSubstr;
 
 AuthOptions Rules(std::vector<std::string> peer_roles, std::vector<std::string> cert_roles = {},
@@ -157,20 +158,103 @@ TEST_F(AuthenticatorTest, ATokenNamesItsRoleAndItsHolder) {
 
 // `autotune admin-url`: a token of the caller's own role, in memory, that
 // expires, and that a reload of the token file keeps.
-TEST_F(AuthenticatorTest, ALoginTokenHasTheCallersRoleUntilItExpires) {
+CallInfo Session(const std::string& secret, Transport transport = Transport::kHttp) {
+  CallInfo call;
+  call.transport = transport;
+  call.session = secret;
+  return call;
+}
+
+// Found on 2bc4d71: the link's token called Backup over gRPC TCP as admin,
+// outlived SIGHUP, and served for its whole hour.
+TEST_F(AuthenticatorTest, ALoginTokenIsNoBearerTokenAnywhere) {
+  auto auth = Make({});
+  ASSERT_OK_AND_ASSIGN(const std::string token,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  EXPECT_THAT(auth->Authorize(Bearer(token), "Backup"),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("not in the daemon's token")));
+  CallInfo http = Bearer(token);
+  http.transport = Transport::kHttp;
+  EXPECT_THAT(auth->Authorize(http, "Lookup"), StatusIs(absl::StatusCode::kUnauthenticated, _));
+  // Nor a session secret, nor the token, in the session's place.
+  EXPECT_THAT(auth->Identify(Session(token)), StatusIs(absl::StatusCode::kUnauthenticated, _));
+}
+
+TEST_F(AuthenticatorTest, ALoginTokenIsSwappedOnceForASessionOfItsRole) {
   auto auth = Make({});
   ASSERT_OK_AND_ASSIGN(const std::string token,
                        auth->AddLoginToken(Role::kTuner, "uid:1000", absl::Hours(1)));
-  ASSERT_OK_AND_ASSIGN(Caller caller, auth->Authorize(Bearer(token), "SubmitJob"));
-  EXPECT_EQ(caller.role, Role::kTuner);
-  EXPECT_EQ(caller.id, "token:login:uid:1000");
-  EXPECT_THAT(auth->Authorize(Bearer(token), "Invalidate"),
+  ASSERT_OK_AND_ASSIGN(const LoginSession session,
+                       auth->ExchangeLoginToken(token, absl::Minutes(30)));
+  EXPECT_EQ(session.caller.id, "login:uid:1000");
+  EXPECT_EQ(session.caller.role, Role::kTuner);
+  EXPECT_NE(session.secret, token);
+  EXPECT_THAT(auth->ExchangeLoginToken(token, absl::Minutes(30)),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("used already")));
+
+  ASSERT_OK_AND_ASSIGN(Caller caller, auth->Authorize(Session(session.secret), "SubmitJob"));
+  EXPECT_EQ(caller.id, "login:uid:1000");
+  EXPECT_THAT(auth->Authorize(Session(session.secret), "Invalidate"),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("needs the admin role")));
+  // gRPC never looks at a session: the call is anonymous there (none).
+  ASSERT_OK_AND_ASSIGN(Caller grpc, auth->Identify(Session(session.secret, Transport::kGrpc)));
+  EXPECT_EQ(grpc.role, Role::kNone);
+  EXPECT_THAT(auth->Authorize(Bearer(session.secret), "Lookup"),
+              StatusIs(absl::StatusCode::kUnauthenticated, _));
+}
+
+TEST_F(AuthenticatorTest, ReloadDropsEveryLoginTokenAndSession) {
+  auto auth = Make({});
+  ASSERT_OK_AND_ASSIGN(const std::string unused,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const std::string used,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const LoginSession session,
+                       auth->ExchangeLoginToken(used, absl::Minutes(30)));
+  ASSERT_OK(auth->Identify(Session(session.secret)).status());
   ASSERT_OK(auth->Reload().status());
-  EXPECT_OK(auth->Authorize(Bearer(token), "Lookup").status());
-  ASSERT_OK_AND_ASSIGN(const std::string gone,
+  EXPECT_THAT(auth->Identify(Session(session.secret)),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session has ended")));
+  EXPECT_THAT(auth->ExchangeLoginToken(unused, absl::Minutes(30)),
+              StatusIs(absl::StatusCode::kUnauthenticated, _));
+  // The token file's tokens stay.
+  EXPECT_OK(auth->Authorize(Bearer("reader-token"), "Lookup").status());
+}
+
+TEST_F(AuthenticatorTest, EndSessionsDropsOneHoldersSessionsAndLinksOnly) {
+  auto auth = Make({});
+  ASSERT_OK_AND_ASSIGN(const std::string mine,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const std::string my_spare,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const std::string theirs,
+                       auth->AddLoginToken(Role::kReader, "uid:2000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const LoginSession my_session,
+                       auth->ExchangeLoginToken(mine, absl::Minutes(30)));
+  ASSERT_OK_AND_ASSIGN(const LoginSession their_session,
+                       auth->ExchangeLoginToken(theirs, absl::Minutes(30)));
+  // A token-file caller ends nothing.
+  EXPECT_EQ(auth->EndSessions({.role = Role::kAdmin, .id = "token:ops"}), 0);
+  EXPECT_EQ(auth->EndSessions(my_session.caller), 2);
+  EXPECT_THAT(auth->Identify(Session(my_session.secret)),
+              StatusIs(absl::StatusCode::kUnauthenticated, _));
+  EXPECT_THAT(auth->ExchangeLoginToken(my_spare, absl::Minutes(30)),
+              StatusIs(absl::StatusCode::kUnauthenticated, _));
+  ASSERT_OK_AND_ASSIGN(Caller other, auth->Identify(Session(their_session.secret)));
+  EXPECT_EQ(other.id, "login:uid:2000");
+}
+
+TEST_F(AuthenticatorTest, LinksAndSessionsExpire) {
+  auto auth = Make({});
+  ASSERT_OK_AND_ASSIGN(const std::string stale,
                        auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::ZeroDuration()));
-  EXPECT_THAT(auth->Authorize(Bearer(gone), "Lookup"),
+  EXPECT_THAT(auth->ExchangeLoginToken(stale, absl::Minutes(30)),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("expired")));
+  ASSERT_OK_AND_ASSIGN(const std::string token,
+                       auth->AddLoginToken(Role::kAdmin, "uid:1000", absl::Hours(1)));
+  ASSERT_OK_AND_ASSIGN(const LoginSession session,
+                       auth->ExchangeLoginToken(token, absl::ZeroDuration()));
+  EXPECT_THAT(auth->Identify(Session(session.secret)),
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("expired")));
 }
 

@@ -123,6 +123,11 @@ class HttpServer::Route : public CivetHandler {
     if (const char* value = mg_get_header(connection, "Authorization")) {
       request.authorization = value;
     }
+    if (const char* value = mg_get_header(connection, "Cookie")) request.cookie = value;
+    if (const char* value = mg_get_header(connection, "X-Autotune-Request")) {
+      request.page_request = value;
+    }
+    request.server_port = info->server_port;
     if (const char* value = mg_get_header(connection, "Content-Type")) {
       request.content_type = value;
     }
@@ -189,7 +194,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                                             "num_threads",
                                             absl::StrCat(kThreads),
                                             "connection_queue",
-                                            absl::StrCat(2 * kThreads),
+                                            absl::StrCat(kThreads),
+                                            "listen_backlog",
+                                            absl::StrCat(kListenBacklog),
                                             "request_timeout_ms",
                                             absl::StrCat(kRequestTimeoutMs),
                                             "enable_keep_alive",

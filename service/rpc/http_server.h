@@ -18,8 +18,14 @@
 //   Host header (HTTP/1.0 tools) is served: browsers always send one.
 // - No CORS header is ever sent and preflights are not answered, so no
 //   other origin may read an answer or send a JSON POST.
-// - kThreads threads and a kRequestTimeoutMs limit on reading a request,
-//   so idle connections cannot hold every thread.
+// - Idle connections (a flood of them, reopened as they close) must not
+//   hold up a request: civetweb gives each connection a thread of its own
+//   while it reads the request, so there are kThreads of them, more than
+//   such a flood from one host, and a connection that sends no request
+//   within kRequestTimeoutMs is closed. N idle connections past kThreads
+//   delay a request by about (N - kThreads) / kThreads * kRequestTimeoutMs.
+//   No keep-alive: a connection serves one request. The listen backlog
+//   (kListenBacklog) holds a burst while threads free up.
 //
 // Thread-safe: handlers run on the server's threads, several at once.
 // The destructor stops listening and waits for the requests in flight.
@@ -44,9 +50,12 @@ struct HttpRequest {
   std::string path;                          // "/api/entries", decoded
   std::map<std::string, std::string> query;  // decoded; a name given twice keeps the last
   std::string authorization;                 // the Authorization header, if any
+  std::string cookie;                        // the Cookie header, if any
+  std::string page_request;                  // the X-Autotune-Request header, if any
   std::string content_type;
   std::string body;
-  std::string peer;  // "ipv4:127.0.0.1:51234", as gRPC writes peers
+  std::string peer;     // "ipv4:127.0.0.1:51234", as gRPC writes peers
+  int server_port = 0;  // the port the request came to
 };
 
 struct HttpResponse {
@@ -61,8 +70,9 @@ using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 class HttpServer {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
-  static constexpr int kThreads = 256;
-  static constexpr int kRequestTimeoutMs = 5000;
+  static constexpr int kThreads = 1024;
+  static constexpr int kRequestTimeoutMs = 2000;
+  static constexpr int kListenBacklog = 1024;
 
   // Listens on `address` ("127.0.0.1:9464", "[::1]:9464"; port 0 picks a
   // free one). UNAVAILABLE naming the address when it cannot be bound.

@@ -331,11 +331,14 @@ TEST_F(CacheEndToEndTest, AnOnlineBackupRestoresIntoADaemonThatAnswersTheSame) {
   ImportSample();
   TempDir other;
   const std::string copy = other.path() + "/restored.db";
-  CommandResult backup = Cli({"backup", "--out", copy});
+  // Backups go into the daemon's --backup-dir only, by name.
+  StopDaemon();
+  ASSERT_OK(StartDaemon({"--kernels", "none", "--backup-dir", other.path()}));
+  CommandResult backup = Cli({"backup", "--out", "restored.db"});
   ASSERT_EQ(backup.exit_code, 0) << backup.err;
   EXPECT_THAT(backup.out, HasSubstr("backed up 3 entries"));
   EXPECT_THAT(backup.out, HasSubstr("integrity ok"));
-  CommandResult again = Cli({"backup", "--out", copy});
+  CommandResult again = Cli({"backup", "--out", "restored.db"});
   EXPECT_NE(again.exit_code, 0);
   ASSERT_EQ(daemon_->Stop(), 0);
 

@@ -151,7 +151,8 @@ TEST(MetricsEndToEndTest, APortThatIsTakenStopsTheStartWithTheFlagNamed) {
 }
 
 // `autotune admin-url` gives the daemon's own user a link into the admin
-// page with a token of its role; without the link the page's API answers 401.
+// page: its token, swapped once for a session cookie, signs the page in
+// with the user's role; without it the page's API answers 401.
 TEST(AdminUrlEndToEndTest, TheLinkSignsTheSocketsOwnerIntoTheAdminPage) {
   TempDir dir;
   Daemon daemon(dir.path(), {"--kernels", "none", "--gpus", "none", "--http-listen", "127.0.0.1:0",
@@ -163,18 +164,24 @@ TEST(AdminUrlEndToEndTest, TheLinkSignsTheSocketsOwnerIntoTheAdminPage) {
 
   CommandResult link = RunCommand({AutotuneCliPath(), "--server", daemon.address(), "admin-url"});
   ASSERT_EQ(link.exit_code, 0) << link.err;
-  const std::string prefix = absl::StrCat("http://127.0.0.1:", port, "/admin#token=");
+  const std::string prefix = absl::StrCat("http://127.0.0.1:", port, "/admin#login=");
   ASSERT_TRUE(absl::StartsWith(link.out, prefix)) << link.out;
   const std::string token = link.out.substr(prefix.size(), link.out.find('\n') - prefix.size());
   EXPECT_THAT(link.out, HasSubstr("(expires 20"));
-  const HttpAnswer who =
-      HttpCall(port, "GET", "/api/whoami", {absl::StrCat("Authorization: Bearer ", token)});
+  const HttpAnswer login =
+      HttpCall(port, "POST", "/api/login",
+               {"Content-Type: application/json", "X-Autotune-Request: admin-page"},
+               absl::StrCat("{\"login\": \"", token, "\"}"));
+  ASSERT_EQ(login.status, 200) << login.body;
+  const size_t at = login.headers.find("Set-Cookie: ");
+  ASSERT_NE(at, std::string::npos) << login.headers;
+  const std::string cookie = login.headers.substr(at + 12, login.headers.find(';', at) - at - 12);
+  const std::vector<std::string> session = {"Cookie: " + cookie, "X-Autotune-Request: admin-page"};
+  const HttpAnswer who = HttpCall(port, "GET", "/api/whoami", session);
   EXPECT_EQ(who.status, 200) << who.body;
   EXPECT_THAT(who.body, HasSubstr("\"admin\""));
-  EXPECT_THAT(who.body, HasSubstr("token:login:uid:"));
-  EXPECT_EQ(
-      HttpCall(port, "GET", "/api/entries", {absl::StrCat("Authorization: Bearer ", token)}).status,
-      200);
+  EXPECT_THAT(who.body, HasSubstr("login:uid:"));
+  EXPECT_EQ(HttpCall(port, "GET", "/api/entries", session).status, 200);
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

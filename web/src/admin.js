@@ -35,10 +35,13 @@
   }
 
   // Every request of the page goes through here: same origin, under /api/,
-  // with the caller's bearer token.
+  // with the pasted bearer token if there is one, else the session cookie of
+  // a login link (HttpOnly: the browser sends it, no script here sees it).
+  // X-Autotune-Request tells the daemon the request is this page's: another
+  // site's page cannot send that header here, so it cannot use the cookie.
   async function api(path, options = {}) {
     if (!path.startsWith('/api/')) throw new Error(`not an API path: ${path}`);
-    const headers = { Accept: 'application/json' };
+    const headers = { Accept: 'application/json', 'X-Autotune-Request': 'admin-page' };
     if (state.token) headers.Authorization = `Bearer ${state.token}`;
     const init = { method: options.method || 'GET', headers, cache: 'no-store', credentials: 'same-origin' };
     if (options.body !== undefined) {
@@ -93,7 +96,7 @@
     if (error.status === 401) {
       showMessage('auth', 'error', state.token
         ? `The daemon refused the token (${error.code}: ${error.message}). Paste another one above and press "Use token".`
-        : `The daemon needs a bearer token (${error.code}: ${error.message}). Paste one above and press "Use token".`);
+        : `The daemon needs a bearer token or a new link from \`autotune admin-url\` (${error.code}: ${error.message}). Paste a token above and press "Use token".`);
       $('token').focus();
       return;
     }
@@ -527,18 +530,36 @@
     $('token').placeholder = token ? 'token in use' : 'bearer token';
   }
 
-  // A login link (`autotune admin-url`) carries its token in the fragment,
-  // which no request sends: taken into this tab's storage, then dropped
-  // from the address bar and the history.
-  function tokenFromLink() {
-    const match = /^#token=([^&]+)$/.exec(location.hash);
-    if (!match) return '';
+  // A login link (`autotune admin-url`) carries a one-time token in the
+  // fragment, which no request sends: dropped from the address bar and the
+  // history first, then swapped for the session cookie. The page keeps
+  // nothing of it; opened twice, the link is refused.
+  async function loginFromLink() {
+    const match = /^#login=([^&]+)$/.exec(location.hash);
+    if (!match) return;
     history.replaceState(null, '', location.pathname + location.search);
-    return decodeURIComponent(match[1]);
+    try {
+      await api('/api/login', { method: 'POST', body: { login: decodeURIComponent(match[1]) } });
+      setToken('');  // the link's session, not an older pasted token
+    } catch (error) {
+      showMessage('login', 'error', `The login link was refused (${error.code}: ${error.message}).`);
+    }
   }
 
-  function start() {
-    setToken(tokenFromLink() || sessionStorage.getItem(TOKEN_KEY) || '');
+  // "Forget": the pasted token, and the session of a login link with every
+  // unused link of its holder.
+  async function signOut() {
+    setToken('');
+    try {
+      await api('/api/logout', { method: 'POST', body: {} });
+    } catch (error) {
+      report('logout', 'Sign out', error);
+    }
+  }
+
+  async function start() {
+    setToken(sessionStorage.getItem(TOKEN_KEY) || '');
+    await loginFromLink();
     $('token-form').addEventListener('submit', (event) => {
       event.preventDefault();
       const token = $('token').value.trim();
@@ -547,8 +568,8 @@
       closeEntry();
       loadAll();
     });
-    $('token-forget').addEventListener('click', () => {
-      setToken('');
+    $('token-forget').addEventListener('click', async () => {
+      await signOut();
       closeEntry();
       loadAll();
     });
