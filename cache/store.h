@@ -64,10 +64,10 @@ struct StoreOptions {
   int migrate_to = 0;
   // The folder Backup() writes into (the daemon's --backup-dir); empty = no
   // backups.
-  std::string backup_dir;
+  std::string backup_dir = "";
   // Told, when Open tightens the database or its -wal/-shm file to 0600, of
   // the file and its mode before (the daemon logs it); may be empty.
-  std::function<void(const std::string&)> warn;
+  std::function<void(const std::string&)> warn = nullptr;
 };
 
 // A family as stored: the descriptor and its content hash.

@@ -159,8 +159,9 @@ TEST_F(FamilyCheckTest, AHeaderThatIsNotShippedIsExplained) {
   family.set_source(absl::StrCat("#include \"common.h\"\n", family.source()));
   EXPECT_THAT(Check(family),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("my_axpy.cu(1)"), HasSubstr("cannot open source file"),
-                             HasSubstr("sources are single files"))));
+                       AllOf(HasSubstr("my_axpy.cu:1"),
+                             HasSubstr("#include \"common.h\" is neither a header of the "
+                                       "family's (it ships none) nor one of the CUDA toolkit's"))));
 }
 
 TEST_F(FamilyCheckTest, WithoutADefaultConfigTheFirstValuesAreCompiledAndItIsSaid) {

@@ -421,7 +421,8 @@ class Client:
 
     def admin_url(self, timeout: Optional[float] = None) -> pb.CreateLoginLinkResponse:
         """A link into the daemon's admin page that signs its holder in with
-        this caller's role (`url`, "http://HOST:PORT/admin#token=..."), and
+        this caller's role (`url`, "http://HOST:PORT/admin#login=...", good
+        once, exchanged by the page for a session cookie), and
         when it expires (`expires_at`, RFC 3339; an hour on). Only for a
         caller on the daemon's Unix socket (PermissionDenied otherwise);
         FAILED_PRECONDITION when the daemon serves no admin page (no

@@ -448,7 +448,7 @@ class AdminUrlEndToEndTest(unittest.TestCase):
         daemon.start()
         with Client(daemon.address) as client:
             link = client.admin_url()
-        self.assertRegex(link.url, r"^http://127\.0\.0\.1:[0-9]+/admin#token=[0-9a-f]+$")
+        self.assertRegex(link.url, r"^http://127\.0\.0\.1:[0-9]+/admin#login=[0-9a-f]+$")
         self.assertTrue(link.expires_at.startswith("20"), link.expires_at)
 
 
