@@ -19,8 +19,10 @@ seeds=tests/reliability/fuzz/corpus
 # One target: runs it, then writes its line to build-asan/fuzz_<name>.result
 # and its exit status to build-asan/fuzz_<name>.rc.
 fuzz_one() {
-  local dir=$1 name fuzzer corpus crashes log scratch rc=0 runs result
+  local dir=$1 name fuzzer corpus crashes log scratch rc=0 runs result more=()
   name=$(basename "$dir")
+  # corpus/<name>.seeds: more seed files, relative to the repository root.
+  [[ -f $seeds/$name.seeds ]] && mapfile -t more < <(grep -v '^#' "$seeds/$name.seeds")
   fuzzer=build-asan/tests/reliability/fuzz/fuzz_$name
   corpus=build-asan/corpus/$name
   crashes=build-asan/crashes/$name
@@ -33,7 +35,7 @@ fuzz_one() {
   # the checked-in seeds.
   TMPDIR=$scratch ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$crashes/" "$corpus" "$dir" > "$log" 2>&1 || rc=$?
+    -artifact_prefix="$crashes/" "$corpus" "$dir" "${more[@]}" > "$log" 2>&1 || rc=$?
   rm -rf "$scratch"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((rc == 0)); then
@@ -46,7 +48,7 @@ fuzz_one() {
   echo "$rc" > "build-asan/fuzz_$name.rc"
 }
 export -f fuzz_one
-export seconds
+export seconds seeds
 
 rm -f build-asan/fuzz_*.result build-asan/fuzz_*.rc
 printf '%s\0' "$seeds"/*/ | xargs -0 -n1 -P"$jobs" bash -c 'fuzz_one "$@"' _
