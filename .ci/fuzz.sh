@@ -22,12 +22,14 @@ fuzz_one() {
   local dir=$1 name fuzzer corpus crashes log scratch rc=0 runs result more=()
   name=$(basename "$dir")
   # corpus/<name>.seeds: more seed files, relative to the repository root.
-  [[ -f $seeds/$name.seeds ]] && mapfile -t more < <(grep -v '^#' "$seeds/$name.seeds")
+  [[ -f $seeds/$name.seeds ]] && mapfile -t more < <(grep -v -e '^#' -e '^$' "$seeds/$name.seeds")
   fuzzer=build-asan/tests/reliability/fuzz/fuzz_$name
   corpus=build-asan/corpus/$name
   crashes=build-asan/crashes/$name
   log=build-asan/fuzz_$name.log
   mkdir -p "$corpus" "$crashes"
+  # libFuzzer takes folders only: the listed seed files start the corpus.
+  ((${#more[@]} == 0)) || cp -- "${more[@]}" "$corpus"/
   # The targets that write their input to a file do it under TMPDIR
   # (fuzz_file.h): a folder of this run's, removed after it.
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/autotune-fuzz-run.XXXXXX")
@@ -35,7 +37,7 @@ fuzz_one() {
   # the checked-in seeds.
   TMPDIR=$scratch ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$crashes/" "$corpus" "$dir" "${more[@]}" > "$log" 2>&1 || rc=$?
+    -artifact_prefix="$crashes/" "$corpus" "$dir" > "$log" 2>&1 || rc=$?
   rm -rf "$scratch"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((rc == 0)); then
