@@ -1,5 +1,12 @@
 #include "service/pools/compile_pool.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +40,16 @@ absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(const CompilePoo
     return absl::InvalidArgumentError("compile pool: worker_path is empty");
   }
   auto pool = std::unique_ptr<CompilePool>(new CompilePool(options));
+  std::error_code error;
+  std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+  if (error) temp = "/tmp";
+  std::string folder = (temp / "autotune-compile-XXXXXX").string();
+  if (mkdtemp(folder.data()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("compile pool: cannot make the workers' working directory ", folder, ": ",
+                     std::strerror(errno)));
+  }
+  pool->work_dir_ = std::move(folder);
   absl::Status started = pool->Spawn(pool->slots_[0]);
   if (!started.ok()) return started;
   return pool;
@@ -40,6 +57,7 @@ absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(const CompilePoo
 
 CompilePool::~CompilePool() {
   for (Slot& slot : slots_) slot.process.Stop();
+  if (!work_dir_.empty()) rmdir(work_dir_.c_str());
 }
 
 absl::Status CompilePool::Spawn(Slot& slot) {
@@ -50,7 +68,7 @@ absl::Status CompilePool::Spawn(Slot& slot) {
   }
   if (options_.allow_unconfined) args.push_back("--allow-unconfined");
   absl::StatusOr<wv1::Hello> hello =
-      slot.process.Start(options_.worker_path, args, options_.start_timeout);
+      slot.process.Start(options_.worker_path, args, options_.start_timeout, work_dir_);
   if (!hello.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("compile worker ", hello.status().message()));
   }

@@ -46,7 +46,8 @@ class CompilePool {
   // Starts one worker to check that it runs and that NVRTC loads there:
   // FAILED_PRECONDITION with the worker's own message otherwise.
   static absl::StatusOr<std::unique_ptr<CompilePool>> Start(const CompilePoolOptions& options);
-  // Closes every worker's input and reaps it (SIGKILL after a grace period).
+  // Closes every worker's input and reaps it (SIGKILL after a grace period),
+  // then removes the workers' working directory.
   ~CompilePool();
   CompilePool(const CompilePool&) = delete;
   CompilePool& operator=(const CompilePool&) = delete;
@@ -57,6 +58,8 @@ class CompilePool {
   const std::string& confinement() const { return confinement_; }
   const std::string& memory_limit() const { return memory_limit_; }
   int size() const { return size_; }
+  // The empty folder every worker runs in (see work_dir_).
+  const std::string& work_dir() const { return work_dir_; }
   // Workers killed or lost and replaced so far.
   int64_t replaced() const { return replaced_.load(); }
 
@@ -75,6 +78,11 @@ class CompilePool {
 
   const CompilePoolOptions options_;
   const int size_;
+  // Every worker's working directory: an empty folder of this pool's own
+  // (mode 0700, under TMPDIR), so that no relative path a compile names
+  // finds a file, whatever this process's working directory holds ("/"
+  // under systemd holds etc/passwd). Removed when the pool goes.
+  std::string work_dir_;
   std::string nvrtc_version_;
   std::string confinement_;
   std::string memory_limit_;

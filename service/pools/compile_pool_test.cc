@@ -13,6 +13,7 @@
 #include "base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/pools/worker_process.h"
 #include "service/worker/confinement.h"
 
 namespace autotune::service {
@@ -20,6 +21,7 @@ namespace {
 
 namespace wv1 = ::autotune::worker::v1;
 using ::autotune::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -140,6 +142,46 @@ TEST(CompilePoolTest, AConfinedWorkerReadsNoFileOfTheHost) {
                           absl::Seconds(60))
                 .status(),
             wv1::CompileOutcome::OK);
+}
+
+// Compiles run in an empty folder of the pool's own, whatever this
+// process's working directory holds: an unconfined worker (where the kernel
+// has no Landlock) finds no file by a relative path either. A compile worker
+// started in a folder that holds files refuses to serve; the pool removes
+// its folder when it goes.
+TEST(CompilePoolTest, WorkersRunInAnEmptyFolderOfThePoolsOwn) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/compile_pool_test.", getpid(), ".cwd");
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir + "/secret.h") << "#error TOPSECRET-9e1f\n"; }
+  WorkerProcess worker;
+  EXPECT_THAT(
+      worker.Start(AUTOTUNE_WORKER_PATH, {"compile", "--allow-unconfined"}, absl::Seconds(60), dir),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("is not empty"), HasSubstr("secret.h"))));
+
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  std::string work_dir;
+  {
+    CompilePoolOptions options;
+    options.worker_path = AUTOTUNE_WORKER_PATH;
+    options.workers = 1;
+    options.allow_unconfined = true;
+    auto pool = CompilePool::Start(options);
+    ASSERT_OK(pool);
+    const wv1::CompileOutcome outcome = (*pool)->Compile(
+        Task("relative", "#include \"secret.h\"\n" + std::string(kScale)), absl::Seconds(60));
+    EXPECT_EQ(outcome.status(), wv1::CompileOutcome::COMPILE_ERROR);
+    EXPECT_THAT(outcome.log(), Not(HasSubstr("TOPSECRET")));
+    work_dir = (*pool)->work_dir();
+    EXPECT_THAT(work_dir, HasSubstr("autotune-compile-"));
+    EXPECT_NE(std::filesystem::canonical(work_dir), std::filesystem::canonical(dir));
+    EXPECT_TRUE(std::filesystem::is_empty(work_dir));
+  }
+  EXPECT_FALSE(std::filesystem::exists(work_dir));
+  ASSERT_EQ(chdir("/"), 0);
+  std::filesystem::remove_all(dir);
 }
 
 // A source that grows the compiler's memory without end (an initializer of

@@ -53,7 +53,8 @@ WorkerProcess& WorkerProcess::operator=(WorkerProcess&& other) noexcept {
 
 absl::StatusOr<wv1::Hello> WorkerProcess::Start(const std::string& path,
                                                 const std::vector<std::string>& args,
-                                                absl::Duration start_timeout) {
+                                                absl::Duration start_timeout,
+                                                const std::string& working_dir) {
   Kill();
   exit_reason_.clear();
   const std::string command = absl::StrCat(path, " ", absl::StrJoin(args, " "));
@@ -71,6 +72,7 @@ absl::StatusOr<wv1::Hello> WorkerProcess::Start(const std::string& path,
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, to_worker[1], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, from_worker[1], STDOUT_FILENO);
+  if (!working_dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, working_dir.c_str());
   std::vector<std::string> words = {path};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;

@@ -42,10 +42,12 @@ class WorkerProcess {
   // Starts `path args...` and reads its Hello. FAILED_PRECONDITION naming
   // the path and the reason when it cannot start, does not say hello in
   // time, or says hello with an error (the worker's own message); the
-  // process is gone then.
+  // process is gone then. A non-empty `working_dir` is the worker's working
+  // directory (else it inherits this process's).
   absl::StatusOr<worker::v1::Hello> Start(const std::string& path,
                                           const std::vector<std::string>& args,
-                                          absl::Duration start_timeout);
+                                          absl::Duration start_timeout,
+                                          const std::string& working_dir = "");
 
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }

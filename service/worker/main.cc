@@ -7,9 +7,9 @@
 // `autotune-worker compile [--memory-limit-mb N] [--allow-unconfined]`
 // confines itself before its Hello (service/worker/confinement.h): reads
 // only beneath the CUDA toolkit's headers and NVRTC's own folder, no
-// writes. It works in an empty folder made for it and removed at once, so
-// that no relative path leads anywhere (NVRTC is also told never to search
-// the working directory: kernels/gpu/compiler.h). Where the kernel cannot
+// writes. It works in an empty folder (the compile pool starts it there and
+// it refuses any other), so that no relative path leads anywhere (NVRTC is
+// also told never to search the working directory: kernels/gpu/compiler.h). Where the kernel cannot
 // confine it, it says hello with the reason as an error and exits, unless
 // --allow-unconfined, when it serves and its Hello says why it is not
 // confined. --memory-limit-mb caps its data memory (not applied in a
@@ -26,13 +26,13 @@
 // without running destructors, which could wait on the hung kernel.
 //
 // stdout carries the protocol alone; diagnostics go to stderr.
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -98,24 +98,36 @@ constexpr char kWarmUpSource[] = R"(
 extern "C" __global__ void autotune_warm_up(__half* x) { x[0] = __float2half(1.0f); }
 )";
 
-// Makes the working directory a folder of this process's own that no
-// longer exists: every relative path is then ENOENT, whatever the daemon's
-// working directory held ("/" under systemd). "/" itself is not neutral: it
-// holds etc/passwd.
-absl::Status LeaveTheWorkingDirectory() {
-  std::error_code error;
-  std::string folder = (std::filesystem::temp_directory_path(error) / "autotune-compile-XXXXXX");
-  if (error) folder = "/tmp/autotune-compile-XXXXXX";
-  if (mkdtemp(folder.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp(", folder, "): ", std::strerror(errno)));
+// Compiles run in an empty working directory, so that no relative path a
+// compile names finds a file whatever the daemon's working directory holds
+// ("/" under systemd holds etc/passwd): the compile pool starts every
+// worker in an empty folder of its own. A worker started elsewhere refuses
+// rather than compile there. (A removed directory would be as empty, but
+// NVRTC 13.0 then reads past a buffer of its own: getcwd fails there.)
+absl::Status CheckTheWorkingDirectoryIsEmpty() {
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the working directory is gone or unreadable: ", std::strerror(errno)));
   }
-  if (chdir(folder.c_str()) != 0) {
-    const int chdir_errno = errno;
-    rmdir(folder.c_str());
-    return absl::InternalError(absl::StrCat("chdir(", folder, "): ", std::strerror(chdir_errno)));
+  DIR* dir = opendir(".");
+  if (dir == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the working directory ", cwd, ": ", std::strerror(errno)));
   }
-  if (rmdir(folder.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rmdir(", folder, "): ", std::strerror(errno)));
+  std::string found;
+  while (const dirent* entry = readdir(dir)) {
+    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) {
+      found = entry->d_name;
+      break;
+    }
+  }
+  closedir(dir);
+  if (!found.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the working directory ", cwd, " is not empty (it holds '", found,
+        "'): a compile's relative include could read it; start compile workers in an empty "
+        "folder (autotuned's compile pool does)"));
   }
   return absl::OkStatus();
 }
@@ -132,8 +144,8 @@ int ServeCompile(const CompileFlags& flags) {
   auto nvrtc = autotune::kernels::Nvrtc::Load();
   if (!nvrtc.ok()) return refuse(std::string(nvrtc.status().message()));
   said.set_nvrtc_version((*nvrtc)->version());
-  if (absl::Status left = LeaveTheWorkingDirectory(); !left.ok()) {
-    return refuse(absl::StrCat("cannot leave the working directory: ", left.message()));
+  if (absl::Status empty = CheckTheWorkingDirectoryIsEmpty(); !empty.ok()) {
+    return refuse(std::string(empty.message()));
   }
 
   // Confined before its first compile, while NVRTC has started no thread
