@@ -85,11 +85,16 @@ start_daemon() {
   local name=$1
   shift
   "$bundle/autotuned" --db "$dir/$name.db" --listen "unix://$dir/$name.sock" \
-    --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" \
+    --kernels none --kernels "$bundle/kernels" --worker "$bundle/autotune-worker" \
     --http-listen 127.0.0.1:0 --anonymous-role reader "$@" >>"$out/$name-daemon.log" 2>&1 &
   pids[$name]=$!
   for _ in $(seq 150); do
     cli "$name" stats >/dev/null 2>&1 && return 0
+    if ! kill -0 "${pids[$name]}" 2>/dev/null; then
+      echo "daemon $name exited before it answered; its log:" >&2
+      tail -20 "$out/$name-daemon.log" >&2
+      return 1
+    fi
     sleep 0.2
   done
   echo "daemon $name did not answer; its log:" >&2

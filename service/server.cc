@@ -335,11 +335,14 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   store_options.warn = [](const std::string& text) { spdlog::warn("database: {}", text); };
   ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
   resolver_ = std::make_unique<LookupResolver>(store_.get());
-  // RegisterKernel compiles a new family on the job runner's pool; no call
+  // RegisterKernel compiles a new family, and Import the configs of its
+  // entries, on the job runner's pool; no call
   // is served before jobs_ exists.
-  admin_ = std::make_unique<CacheAdmin>(store_.get(), [this](const v1::KernelFamily& family) {
-    return jobs_->CheckFamilyCompiles(family);
-  });
+  // Import serves every entry with the daemon's own compile of its config.
+  admin_ = std::make_unique<CacheAdmin>(
+      store_.get(),
+      [this](const v1::KernelFamily& family) { return jobs_->CheckFamilyCompiles(family); },
+      [this](const std::vector<ConfigCompile>& configs) { return jobs_->CompileConfigs(configs); });
   RETURN_IF_ERROR(RegisterStartupFamilies(options.kernels_dirs));
 
   CompilePoolOptions pool_options;

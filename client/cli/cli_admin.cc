@@ -283,6 +283,14 @@ Command ImportCommand(CLI::App& root, Streams io) {
                                        ? " existing entries measured as well or better\n"
                                        : " existing entries; --replace overwrites them\n");
                          }
+                         if (response.binaries_replaced() > 0) {
+                           out << response.binaries_replaced()
+                               << " imported binaries were not what this daemon compiles; it "
+                                  "serves its own compile of those configs:\n";
+                           for (const std::string& line : response.replaced()) {
+                             out << "  " << line << "\n";
+                           }
+                         }
                        });
   };
   return command;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,22 @@ struct CompilePhaseOptions {
   int parallelism = 1;  // compiles in flight
   absl::Duration timeout = absl::Seconds(kDefaultCompileTimeoutS);
   bool keep_cubins = false;  // for a job that screens next
+};
+
+// One config to compile outside a job (Import's check of an imported
+// binary, cache_admin.h): `config` of `record` for `problem` on `arch`.
+struct ConfigCompile {
+  std::shared_ptr<const cache::FamilyRecord> record;
+  v1::Problem problem;
+  v1::Config config;
+  std::string arch;  // "sm_90"
+};
+
+// What the daemon's own compiles of ConfigCompiles gave: one end per config,
+// in order, and the NVRTC that compiled them ("13.0").
+struct CompiledConfigs {
+  std::string nvrtc_version;
+  std::vector<CompileEnd> ends;
 };
 
 // One unit: the compile cache's answer when it has one, else a compile in

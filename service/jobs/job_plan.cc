@@ -301,6 +301,25 @@ worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit) {
   return task;
 }
 
+absl::StatusOr<CompileUnit> ConfigCompileUnit(std::shared_ptr<const cache::FamilyRecord> record,
+                                              const v1::Problem& problem, const v1::Config& config,
+                                              const std::string& arch,
+                                              const std::string& nvrtc_version) {
+  ASSIGN_OR_RETURN(kernels::CompileInputs inputs,
+                   kernels::CompileInputsFor(record->family, config, problem.dtype()));
+  const kernels::CompileKeyer keyer(record->family.source(), arch, nvrtc_version,
+                                    HeadersOf(record->family));
+  CompileUnit unit;
+  unit.key = keyer.Key(inputs.name_expression, inputs.options);
+  unit.record = std::move(record);
+  unit.name_expression = std::move(inputs.name_expression);
+  unit.options = std::move(inputs.options);
+  unit.arch = arch;
+  unit.problem = problem;
+  unit.config = config;
+  return unit;
+}
+
 worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
                                       const std::string& task_id) {
   worker::v1::CompileTask task;

@@ -63,6 +63,15 @@ worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit);
 worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
                                       const std::string& task_id);
 
+// The unit that compiles `config` of `record` for `problem` on `arch` with
+// NVRTC `nvrtc_version`: the key and task a job's plan gives that variant,
+// so the compile cache answers for both. INVALID_ARGUMENT as
+// kernels::CompileInputsFor's when the config is not one of the family's.
+absl::StatusOr<CompileUnit> ConfigCompileUnit(std::shared_ptr<const cache::FamilyRecord> record,
+                                              const v1::Problem& problem, const v1::Config& config,
+                                              const std::string& arch,
+                                              const std::string& nvrtc_version);
+
 // One problem of the job, with its variants.
 struct PlannedProblem {
   std::shared_ptr<const cache::FamilyRecord> record;

@@ -542,6 +542,40 @@ absl::Status JobRunner::CheckFamilyCompiles(const v1::KernelFamily& family) {
   return kernels::FindingsStatus(findings, absl::StrCat("family (compiled for ", arch, ")"));
 }
 
+absl::StatusOr<CompiledConfigs> JobRunner::CompileConfigs(
+    const std::vector<ConfigCompile>& configs) {
+  ASSIGN_OR_RETURN(CompilePool * pool, Pool());
+  CompiledConfigs compiled;
+  compiled.nvrtc_version = pool->nvrtc_version();
+  compiled.ends.resize(configs.size());
+  std::vector<CompileUnit> units;
+  std::vector<std::string> keys(configs.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const ConfigCompile& config = configs[i];
+    absl::StatusOr<CompileUnit> unit = ConfigCompileUnit(
+        config.record, config.problem, config.config, config.arch, compiled.nvrtc_version);
+    if (!unit.ok()) {
+      compiled.ends[i].status = v1::COMPILE_ERROR;
+      compiled.ends[i].log = std::string(unit.status().message());
+      continue;
+    }
+    keys[i] = unit->key;
+    if (seen.insert(unit->key).second) units.push_back(*std::move(unit));
+  }
+  CompilePhaseOptions options;
+  options.parallelism = std::max(1, pool->size());
+  options.timeout = options_.compile_timeout;
+  const std::atomic<bool> cancel{false};
+  CompileResults results = RunCompilePhase(units, *store_, *pool, options, cancel,
+                                           [](const CompileUnit&, const CompileEnd&) {});
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (keys[i].empty()) continue;
+    compiled.ends[i] = results.at(keys[i]);
+  }
+  return compiled;
+}
+
 absl::StatusOr<std::vector<worker::v1::DeviceInfo>> JobRunner::Devices() {
   ASSIGN_OR_RETURN(ProfilePool * gpus, Gpus());
   return gpus->devices();

@@ -113,6 +113,15 @@ class JobRunner {
   // daemon cannot compile.
   absl::Status CheckFamilyCompiles(const v1::KernelFamily& family);
 
+  // The daemon's own compile of each config, as a job compiles it: the
+  // compile cache first, else the compile pool (each key once, as many at
+  // once as the pool has workers), the result kept in the cache. What Import
+  // checks an imported binary against (cache_admin.h). One end per config,
+  // in order; a config that is not one of its family's ends in
+  // COMPILE_ERROR with the reason. FAILED_PRECONDITION when this daemon
+  // cannot compile.
+  absl::StatusOr<CompiledConfigs> CompileConfigs(const std::vector<ConfigCompile>& configs);
+
   // The GPUs jobs measure on (their workers are started on first use).
   // FAILED_PRECONDITION with the reason when there is no usable GPU.
   absl::StatusOr<std::vector<worker::v1::DeviceInfo>> Devices();

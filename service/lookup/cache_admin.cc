@@ -2,14 +2,19 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "kernels/family_check.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
@@ -25,10 +30,80 @@ namespace {
 constexpr size_t kMaxNameBytes = 256;     // device name, versions, arch, job id
 constexpr size_t kMaxDetailBytes = 8192;  // detail, contention, stop, function name
 
-absl::Status Bounded(absl::string_view field, absl::string_view text, size_t max) {
-  if (text.size() <= max) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", text.size(), " bytes, more than the limit of ", max));
+// Whether a text may hold newlines and tabs (a detail, a log) or nothing
+// but printable characters (a name).
+enum class Lines { kOne, kMany };
+
+// A text field of an imported item: at most `max` bytes, and no control
+// character (C0, DEL, or C1 as UTF-8), which `ls` and `show` would print raw
+// (an ESC sequence rewrites the admin's terminal; a newline forges a row).
+absl::Status CheckText(absl::string_view field, absl::string_view text, size_t max, Lines lines) {
+  if (text.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", text.size(), " bytes, more than the limit of ", max));
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xC2 && i + 1 < text.size() &&
+                    static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9F;
+    const bool allowed = lines == Lines::kMany && (c == '\n' || c == '\t');
+    if (((c < 0x20 || c == 0x7F) && !allowed) || c1) {
+      const int code = c1 ? static_cast<unsigned char>(text[i + 1]) : c;
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: holds the control character U+%04X at byte %d; %s", field, code, i,
+                          lines == Lines::kOne ? "a name is printable text"
+                                               : "only newlines and tabs may break the text"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "(64, 1, 1)"
+std::string Dims(const google::protobuf::RepeatedField<int64_t>& values) {
+  return absl::StrCat("(", absl::StrJoin(values, ", "), ")");
+}
+
+// An imported launch against the one `family` computes for the entry's
+// problem and config: INVALID_ARGUMENT naming the first field that differs.
+absl::Status CheckLaunch(absl::string_view field, const v1::LaunchDims& given,
+                         const v1::LaunchDims& computed, absl::string_view family) {
+  const std::string why = absl::StrCat(" is not the launch family '", family,
+                                       "' computes for this problem and config, ");
+  if (!absl::c_equal(given.grid(), computed.grid())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".grid: ", Dims(given.grid()), why, Dims(computed.grid())));
+  }
+  if (!absl::c_equal(given.block(), computed.block())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".block: ", Dims(given.block()), why, Dims(computed.block())));
+  }
+  if (given.dynamic_shared_bytes() != computed.dynamic_shared_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dynamic_shared_bytes: ", given.dynamic_shared_bytes(), why,
+                     computed.dynamic_shared_bytes()));
+  }
+  if (given.tensor_maps_size() != computed.tensor_maps_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(field,
+                                                   ".tensor_maps: ", given.tensor_maps_size(),
+                                                   " maps", why, computed.tensor_maps_size()));
+  }
+  for (int i = 0; i < given.tensor_maps_size(); ++i) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(given.tensor_maps(i),
+                                                            computed.tensor_maps(i))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".tensor_maps[", i, "]: {", given.tensor_maps(i).ShortDebugString(),
+                       "}", why, "{", computed.tensor_maps(i).ShortDebugString(), "}"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The first lines of a compile log, for an error.
+std::string LogHead(absl::string_view log) {
+  constexpr size_t kMaxLogBytes = 2000;
+  if (log.size() <= kMaxLogBytes) return std::string(log);
+  return absl::StrCat(log.substr(0, kMaxLogBytes), " [...]");
 }
 
 // Timings that compare: finite and >= 0; the median of an entry > 0.
@@ -278,6 +353,8 @@ absl::StatusOr<v1::BackupResponse> CacheAdmin::Backup(const v1::BackupRequest& r
 absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bundle,
                                                       cache::Store::Merge merge,
                                                       absl::string_view families_refused) {
+  // The role first: nothing of a tuner's family is parsed further or compiled.
+  if (!families_refused.empty()) RETURN_IF_ERROR(RefuseNewFamilies(bundle, families_refused));
   // One validation path for families, whichever call carries them.
   for (int i = 0; i < bundle.families_size(); ++i) {
     RETURN_IF_ERROR(kernels::ValidateFamily(bundle.families(i).family(),
@@ -300,8 +377,123 @@ absl::StatusOr<v1::ImportResponse> CacheAdmin::Import(const v1::CacheBundle& bun
                           absl::StrCat("families[", i, "].family: ", compiled.message()));
     }
   }
-  return store_->Import(bundle, merge,
-                        std::string_view(families_refused.data(), families_refused.size()));
+  v1::ImportResponse replaced;
+  ASSIGN_OR_RETURN(const v1::CacheBundle trusted, WithOwnCompiles(bundle, replaced));
+  ASSIGN_OR_RETURN(
+      v1::ImportResponse response,
+      store_->Import(trusted, merge,
+                     std::string_view(families_refused.data(), families_refused.size())));
+  std::set<std::string> binaries;
+  for (const v1::Entry& entry : trusted.entries()) {
+    if (!entry.binary_sha256().empty()) binaries.insert(entry.binary_sha256());
+  }
+  response.set_binaries(static_cast<int64_t>(binaries.size()));
+  response.set_binaries_replaced(replaced.binaries_replaced());
+  *response.mutable_replaced() = std::move(*replaced.mutable_replaced());
+  return response;
+}
+
+absl::Status CacheAdmin::RefuseNewFamilies(const v1::CacheBundle& bundle,
+                                           absl::string_view families_refused) const {
+  for (int i = 0; i < bundle.families_size(); ++i) {
+    const v1::KernelFamily& family = bundle.families(i).family();
+    const std::string hash = FamilyContentHash(family);
+    absl::StatusOr<cache::FamilyRecord> stored = store_->GetFamilyVersion(family.name(), hash);
+    if (stored.ok()) continue;
+    if (!absl::IsNotFound(stored.status())) return stored.status();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "families[", i, "]: importing family '",
+        absl::CHexEscape(family.name().substr(0, kMaxNameBytes)), "' version ", hash.substr(0, 12),
+        " would add that version; ", families_refused, " (nothing was imported)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CacheBundle> CacheAdmin::WithOwnCompiles(const v1::CacheBundle& bundle,
+                                                            v1::ImportResponse& response) const {
+  v1::CacheBundle trusted = bundle;
+  // Bytes from elsewhere are never stored: an entry's binary is this
+  // daemon's compile, which the compile cache stored when it ran.
+  trusted.clear_binaries();
+  if (bundle.entries_size() == 0) return trusted;
+  std::map<std::string, std::shared_ptr<const cache::FamilyRecord>> records;  // "name/hash"
+  for (const v1::FamilyRecord& record : bundle.families()) {
+    auto family = std::make_shared<cache::FamilyRecord>();
+    family->family = record.family();
+    family->content_hash = FamilyContentHash(record.family());
+    records[absl::StrCat(family->family.name(), "/", family->content_hash)] = std::move(family);
+  }
+  std::vector<ConfigCompile> configs;
+  configs.reserve(bundle.entries_size());
+  for (int i = 0; i < bundle.entries_size(); ++i) {
+    const v1::Entry& entry = bundle.entries(i);
+    const std::string key = absl::StrCat(entry.family(), "/", entry.family_hash());
+    std::shared_ptr<const cache::FamilyRecord>& record = records[key];
+    if (record == nullptr) {
+      absl::StatusOr<cache::FamilyRecord> stored =
+          store_->GetFamilyVersion(entry.family(), entry.family_hash());
+      if (absl::IsNotFound(stored.status())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entries[", i, "].family_hash: family '", entry.family(), "' version ",
+                         entry.family_hash(), " is neither in the bundle nor in the store"));
+      }
+      if (!stored.ok()) return stored.status();
+      record = std::make_shared<const cache::FamilyRecord>(*std::move(stored));
+    }
+    configs.push_back({record, entry.problem(), entry.config(), entry.arch()});
+  }
+  absl::StatusOr<CompiledConfigs> compiled =
+      config_compiler_ ? config_compiler_(configs)
+                       : absl::FailedPreconditionError("this daemon has no compiler");
+  if (!compiled.ok()) {
+    if (!absl::IsFailedPrecondition(compiled.status())) return compiled.status();
+    for (int i = 0; i < bundle.entries_size(); ++i) {
+      const v1::Entry& entry = bundle.entries(i);
+      if (entry.binary_sha256().empty() && entry.function_name().empty()) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entries[", i, "].", entry.binary_sha256().empty() ? "function_name" : "binary_sha256",
+          ": this daemon cannot compile (", compiled.status().message(),
+          "), so it cannot check what the entry would have readers load; import it into a "
+          "daemon that compiles, or without binaries (nothing was imported)"));
+    }
+    return trusted;  // served with their recipes, compiled by whoever loads them
+  }
+  for (int i = 0; i < trusted.entries_size(); ++i) {
+    v1::Entry& entry = *trusted.mutable_entries(i);
+    const CompileEnd& end = compiled->ends[i];
+    const std::string what =
+        absl::StrCat("entries[", i, "] (", ProblemContext(entry.family(), entry.problem()), ")");
+    if (!end.store_error.ok()) {
+      return absl::Status(end.store_error.code(),
+                          absl::StrCat(what, ": ", end.store_error.message()));
+    }
+    if (end.status == v1::COMPILE_TIMEOUT) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, ": this daemon's compile of the config for ", entry.arch(),
+          " ran past its deadline; nothing was imported (try again: finished compiles are kept)"));
+    }
+    if (end.status != v1::OK) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ".config: does not compile here for ", entry.arch(), " (NVRTC ",
+                       compiled->nvrtc_version, "): ", LogHead(end.log)));
+    }
+    if (!entry.function_name().empty() && entry.function_name() != end.lowered_name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entries[", i, "].function_name: '", entry.function_name(),
+                       "' is not the kernel this config compiles to, '", end.lowered_name, "'"));
+    }
+    if (!entry.binary_sha256().empty() && entry.binary_sha256() != end.binary_sha256) {
+      response.set_binaries_replaced(response.binaries_replaced() + 1);
+      response.add_replaced(
+          absl::StrCat(what, ": the imported binary ", entry.binary_sha256().substr(0, 12),
+                       " is not what this daemon compiles (NVRTC ", compiled->nvrtc_version, ", ",
+                       entry.arch(), "); kept its own, ", end.binary_sha256.substr(0, 12)));
+    }
+    entry.set_binary_sha256(end.binary_sha256);
+    entry.set_function_name(end.lowered_name);
+    entry.set_nvrtc_version(compiled->nvrtc_version);
+  }
+  return trusted;
 }
 
 absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
@@ -328,14 +520,22 @@ absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
                      family_of(entry.family(), entry.family_hash()));
     if (family != nullptr) {
       RETURN_IF_ERROR(ValidateProblem(*family, entry.problem(), field + ".problem"));
+      if (entry.arch().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field,
+                         ".arch is empty; name the architecture the entry was tuned on "
+                         "(sm_90)"));
+      }
       kernels::DeviceLimits target;  // the arch the entry was compiled for
-      if (!entry.arch().empty()) target.arch = entry.arch();
-      if (absl::StatusOr<kernels::Variant> variant =
-              kernels::ResolveConfig(*family, entry.problem(), entry.config(), target);
-          !variant.ok()) {
+      target.arch = entry.arch();
+      absl::StatusOr<kernels::Variant> variant =
+          kernels::ResolveConfig(*family, entry.problem(), entry.config(), target);
+      if (!variant.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".config: ", variant.status().message()));
       }
+      RETURN_IF_ERROR(
+          CheckLaunch(field + ".launch", entry.launch(), variant->launch, entry.family()));
     }
     RETURN_IF_ERROR(CheckTiming(field + ".timing", entry.timing(), /*median_required=*/true));
     for (const auto& [name, value] :
@@ -344,14 +544,48 @@ absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
         return absl::InvalidArgumentError(absl::StrCat(field, ".", name, " is ", value));
       }
     }
-    RETURN_IF_ERROR(Bounded(field + ".device.name", entry.device().name(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".driver_version", entry.driver_version(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".arch", entry.arch(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".job_id", entry.job_id(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".tuned_at", entry.tuned_at(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".stop", entry.stop(), kMaxDetailBytes));
-    RETURN_IF_ERROR(Bounded(field + ".contention", entry.contention(), kMaxDetailBytes));
-    RETURN_IF_ERROR(Bounded(field + ".function_name", entry.function_name(), kMaxDetailBytes));
+    RETURN_IF_ERROR(
+        CheckText(field + ".device.name", entry.device().name(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(
+        CheckText(field + ".driver_version", entry.driver_version(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(CheckText(field + ".arch", entry.arch(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(CheckText(field + ".job_id", entry.job_id(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(CheckText(field + ".tuned_at", entry.tuned_at(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(CheckText(field + ".stop", entry.stop(), kMaxDetailBytes, Lines::kMany));
+    RETURN_IF_ERROR(
+        CheckText(field + ".contention", entry.contention(), kMaxDetailBytes, Lines::kMany));
+    RETURN_IF_ERROR(
+        CheckText(field + ".function_name", entry.function_name(), kMaxDetailBytes, Lines::kOne));
+  }
+  // A binary no entry names would be stored and served to anyone who asks
+  // for its digest: a free file host. And an entry names a binary the bundle
+  // carries or the store holds: a bundle that is not whole is refused, even
+  // though the entry is served with this daemon's own compile.
+  std::set<std::string> named, carried;
+  for (const v1::Entry& entry : bundle.entries()) named.insert(entry.binary_sha256());
+  for (const v1::Binary& binary : bundle.binaries()) carried.insert(binary.sha256());
+  for (int i = 0; i < bundle.entries_size(); ++i) {
+    const std::string& sha = bundle.entries(i).binary_sha256();
+    if (sha.empty() || carried.contains(sha)) continue;
+    absl::StatusOr<v1::Binary> stored = store_->GetBinary(sha);
+    if (absl::IsNotFound(stored.status())) {
+      return absl::InvalidArgumentError(absl::StrCat("entries[", i, "].binary_sha256: binary ",
+                                                     absl::CHexEscape(sha.substr(0, 64)),
+                                                     " is neither in the bundle nor in the store"));
+    }
+    // A damaged stored copy is no reason to refuse: the entry is served
+    // with this daemon's compile, not with those bytes.
+    if (!stored.ok() && !absl::IsDataLoss(stored.status())) return stored.status();
+    carried.insert(sha);
+  }
+  for (int i = 0; i < bundle.binaries_size(); ++i) {
+    if (!named.contains(bundle.binaries(i).sha256())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("binaries[", i, "]: no entry of the bundle names binary ",
+                       absl::CHexEscape(bundle.binaries(i).sha256().substr(0, 64)),
+                       "; a bundle carries only the "
+                       "binaries of its entries"));
+    }
   }
   for (int i = 0; i < bundle.measurements_size(); ++i) {
     const v1::Measurement& measurement = bundle.measurements(i);
@@ -370,11 +604,15 @@ absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
             absl::StrCat(field, ": an OK measurement's max_error and noise are finite"));
       }
     }
-    RETURN_IF_ERROR(Bounded(field + ".device.name", measurement.device().name(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".job_id", measurement.job_id(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".measured_at", measurement.measured_at(), kMaxNameBytes));
-    RETURN_IF_ERROR(Bounded(field + ".detail", measurement.detail(), kMaxDetailBytes));
-    RETURN_IF_ERROR(Bounded(field + ".contention", measurement.contention(), kMaxDetailBytes));
+    RETURN_IF_ERROR(
+        CheckText(field + ".device.name", measurement.device().name(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(CheckText(field + ".job_id", measurement.job_id(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(
+        CheckText(field + ".measured_at", measurement.measured_at(), kMaxNameBytes, Lines::kOne));
+    RETURN_IF_ERROR(
+        CheckText(field + ".detail", measurement.detail(), kMaxDetailBytes, Lines::kMany));
+    RETURN_IF_ERROR(
+        CheckText(field + ".contention", measurement.contention(), kMaxDetailBytes, Lines::kMany));
   }
   return absl::OkStatus();
 }

@@ -10,16 +10,21 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "base/file.h"
+#include "base/sha256.h"
 #include "base/status_matchers.h"
 #include "base/token.h"
 #include "client/bundle.h"
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/autotune.pb.h"
@@ -90,6 +95,11 @@ class SecurityTest : public DaemonTest {
     return Path("axpy.textproto");
   }
 
+ public:
+  std::string TokenPath(const std::string& role) const { return Path(role + ".token"); }
+  const std::string& daemon_address() const { return daemon_->address(); }
+
+ protected:
   int bundles_ = 0;
 };
 
@@ -225,6 +235,146 @@ TEST_F(SecurityTest, ASourceThatIncludesAHostFileIsRefusedAndLeaksNothing) {
   EXPECT_THAT(As("reader", {"jobs", "--json"}).out, Not(HasSubstr("TOPSECRET")));
   EXPECT_THAT(daemon_->Stderr(), Not(HasSubstr("TOPSECRET")));
   EXPECT_THAT(Audit(), Not(HasSubstr("TOPSECRET")));
+}
+
+// A client of the daemon holding `role`'s token.
+std::unique_ptr<client::Client> ClientAs(const SecurityTest& test, const std::string& address,
+                                         const std::string& role);
+
+// Finding (2bc4d71): Import checked an entry's config but stored its launch,
+// function name and binary as they came; a reader's Lookup answered EXACT
+// with a tuner's grid of 2^31-1 x 65535 x 65535, 1 TiB of shared memory, a
+// tensor map on buffer 7, symbol 'attacker_symbol' and bytes that were no
+// cubin, and GetBinaries returned those bytes.
+TEST_F(SecurityTest, WhatATunerPlantsIsRefusedNamingTheField) {
+  ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
+  const std::vector<std::pair<std::function<void(v1::Entry&)>, std::string>> cases = {
+      {[](v1::Entry& e) {
+         e.mutable_launch()->clear_grid();
+         for (int64_t v : {int64_t{2147483647}, int64_t{65535}, int64_t{65535}}) {
+           e.mutable_launch()->add_grid(v);
+         }
+       },
+       "entries[0].launch.grid: (2147483647, 65535, 65535) is not the launch family "
+       "'vector_scale' computes"},
+      {[](v1::Entry& e) {
+         e.mutable_launch()->clear_block();
+         for (int64_t v : {1024, 1024, 64}) e.mutable_launch()->add_block(v);
+       },
+       "entries[0].launch.block: (1024, 1024, 64)"},
+      {[](v1::Entry& e) { e.mutable_launch()->set_dynamic_shared_bytes(int64_t{1} << 40); },
+       "entries[0].launch.dynamic_shared_bytes: 1099511627776"},
+      {[](v1::Entry& e) {
+         v1::TensorMapLayout* map = e.mutable_launch()->add_tensor_maps();
+         map->set_buffer(7);
+         map->add_shape(int64_t{1} << 40);
+       },
+       "entries[0].launch.tensor_maps: 1 maps"},
+      {[](v1::Entry& e) { e.set_function_name("attacker_symbol"); },
+       "entries[0].function_name: 'attacker_symbol' is not the kernel this config compiles to"},
+      {[](v1::Entry& e) { e.mutable_device()->set_name(std::string("H200\x1b[2J\0", 9)); },
+       "entries[0].device.name: holds the control character U+001B at byte 4"},
+  };
+  for (const auto& [change, message] : cases) {
+    const std::string bundle =
+        SampleBundle([&change](v1::CacheBundle& b) { change(*b.mutable_entries(0)); });
+    CommandResult refused = As("tuner", {"import", bundle, "--keep-better"});
+    EXPECT_NE(refused.exit_code, 0) << message;
+    EXPECT_THAT(refused.err, HasSubstr(message));
+  }
+  CommandResult listed = As("reader", {"ls", "--json"});
+  EXPECT_THAT(listed.out, Not(HasSubstr("2147483647")));
+  EXPECT_THAT(listed.out, Not(HasSubstr("attacker_symbol")));
+}
+
+// Finding (2bc4d71): a binary was checked only against its own sha256, so a
+// reader was served whatever bytes a tuner imported. Now a reader gets this
+// daemon's own compile of the config, and the foreign bytes are not stored.
+TEST_F(SecurityTest, AForeignCubinNeverReachesAReader) {
+  ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
+  absl::StatusOr<v1::CacheBundle> planted = [] {
+    SampleBundleOptions options;
+    options.entries = QuickstartEntries();
+    options.cubin_kind = CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 4096;
+    return MakeSampleBundle(options);
+  }();
+  ASSERT_OK(planted.status());
+  const std::string foreign = planted->binaries(0).sha256();
+  const std::string path = Path("planted.json");
+  ASSERT_OK(client::WriteBundleFile(path, *planted));
+  CommandResult imported = As("tuner", {"import", path, "--replace"});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_THAT(imported.out, HasSubstr("imported binaries were not what this daemon compiles"));
+  EXPECT_THAT(imported.out, HasSubstr(foreign.substr(0, 12)));
+
+  std::unique_ptr<client::Client> reader = ClientAs(*this, daemon_address(), "reader");
+  ASSERT_NE(reader, nullptr);
+  v1::LookupRequest request;
+  request.set_family("vector_scale");
+  *request.mutable_problem() = planted->entries(0).problem();
+  *request.mutable_device() = planted->entries(0).device();
+  request.set_include_cubin(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse answer, reader->Lookup(request));
+  ASSERT_EQ(answer.match(), v1::EXACT) << answer.ShortDebugString();
+  EXPECT_NE(answer.entry().binary_sha256(), foreign);
+  EXPECT_TRUE(absl::StartsWith(answer.cubin(),
+                               "\x7f"
+                               "ELF"))
+      << "not an ELF image";
+  EXPECT_EQ(Sha256Hex(answer.cubin()), answer.entry().binary_sha256());
+  EXPECT_THAT(answer.entry().function_name(), HasSubstr("vector_scale"));
+  v1::GetBinariesRequest binaries;
+  binaries.add_sha256(foreign);
+  ASSERT_OK_AND_ASSIGN(v1::GetBinariesResponse served,
+                       reader->GetBinaries(binaries, absl::Seconds(10)));
+  EXPECT_EQ(served.binaries_size(), 0);
+  EXPECT_THAT(served.missing(), ::testing::ElementsAre(foreign));
+}
+
+// Finding (2bc4d71): a tuner stored three 40 MiB blobs no entry named, and
+// readers could download them.
+TEST_F(SecurityTest, ABinaryNoEntryNamesIsRefused) {
+  ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
+  std::string blob_sha;
+  const std::string bundle = SampleBundle([&blob_sha](v1::CacheBundle& b) {
+    v1::Binary* blob = b.add_binaries();
+    blob->set_cubin(std::string(4 << 20, 'z'));
+    blob->set_sha256(Sha256Hex(blob->cubin()));
+    blob_sha = blob->sha256();
+  });
+  CommandResult refused = As("tuner", {"import", bundle});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err,
+              HasSubstr("binaries[1]: no entry of the bundle names binary " + blob_sha));
+}
+
+// Finding (2bc4d71): Import compiled a tuner's new family before checking
+// the role: '#error' came back quoted in INVALID_ARGUMENT, and a macro
+// expansion held a compile worker for minutes.
+TEST_F(SecurityTest, ATunersNewFamilyIsRefusedBeforeItCompiles) {
+  const std::string bundle = SampleBundle([](v1::CacheBundle& b) {
+    v1::KernelFamily& family = *b.mutable_families(0)->mutable_family();
+    family.set_source("#error planted by a tuner\n" + family.source());
+    const std::string hash = FamilyContentHash(family);
+    b.mutable_families(0)->set_content_hash(hash);
+    for (v1::Entry& entry : *b.mutable_entries()) entry.set_family_hash(hash);
+  });
+  CommandResult refused = As("tuner", {"import", bundle});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("PERMISSION_DENIED: families[0]"));
+  EXPECT_THAT(refused.err, Not(HasSubstr("planted")));
+}
+
+std::unique_ptr<client::Client> ClientAs(const SecurityTest& test, const std::string& address,
+                                         const std::string& role) {
+  absl::StatusOr<std::string> token = ReadFile(test.TokenPath(role));
+  if (!token.ok()) return nullptr;
+  client::ClientOptions options;
+  options.address = address;
+  options.token = std::string(absl::StripAsciiWhitespace(*token));
+  absl::StatusOr<std::unique_ptr<client::Client>> made = client::Client::Connect(options);
+  return made.ok() ? *std::move(made) : nullptr;
 }
 
 }  // namespace

@@ -66,6 +66,17 @@ class StartupEndToEndTest : public ::testing::Test {
     CommandResult imported =
         RunCommand({AutotuneCliPath(), "--server", daemon_->address(), "import", path});
     ASSERT_EQ(imported.exit_code, 0) << imported.err;
+    // Import keeps the daemon's own compile of each entry, never the
+    // bundle's bytes: what a reader gets is what the daemon compiled. Read
+    // back by an export (a lookup here would warm the daemon's cubin cache).
+    const std::string exported_path = dir_.path() + "/served.json";
+    CommandResult exported = RunCommand(
+        {AutotuneCliPath(), "--server", daemon_->address(), "export", "--out", exported_path});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+    ASSERT_OK_AND_ASSIGN(v1::CacheBundle served, client::ReadBundleFile(exported_path));
+    ASSERT_EQ(served.binaries_size(), 1);
+    served_cubin_ = served.binaries(0).cubin();
+    ASSERT_NE(served_cubin_, bundle_.binaries(0).cubin());
   }
   void TearDown() override {
     if (daemon_ != nullptr) daemon_->Stop();
@@ -83,7 +94,8 @@ class StartupEndToEndTest : public ::testing::Test {
     return lookup.ok() ? std::move(*lookup) : nullptr;
   }
   std::string LocalDir() const { return dir_.path() + "/local"; }
-  const std::string& SampleCubin() const { return bundle_.binaries(0).cubin(); }
+  // The cubin the daemon serves for the sample's entries (its own compile).
+  const std::string& SampleCubin() const { return served_cubin_; }
 
   // The answers the service gives to ServerShapes(), checked.
   void ExpectServerShapesAnswered(const std::vector<StartupAnswer>& answers, AnswerSource source) {
@@ -109,6 +121,7 @@ class StartupEndToEndTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<Daemon> daemon_;
   v1::CacheBundle bundle_;
+  std::string served_cubin_;
 };
 
 TEST_F(StartupEndToEndTest, TheServiceAnswersAndTheLocalCacheKeepsTheAnswers) {

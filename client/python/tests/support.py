@@ -11,7 +11,9 @@ wait for it and to import; AUTOTUNE_MAKE_SAMPLE the sample bundle writer).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -142,9 +144,11 @@ class Daemon:
         self._exit_code = process.returncode
         return self._exit_code
 
-    def import_sample(self, cubin: bytes) -> None:
-        """The quick start's sample (vector_scale bf16 n=4096 at batch 1, 8 and
-        64 on an NVIDIA H200, BLOCK=256 ELEMS_PER_THREAD=2) around `cubin`."""
+    def import_sample(self, cubin: bytes) -> bytes:
+        """Imports the quick start's sample (vector_scale bf16 n=4096 at batch
+        1, 8 and 64 on an NVIDIA H200, BLOCK=256 ELEMS_PER_THREAD=2) around
+        `cubin`, and returns the cubin the daemon serves for it: its own
+        compile of the entries' config, never the bundle's bytes."""
         cubin_path = self.directory / "vector_scale.cubin"
         bundle_path = self.directory / "sample.json"
         cubin_path.write_bytes(cubin)
@@ -156,6 +160,16 @@ class Daemon:
         )
         if imported.returncode != 0:
             raise RuntimeError(f"autotune import failed: {imported.stderr}")
+        exported_path = self.directory / "served.json"
+        exported = run(
+            [str(AUTOTUNE_CLI), "--server", self.address, "export", "--out", str(exported_path)]
+        )
+        if exported.returncode != 0:
+            raise RuntimeError(f"autotune export failed: {exported.stderr}")
+        binaries = json.loads(exported_path.read_text())["binaries"]
+        if len(binaries) != 1:
+            raise RuntimeError(f"the sample exported {len(binaries)} binaries, not 1")
+        return base64.b64decode(binaries[0]["cubin"])
 
     def log_tail(self, size: int = 2000) -> str:
         try:

@@ -43,8 +43,6 @@ from autotune_client import (
 )
 
 DEVICE = "NVIDIA H200"
-SAMPLE_CUBIN = support.fake_cubin()
-SAMPLE_SHA256 = hashlib.sha256(SAMPLE_CUBIN).hexdigest()
 
 
 def vector_scale(batch: int, n: int = 4096, family: str = "vector_scale") -> Lookup:
@@ -79,7 +77,9 @@ class DaemonTestCase(unittest.TestCase):
         self.daemon = support.Daemon(self.dir)
         self.addCleanup(self.daemon.stop)
         self.daemon.start()
-        self.daemon.import_sample(SAMPLE_CUBIN)
+        # What the daemon serves for the sample: its own compile.
+        self.sample_cubin = self.daemon.import_sample(support.fake_cubin())
+        self.sample_sha256 = hashlib.sha256(self.sample_cubin).hexdigest()
         self.address = self.daemon.address
         self.local_dir = self.dir / "local"
 
@@ -107,10 +107,10 @@ class DaemonTestCase(unittest.TestCase):
         exact, nearest, miss = (answer.result for answer in answers[:3])
         assert exact is not None and nearest is not None and miss is not None
         self.assertEqual(exact.match, Match.EXACT)
-        self.assertEqual(exact.cubin, SAMPLE_CUBIN)
+        self.assertEqual(exact.cubin, self.sample_cubin)
         self.assertEqual(nearest.match, Match.NEAREST)
         self.assertEqual(nearest.tuned_dims["batch"], 8)
-        self.assertEqual(nearest.cubin, SAMPLE_CUBIN)
+        self.assertEqual(nearest.cubin, self.sample_cubin)
         # The miss carries what to run untuned.
         self.assertEqual(miss.match, Match.MISS)
         self.assertEqual(miss.miss_kind, MissKind.NO_ENTRY)
@@ -126,14 +126,14 @@ class LookupEndToEndTest(DaemonTestCase):
             self.assertEqual(exact.config, {"BLOCK": 256, "ELEMS_PER_THREAD": 2})
             # 8 * 4096 elements, 256 threads of 2 each.
             self.assertEqual(exact.launch, LaunchDims((64,), (256,), 0))
-            self.assertEqual(exact.cubin, SAMPLE_CUBIN)
-            self.assertEqual(exact.binary_sha256, SAMPLE_SHA256)
+            self.assertEqual(exact.cubin, self.sample_cubin)
+            self.assertEqual(exact.binary_sha256, self.sample_sha256)
             self.assertEqual(exact.miss_kind, MissKind.NONE)
             self.assertEqual(exact.entry.device.name, DEVICE)
 
             without = client.lookup(vector_scale(8))
             self.assertIsNone(without.cubin)
-            self.assertEqual(without.binary_sha256, SAMPLE_SHA256)
+            self.assertEqual(without.binary_sha256, self.sample_sha256)
 
             nearest = client.lookup(vector_scale(12))
             self.assertEqual(nearest.match, Match.NEAREST)
@@ -174,9 +174,9 @@ class LookupEndToEndTest(DaemonTestCase):
         results = [answer.result for answer in answers]
         assert results[0] is not None and results[1] is not None and results[2] is not None
         self.assertEqual(results[0].match, Match.EXACT)
-        self.assertEqual(results[0].cubin, SAMPLE_CUBIN)
+        self.assertEqual(results[0].cubin, self.sample_cubin)
         self.assertEqual(results[1].match, Match.NEAREST)
-        self.assertEqual(results[1].cubin, SAMPLE_CUBIN)
+        self.assertEqual(results[1].cubin, self.sample_cubin)
         self.assertEqual(results[2].match, Match.MISS)
         self.assertIsNone(answers[3].result)
         self.assertIsInstance(answers[3].error, NotFound)
@@ -217,7 +217,7 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertEqual(kept.server, self.address)
         self.assertEqual(kept.response.match, Match.EXACT)
         self.assertRegex(kept.stored_at, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-        self.assertEqual(local.get_cubin(SAMPLE_SHA256), SAMPLE_CUBIN)
+        self.assertEqual(local.get_cubin(self.sample_sha256), self.sample_cubin)
         # Three answers kept (not the unknown family), one cubin.
         self.assertEqual(len(list((self.local_dir / "answers").iterdir())), 3)
         self.assertEqual(len(list((self.local_dir / "cubins").iterdir())), 1)
@@ -275,7 +275,7 @@ class StartupEndToEndTest(DaemonTestCase):
         lookup = self.lookup()
         lookup.lookup_all(server_shapes())
         assert lookup.local_cache is not None
-        cubin_path = lookup.local_cache.cubin_path(SAMPLE_SHA256)
+        cubin_path = lookup.local_cache.cubin_path(self.sample_sha256)
         with open(cubin_path, "r+b") as file:
             file.seek(10)
             file.write(b"X")
@@ -283,7 +283,7 @@ class StartupEndToEndTest(DaemonTestCase):
         self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
         self.assertIn("does not match its sha256", answers[0].note)
         self.assertIn("fetched again", answers[0].note)
-        self.assertEqual(lookup.local_cache.get_cubin(SAMPLE_SHA256), SAMPLE_CUBIN)
+        self.assertEqual(lookup.local_cache.get_cubin(self.sample_sha256), self.sample_cubin)
 
         # With the service down, a damaged cubin is refused, not served.
         with open(cubin_path, "r+b") as file:
