@@ -255,13 +255,14 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     EXPECT_EQ(run_fault_race(*kernel, n), 0) << "of " << n << " elements";
     ++launched;
 
-    // The same answer with a cubin the driver refuses: its recipe is
-    // compiled here, and computes the same.
+    // The same answer with bytes that are no cubin: the loader refuses them
+    // before the driver sees them, compiles the recipe here, and that
+    // computes the same.
     client::StartupAnswer refused = answer;
     refused.cubin = client::ShareBytes("not a cubin");
     ASSERT_OK_AND_ASSIGN(client::LoadedKernel rebuilt, gpu->Load(refused, "fault_race"));
     EXPECT_EQ(rebuilt.origin(), client::KernelOrigin::kCompiledHere);
-    EXPECT_THAT(rebuilt.note(), HasSubstr("does not load"));
+    EXPECT_THAT(rebuilt.note(), HasSubstr("its cubin is refused: not a cubin"));
     EXPECT_EQ(run_fault_race(rebuilt, n), 0) << "of " << n << " elements";
     ++compiled_here;
     ++launched;
