@@ -275,7 +275,9 @@ TEST_F(SecurityTest, WhatATunerPlantsIsRefusedNamingTheField) {
       {[](v1::Entry& e) { e.mutable_device()->set_name(std::string("H200\x1b[2J\0", 9)); },
        "entries[0].device.name: holds the control character U+001B at byte 4"},
   };
-  for (const auto& [change, message] : cases) {
+  for (const auto& planted : cases) {
+    const auto& change = planted.first;
+    const std::string& message = planted.second;
     const std::string bundle =
         SampleBundle([&change](v1::CacheBundle& b) { change(*b.mutable_entries(0)); });
     CommandResult refused = As("tuner", {"import", bundle, "--keep-better"});
