@@ -77,6 +77,22 @@ class SecurityTest : public DaemonTest {
     return path;
   }
 
+  // A change to the sample's first entry and the message its import gets.
+  using PlantedEntry = std::pair<std::function<void(v1::Entry&)>, std::string>;
+  // Imports the sample once per case, the case's change made to its first
+  // entry, as `role` with `flag`: each import fails with the case's message.
+  void ExpectEachImportRefused(const std::string& role, const std::string& flag,
+                               const std::vector<PlantedEntry>& cases) {
+    for (const auto& [change, message] : cases) {
+      const auto& plant = change;  // a lambda may not capture a structured binding (clang 14)
+      const std::string bundle =
+          SampleBundle([&plant](v1::CacheBundle& b) { plant(*b.mutable_entries(0)); });
+      CommandResult refused = As(role, {"import", bundle, flag});
+      EXPECT_NE(refused.exit_code, 0) << message;
+      EXPECT_THAT(refused.err, HasSubstr(message));
+    }
+  }
+
   std::string Audit() const {
     absl::StatusOr<std::string> text = ReadFile(Path("audit.log"));
     return text.ok() ? *text : "";
@@ -168,7 +184,7 @@ TEST_F(SecurityTest, AnImportedFamilyPassesTheChecksOfRegisterKernel) {
 // outside the family's space, 20 MB device names.
 TEST_F(SecurityTest, ImportedEntriesAreCheckedAgainstTheirFamily) {
   ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
-  const std::vector<std::pair<std::function<void(v1::Entry&)>, std::string>> cases = {
+  const std::vector<PlantedEntry> cases = {
       {[](v1::Entry& e) { e.mutable_timing()->set_median_us(std::nan("")); },
        "entries[0].timing.median_us is nan; timings are finite and >= 0"},
       {[](v1::Entry& e) { e.mutable_timing()->set_median_us(0); },
@@ -182,15 +198,7 @@ TEST_F(SecurityTest, ImportedEntriesAreCheckedAgainstTheirFamily) {
       {[](v1::Entry& e) { e.mutable_device()->set_name(std::string(300, 'G')); },
        "entries[0].device.name: 300 bytes, more than the limit of 256"},
   };
-  for (const auto& item : cases) {
-    const std::function<void(v1::Entry&)>& change = item.first;
-    const std::string& message = item.second;
-    const std::string bundle =
-        SampleBundle([&change](v1::CacheBundle& b) { change(*b.mutable_entries(0)); });
-    CommandResult refused = As("admin", {"import", bundle, "--replace"});
-    EXPECT_NE(refused.exit_code, 0) << message;
-    EXPECT_THAT(refused.err, HasSubstr(message));
-  }
+  ExpectEachImportRefused("admin", "--replace", cases);
   // Nothing of them was stored: the entries are still the sample's.
   CommandResult listed = As("reader", {"ls", "--json"});
   EXPECT_THAT(listed.out, Not(HasSubstr("GGGG")));
@@ -248,7 +256,7 @@ std::unique_ptr<client::Client> ClientAs(const SecurityTest& test, const std::st
 // cubin, and GetBinaries returned those bytes.
 TEST_F(SecurityTest, WhatATunerPlantsIsRefusedNamingTheField) {
   ASSERT_EQ(As("admin", {"import", SampleBundle()}).exit_code, 0);
-  const std::vector<std::pair<std::function<void(v1::Entry&)>, std::string>> cases = {
+  const std::vector<PlantedEntry> cases = {
       {[](v1::Entry& e) {
          e.mutable_launch()->clear_grid();
          for (int64_t v : {int64_t{2147483647}, int64_t{65535}, int64_t{65535}}) {
@@ -275,15 +283,7 @@ TEST_F(SecurityTest, WhatATunerPlantsIsRefusedNamingTheField) {
       {[](v1::Entry& e) { e.mutable_device()->set_name(std::string("H200\x1b[2J\0", 9)); },
        "entries[0].device.name: holds the control character U+001B at byte 4"},
   };
-  for (const auto& planted : cases) {
-    const auto& change = planted.first;
-    const std::string& message = planted.second;
-    const std::string bundle =
-        SampleBundle([&change](v1::CacheBundle& b) { change(*b.mutable_entries(0)); });
-    CommandResult refused = As("tuner", {"import", bundle, "--keep-better"});
-    EXPECT_NE(refused.exit_code, 0) << message;
-    EXPECT_THAT(refused.err, HasSubstr(message));
-  }
+  ExpectEachImportRefused("tuner", "--keep-better", cases);
   CommandResult listed = As("reader", {"ls", "--json"});
   EXPECT_THAT(listed.out, Not(HasSubstr("2147483647")));
   EXPECT_THAT(listed.out, Not(HasSubstr("attacker_symbol")));
