@@ -2,10 +2,13 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "kernels/cubin.h"
 #include "kernels/tensor_map.h"
 
 namespace autotune::client {
@@ -76,6 +79,30 @@ absl::Status CheckCubinHeader(absl::string_view cubin, int compute_capability) {
     return absl::InvalidArgumentError(
         absl::StrCat("built for sm_", sm, ", which a device of compute capability ",
                      compute_capability / 10, ".", compute_capability % 10, " does not run"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckParameters(absl::string_view cubin, absl::string_view function_name,
+                             const google::protobuf::RepeatedField<int64_t>& expected) {
+  if (expected.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<int64_t>> sizes = kernels::KernelParameterSizes(cubin, function_name);
+  if (!sizes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("its parameters cannot be read: ", sizes.status().message()));
+  }
+  if (sizes->size() != static_cast<size_t>(expected.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the kernel '", function_name, "' takes ", sizes->size(), " parameters (",
+                     absl::StrJoin(*sizes, ", "), " bytes); the answer's family passes ",
+                     expected.size(), " (", absl::StrJoin(expected, ", "), " bytes)"));
+  }
+  for (int i = 0; i < expected.size(); ++i) {
+    if ((*sizes)[i] != expected[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", i, " of kernel '", function_name, "' is ", (*sizes)[i],
+                       " bytes; the answer's family passes ", expected[i], " there"));
+    }
   }
   return absl::OkStatus();
 }

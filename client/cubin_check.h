@@ -1,5 +1,6 @@
 // What the kernel loader checks in an answer before the driver sees it: the
-// served cubin's ELF header, and the launch against the device's limits.
+// served cubin's ELF header, its kernel's parameters against those the
+// family declares, and the launch against the device's limits.
 // An answer comes from the service or from a local cache, and neither may
 // make the inference server load a file that is not a CUDA binary for its
 // GPU, or launch with a geometry the device cannot run.
@@ -7,9 +8,9 @@
 //   RETURN_IF_ERROR(CheckCubinHeader(cubin, 90));        // before cuModuleLoadData
 //   RETURN_IF_ERROR(CheckLaunch(answer_launch, limits));  // before loading at all
 //
-// Not checked here: the kernel's parameter sizes (.nv.info) against the
-// family's buffers and scalars, which the loader does not know.
+//   RETURN_IF_ERROR(CheckParameters(cubin, function_name, answer.parameter_bytes()));
 //
+
 // Thread-safe: functions of their arguments only.
 #ifndef AUTOTUNE_CLIENT_CUBIN_CHECK_H_
 #define AUTOTUNE_CLIENT_CUBIN_CHECK_H_
@@ -47,6 +48,17 @@ absl::Status CheckCubinHeader(absl::string_view cubin, int compute_capability);
 // The SM a cubin's header names (90), or INVALID_ARGUMENT as above when
 // the header is not a CUDA ELF64 one.
 absl::StatusOr<int> CubinArch(absl::string_view cubin);
+
+// OK when the entry `function_name` of `cubin` takes parameters of exactly
+// the sizes `expected` lists (LookupResponse.parameter_bytes: what the
+// launch passes), read from the cubin's .nv.info (kernels/cubin.h); OK too
+// when `expected` is empty (an answer from a daemon that did not send it).
+// Else INVALID_ARGUMENT: "the kernel 'k' takes 2 parameters (8, 128 bytes);
+// the answer's family passes 3 (8, 8, 4 bytes)", "parameter 2 of kernel 'k'
+// is 8 bytes; the answer's family passes 4 there", or why the parameters
+// cannot be read (no such kernel, not an ELF image).
+absl::Status CheckParameters(absl::string_view cubin, absl::string_view function_name,
+                             const google::protobuf::RepeatedField<int64_t>& expected);
 
 // OK when `launch` fits `limits`: 1 to 3 grid and block values, each at
 // least 1 and at most the device's, the block's threads (their product)

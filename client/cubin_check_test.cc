@@ -65,6 +65,33 @@ TEST(CubinCheckTest, NvrtcsCubinsNameTheirArchAndRunOnTheirMajor) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("built for sm_100")));
 }
 
+// A served cubin whose kernel takes other parameters than the family
+// declares would make the driver copy the wrong bytes from the caller's
+// arguments: refused, naming the parameter.
+TEST(CubinCheckTest, ParametersOtherThanTheFamilysAreRefused) {
+  const std::string cubin = Cubin("sm_90");
+  if (cubin.empty()) GTEST_SKIP() << "NVRTC is not here";
+  const auto sizes = [](std::initializer_list<int64_t> values) {
+    return google::protobuf::RepeatedField<int64_t>(values.begin(), values.end());
+  };
+  EXPECT_OK(CheckParameters(cubin, "scale", sizes({8, 8, 8})));
+  EXPECT_OK(CheckParameters(cubin, "scale", sizes({})));  // an answer without the list
+  EXPECT_THAT(CheckParameters(cubin, "scale", sizes({8, 8, 4})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("parameter 2 of kernel 'scale' is 8 bytes; the answer's family "
+                                 "passes 4 there")));
+  EXPECT_THAT(CheckParameters(cubin, "scale", sizes({8, 128, 8, 8})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the kernel 'scale' takes 3 parameters (8, 8, 8 bytes); the "
+                                 "answer's family passes 4 (8, 128, 8, 8 bytes)")));
+  EXPECT_THAT(CheckParameters(cubin, "attacker_symbol", sizes({8, 8, 8})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the cubin has no kernel 'attacker_symbol'")));
+  EXPECT_THAT(
+      CheckParameters("not a cubin", "scale", sizes({8, 8, 8})),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("its parameters cannot be read")));
+}
+
 // Found on 2bc4d71 (issue 44): a tuner's import stored bytes that are not
 // a cubin, and the loader handed them to the driver.
 TEST(CubinCheckTest, DamagedCopiesAreRefusedNamingTheCheck) {

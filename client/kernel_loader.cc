@@ -206,13 +206,16 @@ absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
 
   // Why the served binary cannot be used, when it cannot.
   std::string why_compile;
+  const std::string served_function =
+      entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
   absl::Status header = absl::OkStatus();
   if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty() &&
-      !(header = CheckCubinHeader(*answer.cubin, state_->limits.compute_capability)).ok()) {
+      (!(header = CheckCubinHeader(*answer.cubin, state_->limits.compute_capability)).ok() ||
+       !(header = CheckParameters(*answer.cubin, served_function, response.parameter_bytes()))
+            .ok())) {
     why_compile = absl::StrCat("its cubin is refused: ", header.message());
   } else if (response.match() != v1::MISS && answer.cubin != nullptr && !answer.cubin->empty()) {
-    const std::string function_name =
-        entry.function_name().empty() ? std::string(kernel_name) : entry.function_name();
+    const std::string& function_name = served_function;
     absl::StatusOr<LoadedKernel> served = LoadCubin(answer, *answer.cubin, function_name, launch);
     if (served.ok()) {
       served->config_ = *config;
@@ -248,6 +251,13 @@ absl::StatusOr<LoadedKernel> KernelLoader::Load(const StartupAnswer& answer,
     return absl::Status(compiled.status().code(),
                         absl::StrCat(Context(answer), ": ", why_compile,
                                      "; compiling it here failed: ", compiled.status().message()));
+  }
+  if (absl::Status parameters =
+          CheckParameters(compiled->cubin, compiled->function_name, response.parameter_bytes());
+      !parameters.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Context(answer), ": ", why_compile, "; compiled here by NVRTC ", compiled->nvrtc_version,
+        " for ", arch, ", it is refused: ", parameters.message()));
   }
   absl::StatusOr<LoadedKernel> kernel =
       LoadCubin(answer, compiled->cubin, compiled->function_name, launch);

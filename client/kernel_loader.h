@@ -32,9 +32,12 @@
 // ($AUTOTUNE_NVRTC, libnvrtc.so.13, ...; kernels/gpu/compiler.h).
 //
 // What is served is checked before the driver sees it (client/cubin_check.h):
-// a cubin whose ELF header is not a CUDA binary the device runs is treated
+// a cubin whose ELF header is not a CUDA binary the device runs, or whose
+// kernel takes other parameters than the answer's family declares
+// (LookupResponse.parameter_bytes against the cubin's .nv.info), is treated
 // as a cubin that does not load ("its cubin is refused: ..."), and the
-// recipe, when there is one, is compiled here; a launch outside the
+// recipe, when there is one, is compiled here (and checked the same way:
+// FAILED_PRECONDITION "... it is refused: parameter 2 ..."); a launch outside the
 // device's limits (grid, block, threads, dynamic shared memory, tensor
 // maps) is FAILED_PRECONDITION "the answer's launch is refused: ...", with
 // no fallback (every kernel of the answer would run with it). Recipes are

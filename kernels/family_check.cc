@@ -47,6 +47,20 @@ std::vector<Argument> ArgumentsOf(const v1::KernelFamily& family, const CheckCom
   return arguments;
 }
 
+}  // namespace
+
+std::vector<int64_t> TunedKernelParameterBytes(const v1::KernelFamily& family, v1::DType dtype) {
+  CheckCompile tuned;
+  tuned.dtype = dtype;
+  std::vector<int64_t> bytes;
+  for (const Argument& argument : ArgumentsOf(family, tuned)) {
+    bytes.push_back(argument.bytes);
+  }
+  return bytes;
+}
+
+namespace {
+
 // The parameter-list finding, or "" when the kernel takes what it is passed.
 std::string CompareArguments(const std::vector<int64_t>& sizes,
                              const std::vector<Argument>& arguments) {

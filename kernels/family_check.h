@@ -24,6 +24,7 @@
 #ifndef AUTOTUNE_KERNELS_FAMILY_CHECK_H_
 #define AUTOTUNE_KERNELS_FAMILY_CHECK_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,12 @@ std::string ProgramName(const v1::KernelFamily& family);
 // What is allowed but worth saying: "default_config: not set; ..." when a
 // family has none (lookups that miss then have nothing to fall back on).
 std::vector<std::string> FamilyWarnings(const v1::KernelFamily& family);
+
+// The size in bytes of each parameter of the family's tuned kernel for
+// `dtype`, in the order above: what a launch passes, and what the kernel's
+// cubin must record (cubin.h). Lookups carry it to the client's loader
+// (LookupResponse.parameter_bytes).
+std::vector<int64_t> TunedKernelParameterBytes(const v1::KernelFamily& family, v1::DType dtype);
 
 // One compile of the check.
 struct CheckCompile {

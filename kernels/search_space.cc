@@ -97,7 +97,18 @@ class ConfigResolver {
                                                const DeviceLimits& limits) {
     ConfigResolver resolver(family, problem, limits);
     RETURN_IF_ERROR(resolver.ParseAll());
+    resolver.SetProblem(problem);
     return resolver;
+  }
+
+  // Evaluates for `problem` from now on (the expressions stay parsed); it
+  // must hold every dim of the family and outlive the calls that follow.
+  void SetProblem(const v1::Problem& problem) {
+    problem_ = &problem;
+    for (const v1::ProblemDimension& dim : family_.dims()) {
+      variables_[dim.name()] = static_cast<double>(problem.dims().at(dim.name()));
+    }
+    variables_[std::string(kDTypeBytesVariable)] = static_cast<double>(DTypeBytes(problem.dtype()));
   }
 
   // Fails when an expression that no param affects is invalid for the
@@ -105,7 +116,7 @@ class ConfigResolver {
   absl::Status CheckProblem() {
     const auto error = [&](const Failure& failure) {
       return absl::InvalidArgumentError(
-          absl::StrCat(failure.detail, " (", ProblemLabel(problem_), ")"));
+          absl::StrCat(failure.detail, " (", ProblemLabel(*problem_), ")"));
     };
     for (size_t axis = 0; axis < grid_.size(); ++axis) {
       if (grid_[axis].uses_params) continue;
@@ -142,7 +153,7 @@ class ConfigResolver {
   const v1::LaunchDims& reference_launch() const { return reference_launch_; }
 
   std::vector<std::string> ReferenceOptions() const {
-    return ReferenceCompileInputs(family_, problem_.dtype()).options;
+    return ReferenceCompileInputs(family_, problem_->dtype()).options;
   }
 
   // Resolves the config with `param_values` (in params order). Returns the
@@ -199,7 +210,7 @@ class ConfigResolver {
     for (int p = 0; p < family_.params_size(); ++p) {
       config[family_.params(p).name()] = param_values[p];
     }
-    CompileInputs inputs = CompileInputsOf(family_, param_values, problem_.dtype());
+    CompileInputs inputs = CompileInputsOf(family_, param_values, problem_->dtype());
     variant.name_expression = std::move(inputs.name_expression);
     variant.compile_options = std::move(inputs.options);
     return variant;
@@ -208,17 +219,12 @@ class ConfigResolver {
  private:
   ConfigResolver(const v1::KernelFamily& family, const v1::Problem& problem,
                  const DeviceLimits& limits)
-      : family_(family), problem_(problem), limits_(limits) {}
+      : family_(family), problem_(&problem), limits_(limits) {}
 
   absl::Status ParseAll() {
     std::vector<std::string> dim_names;
-    for (const v1::ProblemDimension& dim : family_.dims()) {
-      dim_names.push_back(dim.name());
-      variables_[dim.name()] = static_cast<double>(problem_.dims().at(dim.name()));
-    }
+    for (const v1::ProblemDimension& dim : family_.dims()) dim_names.push_back(dim.name());
     dim_names.emplace_back(kDTypeBytesVariable);
-    variables_[std::string(kDTypeBytesVariable)] =
-        static_cast<double>(DTypeBytes(problem_.dtype()));
     std::vector<std::string> names = dim_names;
     for (const v1::TunableParameter& param : family_.params()) names.push_back(param.name());
 
@@ -391,7 +397,7 @@ class ConfigResolver {
   std::optional<Failure> EvalBuffer(int b, BufferExtent* extent) {
     const v1::Buffer& buffer = family_.buffers(b);
     extent->name = buffer.name();
-    extent->dtype = buffer.dtype() == v1::DTYPE_UNSPECIFIED ? problem_.dtype() : buffer.dtype();
+    extent->dtype = buffer.dtype() == v1::DTYPE_UNSPECIFIED ? problem_->dtype() : buffer.dtype();
     int64_t elements = 1;
     bool overflow = false;
     for (Field& field : shapes_[b]) {
@@ -445,7 +451,7 @@ class ConfigResolver {
     const v1::ScalarArgument& scalar = family_.scalars(static_cast<int>(s));
     Field& field = scalars_[s];
     const v1::DType dtype =
-        scalar.dtype() == v1::DTYPE_UNSPECIFIED ? problem_.dtype() : scalar.dtype();
+        scalar.dtype() == v1::DTYPE_UNSPECIFIED ? problem_->dtype() : scalar.dtype();
     double value = 0;
     const DTypeInfo* info = FindDType(dtype);
     if (info != nullptr && info->is_integer) {
@@ -487,7 +493,7 @@ class ConfigResolver {
   }
 
   const v1::KernelFamily& family_;
-  const v1::Problem& problem_;
+  const v1::Problem* problem_;  // the one SetProblem named last
   DeviceLimits limits_;
   Expression::Variables variables_;
   std::vector<Field> constraints_;
@@ -610,17 +616,40 @@ absl::StatusOr<CompileInputs> CompileInputsFor(const v1::KernelFamily& family,
   return CompileInputsOf(family, position.values, dtype);
 }
 
-absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
-                                      const v1::Config& config, const DeviceLimits& limits) {
+struct FamilyConfigResolver::State {
+  ConfigResolver resolver;  // its problem is set again by each Resolve
+};
+
+absl::StatusOr<FamilyConfigResolver> FamilyConfigResolver::Create(const v1::KernelFamily& family,
+                                                                  const DeviceLimits& limits) {
+  // Any problem with every dim will do for the parse: the values are set
+  // again for each problem resolved.
+  v1::Problem first;
+  for (const v1::ProblemDimension& dim : family.dims()) (*first.mutable_dims())[dim.name()] = 1;
+  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, first, limits));
+  FamilyConfigResolver created;
+  created.family_ = &family;
+  created.state_ = std::make_unique<State>(State{std::move(resolver)});
+  return created;
+}
+
+FamilyConfigResolver::FamilyConfigResolver() = default;
+FamilyConfigResolver::FamilyConfigResolver(FamilyConfigResolver&&) noexcept = default;
+FamilyConfigResolver& FamilyConfigResolver::operator=(FamilyConfigResolver&&) noexcept = default;
+FamilyConfigResolver::~FamilyConfigResolver() = default;
+
+absl::StatusOr<Variant> FamilyConfigResolver::Resolve(const v1::Problem& problem,
+                                                      const v1::Config& config) {
+  const v1::KernelFamily& family = *family_;
   RETURN_IF_ERROR(ValidateProblem(family, problem));
   ASSIGN_OR_RETURN(ConfigPosition position, PositionOf(family, config));
-  const int64_t index = position.index;
-  const std::vector<int64_t>& values = position.values;
-  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, problem, limits));
+  ConfigResolver& resolver = state_->resolver;
+  resolver.SetProblem(problem);
   RETURN_IF_ERROR(resolver.CheckProblem());
   int failed_constraint = -1;
   Failure failure;
-  std::optional<Variant> variant = resolver.Resolve(index, values, &failed_constraint, &failure);
+  std::optional<Variant> variant =
+      resolver.Resolve(position.index, position.values, &failed_constraint, &failure);
   if (variant.has_value()) return *std::move(variant);
   if (failed_constraint >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("config fails constraints[", failed_constraint,
@@ -628,6 +657,14 @@ absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::
                                                    "'"));
   }
   return absl::InvalidArgumentError(absl::StrCat("config cannot run: ", failure.detail));
+}
+
+absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
+                                      const v1::Config& config, const DeviceLimits& limits) {
+  RETURN_IF_ERROR(ValidateProblem(family, problem));
+  RETURN_IF_ERROR(PositionOf(family, config).status());
+  ASSIGN_OR_RETURN(FamilyConfigResolver resolver, FamilyConfigResolver::Create(family, limits));
+  return resolver.Resolve(problem, config);
 }
 
 }  // namespace autotune::kernels

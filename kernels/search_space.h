@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,31 @@ absl::StatusOr<SearchSpace> ExpandSearchSpace(const v1::KernelFamily& family,
 // constraints[0] 'BLOCK * ELEMS <= 4096'") or would be dropped (the reason).
 absl::StatusOr<Variant> ResolveConfig(const v1::KernelFamily& family, const v1::Problem& problem,
                                       const v1::Config& config, const DeviceLimits& limits = {});
+
+// ResolveConfig for many problems of one family on one target, the
+// family's expressions parsed once (ResolveConfig parses them on every
+// call: most of a lookup's cost). Not for concurrent use: one thread at a
+// time. `family` must outlive it.
+class FamilyConfigResolver {
+ public:
+  // INVALID_ARGUMENT when an expression of the family does not parse or
+  // limits.arch is not an architecture.
+  static absl::StatusOr<FamilyConfigResolver> Create(const v1::KernelFamily& family,
+                                                     const DeviceLimits& limits = {});
+  FamilyConfigResolver(FamilyConfigResolver&&) noexcept;
+  FamilyConfigResolver& operator=(FamilyConfigResolver&&) noexcept;
+  ~FamilyConfigResolver();
+
+  // As ResolveConfig(family, problem, config, limits).
+  absl::StatusOr<Variant> Resolve(const v1::Problem& problem, const v1::Config& config);
+
+ private:
+  struct State;
+  FamilyConfigResolver();
+
+  const v1::KernelFamily* family_ = nullptr;
+  std::unique_ptr<State> state_;
+};
 
 // How one config of `family` is compiled for `dtype`: the same name
 // expression and options ExpandSearchSpace gives its variant (the binding

@@ -32,6 +32,10 @@ std::shared_ptr<const FamilyView> MakeView(cache::FamilyRecord record) {
   view->source = std::move(*view->family.mutable_source());
   view->family.clear_source();
   view->source_sha256 = Sha256Hex(view->source);
+  for (int d = 0; d < view->family.dtypes_size(); ++d) {
+    const v1::DType dtype = view->family.dtypes(d);
+    view->parameter_bytes[dtype] = kernels::TunedKernelParameterBytes(view->family, dtype);
+  }
   for (const v1::ProblemDimension& dim : view->family.dims()) {
     if (dim.bucketed()) view->bucketed.push_back(dim.name());
   }
@@ -186,6 +190,31 @@ bool LookupResolver::KeepAt(Caches caches, int64_t generation, bool full) const 
   return true;
 }
 
+absl::StatusOr<kernels::Variant> ConfigResolverPool::Resolve(
+    const v1::Problem& problem, const v1::Config& config,
+    const kernels::DeviceLimits& limits) const {
+  const std::string key = absl::StrCat(limits.arch, "/", limits.max_threads_per_block, "/",
+                                       limits.max_dynamic_shared_bytes);
+  std::optional<kernels::FamilyConfigResolver> resolver;
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = idle_.find(key);
+    if (found != idle_.end() && !found->second.empty()) {
+      resolver.emplace(std::move(found->second.back()));
+      found->second.pop_back();
+    }
+  }
+  if (!resolver.has_value()) {
+    ASSIGN_OR_RETURN(kernels::FamilyConfigResolver created,
+                     kernels::FamilyConfigResolver::Create(*family_, limits));
+    resolver.emplace(std::move(created));
+  }
+  absl::StatusOr<kernels::Variant> resolved = resolver->Resolve(problem, config);
+  absl::MutexLock lock(&mu_);
+  idle_[key].push_back(*std::move(resolver));
+  return resolved;
+}
+
 absl::StatusOr<std::shared_ptr<const FamilyView>> LookupResolver::Family(
     const std::string& name, const std::string& hash) const {
   const int64_t generation = StoreGeneration(Caches::kFamilies);
@@ -330,8 +359,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     // Checked for the arch the entry was compiled for.
     kernels::DeviceLimits target;
     if (!response.entry().arch().empty()) target.arch = response.entry().arch();
-    absl::StatusOr<kernels::Variant> fitted = kernels::ResolveConfig(
-        family->family, request.problem(), response.entry().config(), target);
+    absl::StatusOr<kernels::Variant> fitted =
+        family->resolvers.Resolve(request.problem(), response.entry().config(), target);
     if (fitted.ok()) {
       *response.mutable_launch() = fitted->launch;
     } else {
@@ -360,12 +389,21 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   }
   if (response.match() == v1::MISS) {
     if (family->family.has_default_config()) {
-      absl::StatusOr<kernels::Variant> untuned = kernels::ResolveConfig(
-          family->family, request.problem(), family->family.default_config());
+      absl::StatusOr<kernels::Variant> untuned =
+          family->resolvers.Resolve(request.problem(), family->family.default_config());
       if (untuned.ok()) {
         *response.mutable_default_config() = untuned->config;
         *response.mutable_default_launch() = untuned->launch;
       }
+    }
+  }
+  const bool launchable = response.match() != v1::MISS ||
+                          response.miss_kind() == v1::MISS_DRIVER_TOO_OLD ||
+                          response.has_default_config();
+  if (launchable) {
+    if (auto found = family->parameter_bytes.find(request.problem().dtype());
+        found != family->parameter_bytes.end()) {
+      response.mutable_parameter_bytes()->Assign(found->second.begin(), found->second.end());
     }
   }
   if (include_recipe) {

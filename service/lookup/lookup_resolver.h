@@ -58,6 +58,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
+#include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
 #include "service/lookup/cubin_cache.h"
 
@@ -83,9 +85,10 @@ inline constexpr int kMaxBatchLookups = 100000;
 // The CPU time of the daemon's one BatchLookup may use (the thread that
 // answers it, every try of Consistently's included). An EXACT answer costs
 // microseconds, so a client's start-up batch is answered whole; a MISS
-// resolves the family's default config for the problem, a few hundred
-// microseconds, so a batch of 100,000 distinct misses would hold a core for
-// a minute. What is left when the budget is spent is answered item by item
+// resolves the family's default config for the problem (with expressions
+// parsed once per family: ConfigResolverPool), tens of microseconds, so a
+// batch of 100,000 distinct misses fits; a family whose expressions cost
+// more stops at the budget. What is left when the budget is spent is answered item by item
 // with RESOURCE_EXHAUSTED (see BatchLookup).
 inline constexpr absl::Duration kBatchLookupCpuBudget = absl::Seconds(1);
 
@@ -113,6 +116,24 @@ std::optional<NearestChoice> ChooseNearest(const v1::Problem& requested,
 std::optional<std::string> DriverTooOld(absl::string_view client_driver,
                                         absl::string_view nvrtc_version);
 
+// kernels::ResolveConfig for one family, its expressions parsed once per
+// target arch and kept: a resolver is taken for one call and put back, so
+// concurrent lookups each have their own and a parse is paid only when
+// every kept one is in use. Thread-safe; `family` must outlive it.
+class ConfigResolverPool {
+ public:
+  explicit ConfigResolverPool(const v1::KernelFamily* family) : family_(family) {}
+  absl::StatusOr<kernels::Variant> Resolve(const v1::Problem& problem, const v1::Config& config,
+                                           const kernels::DeviceLimits& limits = {}) const;
+
+ private:
+  const v1::KernelFamily* family_;
+  mutable absl::Mutex mu_;
+  // By the limits' key (arch, threads, shared memory): the idle resolvers.
+  mutable std::map<std::string, std::vector<kernels::FamilyConfigResolver>> idle_
+      ABSL_GUARDED_BY(mu_);
+};
+
 // What a lookup needs of one family version.
 struct FamilyView {
   std::string content_hash;
@@ -120,6 +141,10 @@ struct FamilyView {
   std::vector<std::string> bucketed;
   std::string source;  // family.source, kept apart for recipes
   std::string source_sha256;
+  // The tuned kernel's parameter sizes for each of the family's dtypes
+  // (LookupResponse.parameter_bytes).
+  std::map<v1::DType, std::vector<int64_t>> parameter_bytes;
+  ConfigResolverPool resolvers{&family};  // a view is never copied or moved
 };
 
 class LookupResolver {

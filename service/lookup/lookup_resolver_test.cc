@@ -32,6 +32,7 @@ namespace {
 
 using ::autotune::testing::StatusIs;
 using ::google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 v1::Problem MakeProblem(int64_t batch, int64_t n, v1::DType dtype = v1::BFLOAT16) {
@@ -232,6 +233,16 @@ TEST_F(LookupResolverStoreTest, AMissCarriesTheFamilysDefaultConfigForTheProblem
   EXPECT_EQ(miss.default_launch().block(0), 256);
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(8)));
   EXPECT_FALSE(exact.has_default_config());
+}
+
+// What a loader compares with the cubin's own record of its parameters:
+// vector_scale(x, y, float alpha, long long count).
+TEST_F(LookupResolverStoreTest, AnswersNameTheKernelsParameterSizes) {
+  for (const v1::LookupRequest& request : {Request(8), Request(40), Request(8, 1000)}) {
+    ASSERT_OK_AND_ASSIGN(v1::LookupResponse answer, resolver_->Lookup(request));
+    SCOPED_TRACE(v1::MatchKind_Name(answer.match()));
+    EXPECT_THAT(answer.parameter_bytes(), ElementsAre(8, 8, 4, 8));
+  }
 }
 
 // Found on 2bc4d71: one BatchLookup of 100,000 misses held a core of the

@@ -1,5 +1,6 @@
 #include "service/rpc/autotune_service.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,7 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "proto/bundle_parts.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 #include "service/rpc/grpc_status.h"
+#include "service/rpc/submit_job_call.h"
 
 namespace autotune::service {
 namespace {
@@ -149,21 +152,35 @@ grpc::Status AutotuneService::ListKernels(grpc::ServerContext* context,
   return Answer(admin_->ListKernels(), response);
 }
 
-grpc::Status AutotuneService::SubmitJob(grpc::ServerContext* context,
-                                        const v1::SubmitJobRequest* request,
-                                        grpc::ServerWriter<v1::JobProgress>* writer) {
-  AUTHORIZE_OR_RETURN(caller, context, "SubmitJob");
-  absl::StatusOr<v1::Job> job = jobs_->Submit(request->spec(), caller->id);
-  Audit(*caller, "SubmitJob",
-        absl::StrCat(request->spec().manifest().items_size(), " manifest items"), job.status(),
-        job.ok() ? absl::StrCat("job ", job->id()) : "");
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  // The job goes on when the watcher leaves; GetJob and a new watch find it.
-  absl::Status watched = jobs_->Watch(
-      job->id(), [writer](const v1::JobProgress& progress) { return writer->Write(progress); },
-      [context] { return context->IsCancelled(); });
-  if (absl::IsCancelled(watched)) return grpc::Status::OK;
-  return ToGrpcStatus(watched);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* AutotuneService::SubmitJob(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  auto caller = std::make_shared<absl::StatusOr<Caller>>(absl::UnknownError("not admitted"));
+  auto admit = [this, context, caller] {
+    *caller = Admit(*context, "SubmitJob");
+    return caller->status();
+  };
+  auto handler = [this, caller](const v1::SubmitJobRequest& submitted,
+                                const std::function<bool(const v1::JobProgress&)>& write,
+                                const std::function<bool()>& cancelled) {
+    absl::StatusOr<v1::Job> job = jobs_->Submit(submitted.spec(), (*caller)->id);
+    Audit(**caller, "SubmitJob",
+          absl::StrCat(submitted.spec().manifest().items_size(), " manifest items"), job.status(),
+          job.ok() ? absl::StrCat("job ", job->id()) : "");
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    // The job goes on when the watcher leaves; GetJob and a new watch find it.
+    absl::Status watched = jobs_->Watch(job->id(), write, cancelled);
+    if (absl::IsCancelled(watched)) return grpc::Status::OK;
+    return ToGrpcStatus(watched);
+  };
+  auto refused = [this, caller](int64_t items, const grpc::Status& refusal) {
+    Audit(
+        **caller, "SubmitJob",
+        items < 0 ? std::string("a malformed request") : absl::StrCat(items, " manifest items"),
+        absl::Status(static_cast<absl::StatusCode>(refusal.error_code()), refusal.error_message()),
+        "");
+  };
+  return new SubmitJobCall(context, request, std::move(admit), kDefaultMaxJobProblems,
+                           std::move(handler), std::move(refused));
 }
 
 grpc::Status AutotuneService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,

@@ -6,7 +6,9 @@
 // ToGrpcStatus().
 //
 // Lookup and BatchLookup use the callback API (they are the hot path that
-// inference servers hit at start-up); the rest use the synchronous API.
+// inference servers hit at start-up); SubmitJob the raw callback API (its
+// request is counted before it is parsed: submit_job_call.h); the rest the
+// synchronous API.
 #ifndef AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 #define AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
 
@@ -25,8 +27,9 @@
 
 namespace autotune::service {
 
-using AutotuneServiceBase = v1::Autotune::WithCallbackMethod_Lookup<
-    v1::Autotune::WithCallbackMethod_BatchLookup<v1::Autotune::Service>>;
+using AutotuneServiceBase =
+    v1::Autotune::WithCallbackMethod_Lookup<v1::Autotune::WithCallbackMethod_BatchLookup<
+        v1::Autotune::WithRawCallbackMethod_SubmitJob<v1::Autotune::Service>>>;
 
 class AutotuneService final : public AutotuneServiceBase {
  public:
@@ -66,8 +69,10 @@ class AutotuneService final : public AutotuneServiceBase {
                                 v1::UnregisterKernelResponse* response) override;
   grpc::Status ListKernels(grpc::ServerContext* context, const v1::ListKernelsRequest* request,
                            v1::ListKernelsResponse* response) override;
-  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
-                         grpc::ServerWriter<v1::JobProgress>* writer) override;
+  // Refuses a manifest of more items than a job's problems before parsing
+  // it; then submits the job and streams its progress.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubmitJob(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                       v1::Job* response) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,

@@ -5,13 +5,16 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -49,6 +52,20 @@ absl::Duration CpuTimeOf(pid_t pid) {
   }
   return absl::Seconds(static_cast<double>(utime + stime) /
                        static_cast<double>(sysconf(_SC_CLK_TCK)));
+}
+
+// A field of /proc/`pid`/status in kB ("VmHWM": the peak resident set,
+// "VmRSS": the resident set now); -1 when it cannot be read.
+int64_t StatusKbOf(pid_t pid, absl::string_view field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!absl::StartsWith(line, absl::StrCat(field, ":"))) continue;
+    const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t kb = 0;
+    if (words.size() >= 2 && absl::SimpleAtoi(words[1], &kb)) return kb;
+  }
+  return -1;
 }
 
 class CostSecurityTest : public ::testing::Test {
@@ -98,8 +115,9 @@ class CostSecurityTest : public ::testing::Test {
 
 // Finding: a manifest of 2^20 one-problem items was expanded, and its plan
 // grown to the variant limit, before it was refused: 6.5 min of CPU and
-// 3.7 GB, 2.4 GB kept. Now it is refused on its count, before any problem
-// is built.
+// 3.7 GB, 2.4 GB kept. Then it was refused on its count, after gRPC had
+// parsed its 48 MB into messages (3.2 s and 634 MB). Now its items are
+// counted on the wire before any message is built.
 TEST_F(CostSecurityTest, AManifestOfAMillionProblemsIsRefusedByItsCount) {
   v1::JobSpec spec;
   spec.mutable_options()->set_compile_only(true);
@@ -114,16 +132,25 @@ TEST_F(CostSecurityTest, AManifestOfAMillionProblemsIsRefusedByItsCount) {
     size->set_name("n");
     size->add_values(n);
   }
+  const int64_t rss_before_kb = StatusKbOf(daemon_->pid(), "VmRSS");
+  const int64_t peak_before_kb = StatusKbOf(daemon_->pid(), "VmHWM");
+  ASSERT_GT(rss_before_kb, 0);
   const absl::Duration cpu_before = CpuTimeOf(daemon_->pid());
   const grpc::Status status = Submit(spec);
   const absl::Duration cpu = CpuTimeOf(daemon_->pid()) - cpu_before;
+  const int64_t peak_after_kb = StatusKbOf(daemon_->pid(), "VmHWM");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_THAT(status.error_message(),
               StartsWith("manifest.items: 1048576 problems, more than the 100000 one job may "
                          "hold"));
-  // Generous: reading 48 MB of request is all it does (figures in the
-  // report of the change); the old plan took minutes.
-  EXPECT_LT(cpu, absl::Seconds(30));
+  std::cout << "refusing 2^20 items cost the daemon " << absl::FormatDuration(cpu)
+            << " of CPU; its peak resident set " << peak_before_kb / 1024 << " -> "
+            << peak_after_kb / 1024 << " MiB (resident before: " << rss_before_kb / 1024
+            << " MiB)\n";
+  // The goals of the finding: under 1 s and 100 MB more than it held. The
+  // sanitized builds leave this test out (their allocator's own cost).
+  EXPECT_LT(cpu, absl::Seconds(1));
+  EXPECT_LT(peak_after_kb - rss_before_kb, 100 * 1024);
 
   // Sharded alike: each shard's job reads the whole manifest.
   spec.mutable_options()->set_shard_count(64);
@@ -169,8 +196,13 @@ TEST_F(CostSecurityTest, ABatchOfAHundredThousandMissesStopsAtItsCpuBudget) {
                            "on its first ",
                            answered, " items; send the rest in another call"));
   }
-  EXPECT_GT(answered, 0);
-  EXPECT_LT(cpu, absl::Seconds(15));  // the budget, and the answer's making, generously
+  std::cout << answered << " of 100000 misses answered; the call cost the daemon "
+            << absl::FormatDuration(cpu) << " of CPU\n";
+  // A miss cost 0.45 ms on 2bc4d71 (about 2,200 answered in the budget);
+  // with the family's expressions parsed once, about 11 us (91,776 answered
+  // in 1.33 s of the call's CPU, on a 2-core CI-sized machine).
+  EXPECT_GE(answered, 50000);
+  EXPECT_LT(cpu, absl::Seconds(2));
 }
 
 // Finding: a job's variant_timeout_s had no upper bound (a launch could hold
