@@ -45,8 +45,9 @@ inline constexpr double kDefaultTimingBudgetS = 0.25;
 inline constexpr int kDefaultMinSamples = 30;
 
 // The serial rounds' stopping rule when a task leaves it at zero: stop once
-// every candidate's median is within half a percent (the tie band's size),
-// after a few rounds, or after two GPU seconds per problem.
+// every candidate's median is within half a percent (also the choice's tie
+// band, service/jobs/choice.h), after a few rounds, or after two GPU
+// seconds per problem.
 inline constexpr double kDefaultSerialNoise = 0.005;
 inline constexpr int kDefaultSerialMinRounds = 5;
 inline constexpr double kDefaultSerialMaxS = 2;

@@ -32,14 +32,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/profile_task.h"
 #include "proto/autotune.pb.h"
 #include "service/defaults.h"
 
 namespace autotune::service {
 
-// Medians closer than this fraction are a tie whatever the intervals say
-// (nvbench's default noise threshold).
-inline constexpr double kTieBand = 0.005;
+// Medians closer than this fraction are a tie whatever the intervals say:
+// the serial rounds' noise target (nvbench's default noise threshold too),
+// so that a tie is what the measurement was not asked to separate. One
+// value, not two kept equal by hand.
+inline constexpr double kTieBand = kernels::kDefaultSerialNoise;
 
 struct Candidate {
   v1::Config config;
