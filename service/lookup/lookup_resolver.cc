@@ -255,14 +255,16 @@ absl::StatusOr<std::optional<v1::Entry>> LookupResolver::FindExact(
   {
     absl::ReaderMutexLock lock(&cache_mu_);
     if (CachedAt(Caches::kEntries, generation)) {
-      if (auto found = entries_.find(cache_key); found != entries_.end()) return *found->second;
+      if (auto found = entries_.find(cache_key); found != entries_.end()) {
+        if (found->second == nullptr) return std::nullopt;  // known absent
+        return *found->second;
+      }
     }
   }
   ASSIGN_OR_RETURN(std::optional<v1::Entry> entry, store_->FindEntry(key));
-  if (!entry.has_value()) return entry;
   absl::MutexLock lock(&cache_mu_);
   if (!KeepAt(Caches::kEntries, generation, entries_.size() >= kMaxCachedEntries)) return entry;
-  entries_[cache_key] = std::make_shared<const v1::Entry>(*entry);
+  entries_[cache_key] = entry.has_value() ? std::make_shared<const v1::Entry>(*entry) : nullptr;
   return entry;
 }
 

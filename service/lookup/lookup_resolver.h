@@ -212,7 +212,8 @@ class LookupResolver {
   // "name/hash" -> view; versions never change once stored.
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const FamilyView>> versions_
       ABSL_GUARDED_BY(cache_mu_);
-  // Entries found by exact key, valid for cached_entry_generation_.
+  // Entries looked up by exact key, valid for cached_entry_generation_;
+  // null: the store has none (a miss asks SQLite once per generation).
   mutable int64_t cached_entry_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;
   mutable absl::flat_hash_map<std::string, std::shared_ptr<const v1::Entry>> entries_
       ABSL_GUARDED_BY(cache_mu_);

@@ -547,6 +547,15 @@ TEST_F(LookupResolverStoreTest, CachedEntriesFollowWritesAndInvalidation) {
   ASSERT_OK(store_->Invalidate(filter, /*dry_run=*/false).status());
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse gone, resolver_->Lookup(Request(8)));
   EXPECT_EQ(gone.match(), v1::NEAREST);
+
+  // A miss is remembered too (the store has no entry), until a write: the
+  // entry stored after it is what the next lookup sees.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse again_gone, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(again_gone.match(), v1::NEAREST);
+  ASSERT_OK(store_->PutEntry(changed));
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse back, resolver_->Lookup(Request(8)));
+  EXPECT_EQ(back.match(), v1::EXACT);
+  EXPECT_EQ(back.entry().config().params().at("BLOCK"), 512);
 }
 
 // An import and an invalidation of 32 entries (on a device of their own),
