@@ -92,11 +92,17 @@ absl::StatusOr<ArchNumber> ParseArch(absl::string_view arch) {
 // Evaluates family expressions for one problem, config after config.
 class ConfigResolver {
  public:
+  // The family's expressions parsed; SetProblem before anything else.
+  static absl::StatusOr<ConfigResolver> Parse(const v1::KernelFamily& family,
+                                              const DeviceLimits& limits) {
+    ConfigResolver resolver(family, limits);
+    RETURN_IF_ERROR(resolver.ParseAll());
+    return resolver;
+  }
   static absl::StatusOr<ConfigResolver> Create(const v1::KernelFamily& family,
                                                const v1::Problem& problem,
                                                const DeviceLimits& limits) {
-    ConfigResolver resolver(family, problem, limits);
-    RETURN_IF_ERROR(resolver.ParseAll());
+    ASSIGN_OR_RETURN(ConfigResolver resolver, Parse(family, limits));
     resolver.SetProblem(problem);
     return resolver;
   }
@@ -217,9 +223,8 @@ class ConfigResolver {
   }
 
  private:
-  ConfigResolver(const v1::KernelFamily& family, const v1::Problem& problem,
-                 const DeviceLimits& limits)
-      : family_(family), problem_(&problem), limits_(limits) {}
+  ConfigResolver(const v1::KernelFamily& family, const DeviceLimits& limits)
+      : family_(family), limits_(limits) {}
 
   absl::Status ParseAll() {
     std::vector<std::string> dim_names;
@@ -493,7 +498,7 @@ class ConfigResolver {
   }
 
   const v1::KernelFamily& family_;
-  const v1::Problem* problem_;  // the one SetProblem named last
+  const v1::Problem* problem_ = nullptr;  // the one SetProblem named last
   DeviceLimits limits_;
   Expression::Variables variables_;
   std::vector<Field> constraints_;
@@ -622,11 +627,7 @@ struct FamilyConfigResolver::State {
 
 absl::StatusOr<FamilyConfigResolver> FamilyConfigResolver::Create(const v1::KernelFamily& family,
                                                                   const DeviceLimits& limits) {
-  // Any problem with every dim will do for the parse: the values are set
-  // again for each problem resolved.
-  v1::Problem first;
-  for (const v1::ProblemDimension& dim : family.dims()) (*first.mutable_dims())[dim.name()] = 1;
-  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Create(family, first, limits));
+  ASSIGN_OR_RETURN(ConfigResolver resolver, ConfigResolver::Parse(family, limits));
   FamilyConfigResolver created;
   created.family_ = &family;
   created.state_ = std::make_unique<State>(State{std::move(resolver)});
