@@ -114,6 +114,22 @@ std::string LimitsText(const v1::DeviceLimits& limits) {
   if (!clock.empty()) {
     absl::StrAppend(&text, text.empty() ? "" : "; ", "SM clock ", absl::StrJoin(clock, ", "));
   }
+  std::vector<std::string> power;
+  if (limits.max_power_w() > 0) {
+    power.push_back(
+        limits.power_limit_w() > 0
+            ? absl::StrFormat("%.0f W of %.0f W", limits.max_power_w(), limits.power_limit_w())
+            : absl::StrFormat("%.0f W", limits.max_power_w()));
+  }
+  if (limits.max_temperature_c() > 0) {
+    power.push_back(absl::StrCat(limits.max_temperature_c(), " C"));
+  }
+  if (!limits.clocks_events().empty()) {
+    power.push_back(absl::StrCat("clocks held by ", limits.clocks_events()));
+  }
+  if (!power.empty()) {
+    absl::StrAppend(&text, text.empty() ? "" : "; ", "at most ", absl::StrJoin(power, ", "));
+  }
   return text;
 }
 
@@ -171,6 +187,12 @@ void PrintEntryFields(const v1::Entry& entry, EntryDetail detail, std::ostream& 
     Field(out, "margin",
           entry.margin() > 0 ? absl::StrCat(FormatMargin(entry.margin()), " over the runner-up")
                              : "none (no runner-up)");
+  }
+  if (!entry.choice().empty()) {
+    Field(out, "choice", absl::StrCat(BoundText(entry.bound()), ": ", entry.choice()));
+  }
+  if (entry.throttled()) {
+    Field(out, "throttled", "THROTTLED: measured while the GPU ran below its clocks (forced)");
   }
   if (detail == EntryDetail::kEvidence) Field(out, "serial", SerialText(entry));
   Field(out, "search", entry.search());
@@ -348,6 +370,16 @@ std::string FormatMicros(double micros) {
 std::string FormatMargin(double margin) {
   if (margin == 0) return "-";
   return absl::StrFormat("%+.1f%%", margin * 100);
+}
+
+std::string BoundText(double bound) {
+  if (bound < 0) return "not bounded (too few rounds)";
+  if (bound == 0) return "the fastest beyond doubt";
+  return absl::StrFormat("within %.2f%% of every candidate", bound * 100);
+}
+
+std::string BoundFlag(double bound) {
+  return bound < 0 ? "bound(?)" : absl::StrFormat("bound(%.2f%%)", bound * 100);
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -59,6 +59,12 @@ std::string FormatSeconds(double seconds);
 std::string FormatMicros(double micros);
 // 0.032 -> "+3.2%"; 0 -> "-" (no runner-up).
 std::string FormatMargin(double margin);
+// What a choice guarantees (Entry.bound): 0.0031 -> "within 0.31% of every
+// candidate"; 0 -> "the fastest beyond doubt"; negative -> "not bounded
+// (too few rounds)". BoundFlag is the report's short form: "bound(0.31%)",
+// "bound(?)".
+std::string BoundText(double bound);
+std::string BoundFlag(double bound);
 // 1536 -> "1.5 KiB".
 std::string FormatBytes(int64_t bytes);
 // "SERIAL_VALIDATION" -> "serial_validation"; unspecified -> "-".

@@ -62,7 +62,9 @@ Table SummaryTable(const v1::Job& job) {
       row.push_back(Known("%.0f%%", LimitPercent(entry)));
       row.push_back(Known("%.2f", timing.achieved_tflops()));
       if (entry.tie()) flags.push_back(absl::StrCat("tie(", entry.tied(), ")"));
+      if (!entry.choice().empty()) flags.push_back(BoundFlag(entry.bound()));
       if (entry.contended()) flags.push_back("CONTENDED");
+      if (entry.throttled()) flags.push_back("THROTTLED");
     } else {
       row.resize(8);
     }
@@ -363,7 +365,8 @@ std::string RenderReportMarkdown(const v1::Job& job) {
 std::string RenderReportCsv(const v1::Job& job) {
   std::string csv =
       "family,dims,dtype,config,median_us,gbps,limit_pct,tflops,speedup,tie,tied,contended,"
-      "cached,previous_median_us,ratio,regression,rounds,noise,candidates,error\n";
+      "cached,previous_median_us,ratio,regression,rounds,noise,candidates,bound,worker_processes,"
+      "throttled,error\n";
   for (const v1::ProblemReport& report : job.reports()) {
     std::vector<std::string> fields = {report.family(), FormatDims(report.problem().dims()),
                                        DTypeName(report.problem().dtype())};
@@ -386,6 +389,10 @@ std::string RenderReportCsv(const v1::Job& job) {
     fields.push_back(CsvNumber(entry.rounds()));
     fields.push_back(CsvNumber(entry.noise()));
     fields.push_back(CsvNumber(entry.candidates()));
+    // 0 is a bound (the fastest beyond doubt), not an unknown.
+    fields.push_back(of_entry(entry.choice().empty() ? "" : absl::StrCat(entry.bound())));
+    fields.push_back(CsvNumber(entry.worker_processes()));
+    fields.push_back(of_entry(CsvBool(entry.throttled())));
     fields.push_back(report.error());
     for (std::string& field : fields) field = CsvField(field);
     absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");

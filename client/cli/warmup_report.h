@@ -27,7 +27,8 @@
 namespace autotune::client {
 
 // A table with one row per problem (FAMILY DIMS DTYPE CONFIG MEDIAN_US GB/S
-// %LIMIT TFLOP/S SPEEDUP FLAGS), where FLAGS holds "tie(N)", "CONTENDED",
+// %LIMIT TFLOP/S SPEEDUP FLAGS), where FLAGS holds "tie(N)", "bound(0.31%)"
+// (Entry.bound, BoundFlag), "CONTENDED", "THROTTLED",
 // "cached", "REGRESSION", or the error of a problem without an entry; then,
 // when some problem had a previous entry, "Changes against the cache" (old and
 // new median, their ratio, what differs); then a "variants:" line with the

@@ -62,6 +62,8 @@ v1::Job SampleJob() {
   entry.set_noise(0.0031);
   entry.set_candidates(8);
   entry.set_margin(0.021);
+  entry.set_choice("the fastest");
+  entry.set_worker_processes(2);
   winner.set_speedup(1.337);
   winner.mutable_previous()->mutable_timing()->set_median_us(11.9);
   winner.set_previous_ratio(0.964);
@@ -87,6 +89,10 @@ v1::Job SampleJob() {
   tied.set_rounds(40);
   tied.set_noise(0.0049);
   tied.set_candidates(5);
+  tied.set_choice("3 candidates within 0.50% of the fastest");
+  tied.set_bound(0.0031);
+  tied.set_worker_processes(2);
+  tied.set_throttled(true);
   (*tie.mutable_status_counts())["OK"] = 40;
   (*tie.mutable_status_counts())["UNSUPPORTED"] = 8;
   tie.set_screened(48);
@@ -158,10 +164,10 @@ TEST(WarmupReportTest, PercentOfLimitNeedsBothRates) {
   EXPECT_THAT(RenderReportCsv(job), HasSubstr(",12.345,812.34,,,1.337,"));
 }
 
-TEST(WarmupReportTest, FlagsSayTieContentionCacheAndRegression) {
+TEST(WarmupReportTest, FlagsSayTieBoundContentionThrottlingCacheAndRegression) {
   const std::string text = RenderReportText(SampleJob());
-  EXPECT_THAT(text, HasSubstr("1.34x  REGRESSION screen-contended\n"));
-  EXPECT_THAT(text, HasSubstr("tie(3) CONTENDED\n"));
+  EXPECT_THAT(text, HasSubstr("1.34x  bound(0.00%) REGRESSION screen-contended\n"));
+  EXPECT_THAT(text, HasSubstr("tie(3) bound(0.31%) CONTENDED THROTTLED\n"));
   EXPECT_THAT(text, HasSubstr("1.05x  cached\n"));
   EXPECT_THAT(text, HasSubstr("error: all 16 variants rejected: 12 WRONG_RESULT, 4 TIMEOUT"));
 }
@@ -244,7 +250,8 @@ TEST(WarmupReportTest, AJobWithoutReportsStillSaysItsStateAndTime) {
   EXPECT_THAT(markdown, HasSubstr("No per-problem reports.\n"));
   EXPECT_EQ(RenderReportCsv(job),
             "family,dims,dtype,config,median_us,gbps,limit_pct,tflops,speedup,tie,tied,contended,"
-            "cached,previous_median_us,ratio,regression,rounds,noise,candidates,error\n");
+            "cached,previous_median_us,ratio,regression,rounds,noise,candidates,bound,"
+            "worker_processes,throttled,error\n");
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ struct Nvml::Api {
   decltype(&::nvmlDeviceGetClockInfo) get_clock_info = nullptr;
   decltype(&::nvmlDeviceGetDefaultApplicationsClock) get_default_applications_clock = nullptr;
   decltype(&::nvmlDeviceGetMaxClockInfo) get_max_clock_info = nullptr;
+  decltype(&::nvmlDeviceGetPowerUsage) get_power_usage = nullptr;  // optional, as below
+  decltype(&::nvmlDeviceGetEnforcedPowerLimit) get_power_limit = nullptr;
+  decltype(&::nvmlDeviceGetTemperature) get_temperature = nullptr;
+  decltype(&::nvmlDeviceGetCurrentClocksEventReasons) get_clocks_event_reasons = nullptr;
   nvmlDevice_t device = nullptr;
 
   // "<function>: <NVML's string> (NVML error <rc>)".
@@ -135,6 +139,17 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Open(const std::string& uuid,
   if (!missing.empty()) {
     return Unavailable(absl::StrCat(library, " lacks ", absl::StrJoin(missing, ", ")));
   }
+  // The power state is evidence, not a requirement: absent entry points
+  // leave it unknown.
+  auto optional = [&](const char* name, auto* fn) {
+    if (void* symbol = dlsym(nvml->library_, name); symbol != nullptr) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(symbol);
+    }
+  };
+  optional("nvmlDeviceGetPowerUsage", &api.get_power_usage);
+  optional("nvmlDeviceGetEnforcedPowerLimit", &api.get_power_limit);
+  optional("nvmlDeviceGetTemperature", &api.get_temperature);
+  optional("nvmlDeviceGetCurrentClocksEventReasons", &api.get_clocks_event_reasons);
 
   if (const nvmlReturn_t rc = api.init(); rc != NVML_SUCCESS) {
     return Unavailable(api.Describe(rc, "nvmlInit_v2"));
@@ -183,7 +198,36 @@ absl::StatusOr<NvmlSnapshot> Nvml::Snapshot() const {
   } else if (rc != NVML_ERROR_NOT_SUPPORTED) {
     return api.QueryError(rc, "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)");
   }
+
+  unsigned int value = 0;
+  if (api.get_power_usage != nullptr && api.get_power_usage(api.device, &value) == NVML_SUCCESS) {
+    snapshot.power_mw = static_cast<int>(value);
+  }
+  if (api.get_power_limit != nullptr && api.get_power_limit(api.device, &value) == NVML_SUCCESS) {
+    snapshot.power_limit_mw = static_cast<int>(value);
+  }
+  if (api.get_temperature != nullptr &&
+      api.get_temperature(api.device, NVML_TEMPERATURE_GPU, &value) == NVML_SUCCESS) {
+    snapshot.temperature_c = static_cast<int>(value);
+  }
+  unsigned long long reasons = 0;
+  if (api.get_clocks_event_reasons != nullptr &&
+      api.get_clocks_event_reasons(api.device, &reasons) == NVML_SUCCESS) {
+    snapshot.clocks_event_reasons = reasons;
+  }
   return snapshot;
+}
+
+std::string DescribeClocksEvents(uint64_t reasons) {
+  std::vector<std::string> names;
+  if (reasons & NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP) names.push_back("power cap");
+  if (reasons & NVML_CLOCKS_EVENT_REASON_HW_SLOWDOWN) names.push_back("hardware slowdown");
+  if (reasons & (NVML_CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN |
+                 NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN)) {
+    names.push_back("thermal slowdown");
+  }
+  if (reasons & NVML_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN) names.push_back("power brake");
+  return absl::StrJoin(names, ", ");
 }
 
 }  // namespace autotune::kernels

@@ -39,7 +39,18 @@ struct NvmlSnapshot {
   int utilization_percent = -1;    // nvmlDeviceGetUtilizationRates().gpu; -1 = unknown
   int64_t memory_used_bytes = -1;  // nvmlDeviceGetMemoryInfo().used; -1 = unknown
   int sm_clock_mhz = 0;            // nvmlDeviceGetClockInfo(NVML_CLOCK_SM); 0 = unknown
+  // The power state; 0 = unknown (the query unsupported, failed or absent
+  // from the library: these never fail a snapshot).
+  int power_mw = 0;                   // nvmlDeviceGetPowerUsage
+  int power_limit_mw = 0;             // nvmlDeviceGetEnforcedPowerLimit
+  int temperature_c = 0;              // nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)
+  uint64_t clocks_event_reasons = 0;  // nvmlDeviceGetCurrentClocksEventReasons
 };
+
+// The clocks event reasons that hold the GPU below its clocks, named
+// ("power cap", "hardware slowdown", "thermal slowdown", "power brake"),
+// comma-separated; empty when none of them is set.
+std::string DescribeClocksEvents(uint64_t reasons);
 
 class Nvml {
  public:

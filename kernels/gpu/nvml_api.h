@@ -33,6 +33,19 @@ typedef int nvmlClockType_t;
 enum : nvmlClockType_t { NVML_CLOCK_SM = 1 };
 
 // nvmlProcessInfo_v2_t, which the _v3 process queries fill.
+typedef int nvmlTemperatureSensors_t;
+enum : nvmlTemperatureSensors_t { NVML_TEMPERATURE_GPU = 0 };
+
+// nvmlClocksEventReason* bits that mean the GPU is held below its clocks
+// (not idle, not an application setting).
+enum : unsigned long long {
+  NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP = 0x4ull,
+  NVML_CLOCKS_EVENT_REASON_HW_SLOWDOWN = 0x8ull,
+  NVML_CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN = 0x20ull,
+  NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN = 0x40ull,
+  NVML_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 0x80ull,
+};
+
 typedef struct nvmlProcessInfo_st {
   unsigned int pid;
   unsigned long long usedGpuMemory;  // NVML_VALUE_NOT_AVAILABLE when not known
@@ -64,6 +77,14 @@ nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlCloc
                                                    unsigned int* clock_mhz);
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                        unsigned int* clock);
+// The power state: optional entry points (a library without them leaves the
+// values unknown).
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power_mw);
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit_mw);
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                      unsigned int* temperature_c);
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long* reasons);
 
 }  // extern "C"
 

@@ -36,9 +36,11 @@ auto Process(uint32_t pid, uint64_t bytes) {
 class NvmlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name : {"FAKE_NVML_INIT_FAIL", "FAKE_NVML_PROCESSES", "FAKE_NVML_UTILIZATION",
-                             "FAKE_NVML_MEMORY_USED", "FAKE_NVML_SM_CLOCK",
-                             "FAKE_NVML_DEFAULT_CLOCK", "FAKE_NVML_MAX_CLOCK", "FAKE_NVML_FAIL"}) {
+    for (const char* name :
+         {"FAKE_NVML_INIT_FAIL", "FAKE_NVML_PROCESSES", "FAKE_NVML_UTILIZATION",
+          "FAKE_NVML_MEMORY_USED", "FAKE_NVML_SM_CLOCK", "FAKE_NVML_DEFAULT_CLOCK",
+          "FAKE_NVML_MAX_CLOCK", "FAKE_NVML_FAIL", "FAKE_NVML_POWER", "FAKE_NVML_POWER_LIMIT",
+          "FAKE_NVML_TEMPERATURE", "FAKE_NVML_EVENTS"}) {
       unsetenv(name);
     }
     setenv("FAKE_NVML_UUID", kUuid, 1);
@@ -142,12 +144,30 @@ TEST_F(NvmlTest, SnapshotReadsUtilisationMemoryAndClock) {
   EXPECT_EQ(snapshot.sm_clock_mhz, 1755);
 }
 
+TEST_F(NvmlTest, SnapshotReadsThePowerState) {
+  setenv("FAKE_NVML_POWER", "612000", 1);
+  setenv("FAKE_NVML_POWER_LIMIT", "700000", 1);
+  setenv("FAKE_NVML_TEMPERATURE", "71", 1);
+  setenv("FAKE_NVML_EVENTS", "68", 1);  // 0x4 power cap | 0x40 hardware thermal
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Nvml> nvml, Nvml::Open(kUuid, kFake));
+  ASSERT_OK_AND_ASSIGN(NvmlSnapshot snapshot, nvml->Snapshot());
+  EXPECT_EQ(snapshot.power_mw, 612000);
+  EXPECT_EQ(snapshot.power_limit_mw, 700000);
+  EXPECT_EQ(snapshot.temperature_c, 71);
+  EXPECT_EQ(snapshot.clocks_event_reasons, 68u);
+  EXPECT_EQ(DescribeClocksEvents(snapshot.clocks_event_reasons), "power cap, thermal slowdown");
+  EXPECT_EQ(DescribeClocksEvents(0x1 | 0x2), "");  // idle, application clocks: not held
+}
+
 TEST_F(NvmlTest, UnsupportedUtilisationAndClockAreUnknown) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Nvml> nvml, Nvml::Open(kUuid, kFake));
   ASSERT_OK_AND_ASSIGN(NvmlSnapshot snapshot, nvml->Snapshot());
   EXPECT_EQ(snapshot.utilization_percent, -1);
   EXPECT_EQ(snapshot.sm_clock_mhz, 0);
   EXPECT_EQ(snapshot.memory_used_bytes, 0);
+  EXPECT_EQ(snapshot.power_mw, 0);
+  EXPECT_EQ(snapshot.temperature_c, 0);
+  EXPECT_EQ(snapshot.clocks_event_reasons, 0u);
 }
 
 TEST_F(NvmlTest, FailedQueryNamesTheFunction) {

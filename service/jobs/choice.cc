@@ -7,15 +7,6 @@
 namespace autotune::service {
 namespace {
 
-// [q1, q3]: the middle half of the samples, which one stray fast sample
-// does not move (min would). Older summaries without q1 use min; without
-// q3 the interval reaches the median.
-double Low(const v1::TimingStats& t) {
-  if (t.q1_us() > 0) return t.q1_us();
-  return t.min_us() > 0 ? t.min_us() : t.median_us();
-}
-double High(const v1::TimingStats& t) { return std::max(t.q3_us(), t.median_us()); }
-
 // The screen's own spread of a median: cv / sqrt(samples).
 double ScreenNoise(const v1::TimingStats& t) {
   return t.samples() > 0 ? t.cv() / std::sqrt(static_cast<double>(t.samples())) : 0;
@@ -63,60 +54,94 @@ std::vector<size_t> SelectCandidates(const std::vector<Candidate>& screened,
   return chosen;
 }
 
-Choice ChooseConfig(const std::vector<Candidate>& candidates, const v1::Config* current,
-                    const v1::Config* family_default, double tie_band) {
+Choice ChooseConfig(const std::vector<Candidate>& candidates, const std::vector<int>& round_process,
+                    const v1::Config* current, const v1::Config* family_default, double band) {
+  using kernels::CompareRounds;
+  using kernels::RoundRatio;
   Choice choice;
-  // The fastest median; equal medians go to the first in parameter order.
-  size_t fastest = 0;
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    const double a = candidates[i].timing.median_us();
-    const double b = candidates[fastest].timing.median_us();
-    if (a < b || (a == b && candidates[i].index < candidates[fastest].index)) fastest = i;
+  const size_t n = candidates.size();
+  std::vector<std::vector<double>> rounds;
+  for (const Candidate& c : candidates) rounds.push_back(c.rounds);
+  // The leader: the lowest median over the rounds; without rounds at all
+  // (nothing timed serially), the lowest median; equal ones go to the first
+  // in parameter order.
+  size_t leader = kernels::Leader(rounds);
+  auto median = [&](size_t i) {
+    const double over_rounds = kernels::RoundsMedian(candidates[i].rounds);
+    return over_rounds > 0 ? over_rounds : candidates[i].timing.median_us();
+  };
+  if (leader == n) leader = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = median(i);
+    const double b = median(leader);
+    if (a < b || (a == b && candidates[i].index < candidates[leader].index)) leader = i;
   }
-  const v1::TimingStats& best = candidates[fastest].timing;
-  // Tied with the fastest: every candidate it does not clearly beat.
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (i == fastest) {
+  choice.leader = leader;
+  auto versus = [&](size_t a, size_t b) {
+    return CompareRounds(candidates[a].rounds, candidates[b].rounds, round_process);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (i == leader) {
       choice.tied.push_back(i);
       continue;
     }
-    const v1::TimingStats& other = candidates[i].timing;
-    const bool beyond_band = other.median_us() > best.median_us() * (1 + tie_band);
-    const double best_noise = candidates[fastest].noise;
-    const double other_noise = candidates[i].noise;
-    const bool apart =
-        best_noise > 0 && other_noise > 0
-            ? other.median_us() - best.median_us() >
-                  2 * std::hypot(best.median_us() * best_noise, other.median_us() * other_noise)
-            : Low(other) > High(best);
-    if (!(beyond_band && apart)) choice.tied.push_back(i);
+    switch (kernels::Classify(versus(i, leader), band)) {
+      case kernels::Versus::kWithinBand:
+        choice.tied.push_back(i);
+        break;
+      case kernels::Versus::kUnresolved:
+        ++choice.unresolved;
+        break;
+      case kernels::Versus::kSlower:
+        break;
+    }
   }
-  choice.winner = fastest;
-  choice.tie = choice.tied.size() > 1;
-  if (choice.tie) {
-    // Rank 0: the current entry; 1: the family's default; 2: the rest, by
-    // parameter order.
+
+  size_t winner = leader;
+  size_t current_index = n;
+  for (size_t i = 0; i < n && current != nullptr; ++i) {
+    if (SameConfig(candidates[i].config, *current)) current_index = i;
+  }
+  if (current_index != n && current_index != leader) {
+    // Hysteresis: the leader must be faster beyond the band, with confidence.
+    const RoundRatio current_over_leader = versus(current_index, leader);
+    if (!(current_over_leader.known() && current_over_leader.low > 1 + band)) {
+      winner = current_index;
+      choice.kept_current = true;
+    }
+  }
+  if (!choice.kept_current && choice.tied.size() > 1) {
+    // Rank 0: the family's default; 1: the rest, by parameter order.
     auto rank = [&](size_t i) {
-      if (current != nullptr && SameConfig(candidates[i].config, *current)) return 0;
-      if (family_default != nullptr && SameConfig(candidates[i].config, *family_default)) {
-        return 1;
-      }
-      return 2;
+      return family_default != nullptr && SameConfig(candidates[i].config, *family_default) ? 0 : 1;
     };
-    size_t pick = choice.tied.front();
     for (size_t i : choice.tied) {
       const int a = rank(i);
-      const int b = rank(pick);
-      if (a < b || (a == b && candidates[i].index < candidates[pick].index)) pick = i;
+      const int b = rank(winner);
+      if (a < b || (a == b && candidates[i].index < candidates[winner].index)) winner = i;
     }
-    choice.winner = pick;
   }
-  double next_best = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (i != choice.winner) next_best = std::min(next_best, candidates[i].timing.median_us());
+  choice.winner = winner;
+  choice.tie = choice.kept_current || choice.tied.size() > 1;
+
+  choice.runner_up = n;
+  double bound = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == winner) continue;
+    const RoundRatio winner_over_other = versus(winner, i);
+    if (!winner_over_other.known()) {
+      bound = -1;
+    } else if (bound >= 0) {
+      bound = std::max(bound, winner_over_other.high - 1);
+    }
+    if (choice.runner_up == n || median(i) < median(choice.runner_up)) choice.runner_up = i;
   }
-  const double chosen = candidates[choice.winner].timing.median_us();
-  if (candidates.size() > 1 && chosen > 0) choice.margin = next_best / chosen - 1;
+  choice.bound = bound;
+  if (choice.runner_up != n) {
+    choice.runner_up_ratio = versus(choice.runner_up, winner);
+    const double chosen = candidates[winner].timing.median_us();
+    if (chosen > 0) choice.margin = candidates[choice.runner_up].timing.median_us() / chosen - 1;
+  }
   return choice;
 }
 

@@ -1,27 +1,32 @@
-// Choosing a problem's config among timed candidates, so that a choice
-// inside the noise is a declared tie, decided the same way every time.
+// Choosing a problem's config among candidates timed serially, so that the
+// choice is the same every time it is made and states what it guarantees.
 //
-//   Choice choice = ChooseConfig(candidates, current_entry_config);
+//   Choice choice = ChooseConfig(candidates, round_process, current, family_default);
 //   const Candidate& winner = candidates[choice.winner];
-//   entry.set_tie(choice.tie);
+//   entry.set_bound(choice.bound);
 //
-// The rule: the fastest median wins outright over another candidate only
-// when it beats that one's median by more than the tie band AND the two
-// medians are apart beyond their uncertainty. Where both candidates know
-// the noise of their median (the serial phase's standard error over the
-// median), apart means a gap of more than twice the two errors combined
-// (root of the sum of squares). Without it (after nvbench's compare tool)
-// apart means that their intervals do not overlap: [q1, q3] of the
-// per-launch times ([min, q3] for summaries without q1). The interval of
-// per-launch times measures their spread, not the median's uncertainty:
-// on the H200 cold GEMMs whose medians were 1.7 to 3.5% apart with noise
-// under 0.5% overlapped and were declared ties, which took the lower
-// variant index, a slower config. Otherwise the fastest is tied with every
-// candidate that it does not beat that way, and the tie-break picks among
-// them: the current entry's config when it is one of them (a rerun does not
-// churn the cache), else the family's default config when it is one of
-// them, else the one first in the family's parameter order (the lowest
-// variant index). The same timings always give the same choice.
+// The candidates were timed together in interleaved rounds, in at least
+// two worker processes when there were two or more (serial_phase.h); each
+// carries its median per round. The fastest (the leader) is the lowest
+// median over its rounds; every other candidate is compared with it round by
+// round (kernels/round_compare.h: a bootstrap over rounds within each
+// process, widened to each process's own median ratio) and is slower beyond
+// doubt, within the band of it (the interval inside 1 +- band), or
+// unresolved (the rounds' time cap came first).
+//
+// The winner, in this order:
+//  - The current entry's config (a re-tune) stays unless the leader is
+//    faster than it beyond the band with confidence (the interval of
+//    current / leader above 1 + band): tuning twice does not flip a config
+//    for a gain the measurement cannot vouch for (hysteresis).
+//  - Else among the leader and those within the band of it (a declared tie):
+//    the family's default config, else the first in the family's parameter
+//    order (the lowest variant index). Unresolved candidates never win a
+//    tie-break.
+// The same timings always give the same choice. `bound` says what the
+// choice guarantees: the winner is at most that fraction slower than every
+// other candidate, at kernels::kRoundConfidence (the largest upper end of
+// winner / other over the other candidates, 0 when it is faster than all).
 //
 // Before that, SelectCandidates picks from a screen the variants worth the
 // serial phase: the screen's short timings only rank.
@@ -33,40 +38,52 @@
 #include <vector>
 
 #include "kernels/profile_task.h"
+#include "kernels/round_compare.h"
 #include "proto/autotune.pb.h"
 #include "service/defaults.h"
 
 namespace autotune::service {
 
-// Medians closer than this fraction are a tie whatever the intervals say:
-// the serial rounds' noise target (nvbench's default noise threshold too),
-// so that a tie is what the measurement was not asked to separate. One
-// value, not two kept equal by hand.
+// A candidate within this fraction of the leader (both ways, at the
+// rounds' confidence) is tied with it: the serial rounds' noise target, so
+// that a tie is what the measurement was not asked to separate. One value,
+// not two kept equal by hand (a job's serial_noise sets both).
 inline constexpr double kTieBand = kernels::kDefaultSerialNoise;
 
 struct Candidate {
   v1::Config config;
   int64_t index = 0;  // the variant's position in the family's parameter order
   v1::TimingStats timing;
-  // The standard error of the median over the median (a serial timing's
-  // noise); 0 = unknown, and the intervals decide.
-  double noise = 0;
+  // The serial phase: its median in each round, 0 where it was not timed
+  // (rounds shared by every candidate of one choice).
+  std::vector<double> rounds;
 };
 
 struct Choice {
-  size_t winner = 0;         // into the candidates
-  bool tie = false;          // decided by the tie-break
-  std::vector<size_t> tied;  // the candidates tied with the fastest, winner included
-  // The fastest other candidate's median over the winner's, minus 1: how
-  // much slower the next best is; negative when a tie chose a config
-  // slower than the fastest; 0 with one candidate.
+  size_t winner = 0;          // into the candidates
+  size_t leader = 0;          // the fastest over the rounds
+  bool tie = false;           // decided by the tie-break or by the current entry
+  bool kept_current = false;  // the current entry stayed, the leader not beyond the band
+  std::vector<size_t> tied;   // the leader and those within the band of it
+  int unresolved = 0;         // candidates neither slower beyond doubt nor within the band
+  // The winner is at most this fraction slower than every other candidate;
+  // negative when too few rounds were shared to say.
+  double bound = 0;
+  // The fastest other candidate: how it compares with the winner
+  // (runner_up / winner); runner_up == candidates.size() with one candidate.
+  size_t runner_up = 0;
+  kernels::RoundRatio runner_up_ratio;
+  // The runner-up's median over the winner's, minus 1 (their own medians);
+  // negative when the tie-break chose a config slower than the fastest.
   double margin = 0;
 };
 
-// `candidates` must not be empty. `current` is the problem's current entry
+// `candidates` must not be empty. `round_process` names the worker process
+// of each round (empty: one). `current` is the problem's current entry
 // config, `family_default` the family's default config; either may be null.
-Choice ChooseConfig(const std::vector<Candidate>& candidates, const v1::Config* current,
-                    const v1::Config* family_default = nullptr, double tie_band = kTieBand);
+Choice ChooseConfig(const std::vector<Candidate>& candidates, const std::vector<int>& round_process,
+                    const v1::Config* current, const v1::Config* family_default = nullptr,
+                    double band = kTieBand);
 
 // Which screened variants go on to the serial phase.
 struct CandidateRule {

@@ -11,16 +11,30 @@ namespace {
 
 using ::testing::ElementsAre;
 
-// A candidate whose per-launch times span [low, high] around `median`.
-Candidate Timed(int64_t index, double median, double low, double high) {
+// A serially timed candidate: `rounds` medians that follow the shared drift
+// of the rounds (the same for every candidate) times its own `pattern`
+// (repeated), around `median`.
+const std::vector<double> kDrift = {0, 0.03, -0.01, 0.02, 0.01, -0.02, 0.015, 0.005};
+
+Candidate Timed(int64_t index, double median, const std::vector<double>& pattern = {1},
+                int rounds = 8) {
   Candidate c;
   c.index = index;
   (*c.config.mutable_params())["BLOCK"] = 64 << index;
   c.timing.set_median_us(median);
-  c.timing.set_min_us(low);
-  c.timing.set_q3_us(high);
+  for (int r = 0; r < rounds; ++r) {
+    c.rounds.push_back(median * (1 + kDrift[static_cast<size_t>(r) % kDrift.size()]) *
+                       pattern[static_cast<size_t>(r) % pattern.size()]);
+  }
   return c;
 }
+
+// Within +-0.3% of the leader from round to round: tied with it.
+const std::vector<double> kJitter = {0.997, 1.003, 1.001, 0.998, 1.002};
+const std::vector<double> kOtherJitter = {1.002, 0.998, 1.003, 0.997, 1.001};
+// From 0.5% faster to 2% slower from round to round: not resolved in 8
+// rounds.
+const std::vector<double> kSkewed = {0.995, 1.02, 1.01};
 
 struct ChoiceCase {
   std::string name;
@@ -30,6 +44,7 @@ struct ChoiceCase {
   bool tie;
   std::vector<size_t> tied;
   int family_default = -1;  // index into candidates of the family's default config
+  int unresolved = 0;
 };
 
 class ChooseConfigTest : public ::testing::TestWithParam<ChoiceCase> {};
@@ -39,154 +54,149 @@ TEST_P(ChooseConfigTest, DecidesAsTheRuleSays) {
   const v1::Config* current = c.current >= 0 ? &c.candidates[c.current].config : nullptr;
   const v1::Config* family_default =
       c.family_default >= 0 ? &c.candidates[c.family_default].config : nullptr;
-  const Choice choice = ChooseConfig(c.candidates, current, family_default);
+  const Choice choice = ChooseConfig(c.candidates, {}, current, family_default);
   EXPECT_EQ(choice.winner, c.winner);
   EXPECT_EQ(choice.tie, c.tie);
   EXPECT_EQ(choice.tied, c.tied);
+  EXPECT_EQ(choice.unresolved, c.unresolved);
+  // The same timings, the same choice.
+  EXPECT_EQ(ChooseConfig(c.candidates, {}, current, family_default).winner, choice.winner);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Table, ChooseConfigTest,
     ::testing::Values(
-        ChoiceCase{"one_candidate", {Timed(0, 10, 9.9, 10.1)}, -1, 0, false, {0}},
-        // 3 % faster and the intervals apart: a clear winner, even against
-        // the current entry.
-        ChoiceCase{"clear_winner",
-                   {Timed(0, 10.3, 10.25, 10.35), Timed(1, 10, 9.95, 10.05)},
-                   0,
-                   1,
-                   false,
-                   {1}},
-        // 3 % faster but the intervals overlap: tied, the first in
-        // parameter order wins.
-        ChoiceCase{"overlap_is_a_tie",
-                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4)},
+        ChoiceCase{"one_candidate", {Timed(0, 10)}, -1, 0, false, {0}},
+        // 3 % faster in every round: a clear winner.
+        ChoiceCase{"clear_winner", {Timed(0, 10.3), Timed(1, 10)}, -1, 1, false, {1}},
+        // 0.3 % faster in every round, steadily: separated, the fastest wins.
+        ChoiceCase{
+            "a_small_steady_gap_is_separated", {Timed(0, 10.03), Timed(1, 10)}, -1, 1, false, {1}},
+        // Equal within +-0.2 %: a tie, the first in parameter order wins.
+        ChoiceCase{
+            "within_the_band_is_a_tie", {Timed(3, 10, kJitter), Timed(1, 10)}, -1, 1, true, {0, 1}},
+        ChoiceCase{"the_lower_index_wins_a_tie",
+                   {Timed(0, 10, kJitter), Timed(1, 10)},
                    -1,
                    0,
                    true,
                    {0, 1}},
-        // Apart intervals but medians 0.2 % apart: inside the band, tied.
-        ChoiceCase{"inside_the_band_is_a_tie",
-                   {Timed(3, 10.02, 10.015, 10.025), Timed(1, 10, 9.99, 10.01)},
-                   -1,
-                   1,
-                   true,
-                   {0, 1}},
-        // A tie keeps the current entry's config.
-        ChoiceCase{"tie_keeps_the_current_entry",
-                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
-                   2,
-                   2,
-                   true,
-                   {0, 1, 2}},
-        // The current entry outside the tie is not kept.
-        ChoiceCase{"current_entry_outside_the_tie",
-                   {Timed(0, 12, 11.9, 12.1), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
-                   0,
-                   1,
-                   true,
-                   {1, 2}},
-        // A tie without the current entry goes to the family's default...
+        // A tie goes to the family's default...
         ChoiceCase{"tie_prefers_the_family_default",
-                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
+                   {Timed(0, 10, kJitter), Timed(1, 10), Timed(2, 10, kOtherJitter)},
                    -1,
                    2,
                    true,
                    {0, 1, 2},
                    2},
-        // ...but the current entry comes first.
-        ChoiceCase{"current_before_the_family_default",
-                   {Timed(0, 10.3, 9.9, 10.6), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
-                   1,
-                   1,
-                   true,
-                   {0, 1, 2},
-                   2},
-        // A default outside the tie does not win it.
+        // ...which outside the tie does not win.
         ChoiceCase{"family_default_outside_the_tie",
-                   {Timed(0, 12, 11.9, 12.1), Timed(1, 10, 9.8, 10.4), Timed(2, 10.1, 9.9, 10.5)},
+                   {Timed(0, 12), Timed(1, 10), Timed(2, 10, kOtherJitter)},
                    -1,
                    1,
                    true,
                    {1, 2},
-                   0}),
+                   0},
+        // A re-tune keeps the current entry within the band...
+        ChoiceCase{"tie_keeps_the_current_entry",
+                   {Timed(0, 10, kJitter), Timed(1, 10), Timed(2, 10, kOtherJitter)},
+                   2,
+                   2,
+                   true,
+                   {0, 1, 2}},
+        // ...and when it is slower beyond doubt but by less than the band
+        // (hysteresis: 0.3 % does not flip an entry)...
+        ChoiceCase{"hysteresis_keeps_the_current_entry_for_a_small_gain",
+                   {Timed(0, 10.03), Timed(1, 10)},
+                   0,
+                   0,
+                   true,
+                   {1}},
+        // ...but not when the leader is faster beyond the band.
+        ChoiceCase{"current_entry_beyond_the_band_is_replaced",
+                   {Timed(0, 10.2), Timed(1, 10)},
+                   0,
+                   1,
+                   false,
+                   {1}},
+        // A candidate that the rounds could not resolve never wins a
+        // tie-break: the leader wins.
+        ChoiceCase{"unresolved_is_no_tie",
+                   {Timed(0, 10, kSkewed), Timed(1, 10)},
+                   -1,
+                   1,
+                   false,
+                   {1},
+                   -1,
+                   1}),
     [](const ::testing::TestParamInfo<ChoiceCase>& info) { return info.param.name; });
 
-TEST(ChooseConfigTest, MarginIsTheNextBestOverTheChosen) {
-  const Choice clear = ChooseConfig({Timed(0, 12, 11.9, 12.1), Timed(1, 10, 9.9, 10.1)}, nullptr);
-  EXPECT_DOUBLE_EQ(clear.margin, 0.2);
-  // A tie that chose the slower config has a negative margin.
-  const Choice tie = ChooseConfig({Timed(0, 10.02, 9.9, 10.2), Timed(1, 10, 9.9, 10.2)}, nullptr);
-  EXPECT_EQ(tie.winner, 0u);
-  EXPECT_LT(tie.margin, 0);
+TEST(ChooseConfigTest, TheBoundIsWhatTheChoiceGuarantees) {
+  // The fastest beyond doubt: 0.
+  Choice clear = ChooseConfig({Timed(0, 10.3), Timed(1, 10)}, {}, nullptr);
+  EXPECT_EQ(clear.bound, 0);
+  EXPECT_EQ(clear.runner_up, 0u);
+  EXPECT_NEAR(clear.runner_up_ratio.median, 1.03, 1e-9);
+  EXPECT_NEAR(clear.margin, 0.03, 1e-9);
+  // Kept by hysteresis 0.3 % behind: at most 0.3 % slower.
+  const Candidate current = Timed(0, 10.03);
+  Choice kept = ChooseConfig({current, Timed(1, 10)}, {}, &current.config);
+  EXPECT_TRUE(kept.kept_current);
+  EXPECT_NEAR(kept.bound, 0.003, 1e-9);
+  EXPECT_LT(kept.margin, 0);
+  // A tie: at most the band's worth, never more.
+  Choice tie = ChooseConfig({Timed(0, 10, kJitter), Timed(1, 10)}, {}, nullptr);
+  EXPECT_GT(tie.bound, 0);
+  EXPECT_LE(tie.bound, kTieBand);
+  // Unresolved: the leader wins, at most what the other's fastest rounds
+  // say (here 0.5%: its rounds reach 0.995 of the leader's).
+  Choice skewed = ChooseConfig({Timed(0, 10, kSkewed), Timed(1, 10)}, {}, nullptr);
+  EXPECT_EQ(skewed.winner, 1u);
+  EXPECT_EQ(skewed.unresolved, 1);
+  EXPECT_NEAR(skewed.bound, 1 / 0.995 - 1, 1e-9);
+  // Too few rounds to say: negative.
+  Choice blind = ChooseConfig({Timed(0, 10.3, {1}, 2), Timed(1, 10, {1}, 2)}, {}, nullptr);
+  EXPECT_EQ(blind.winner, 1u);
+  EXPECT_LT(blind.bound, 0);
 }
 
-// One stray fast sample of the slower config (its min) does not make a
-// tie: the interval is [q1, q3]. Seen on the H200 with [min, q3].
-TEST(ChooseConfigTest, OneFastSampleOfTheSlowerConfigIsNoTie) {
-  Candidate fast = Timed(1, 6.63, 6.60, 6.65);
-  fast.timing.set_q1_us(6.62);
-  Candidate slow = Timed(0, 6.76, 6.50, 6.78);  // min 6.50: below the fast one's q3
-  slow.timing.set_q1_us(6.74);
-  const Choice choice = ChooseConfig({slow, fast}, nullptr);
+TEST(ChooseConfigTest, TwoProcessesThatDisagreeAreNoTie) {
+  // Equal in the first worker process, 2 % slower in the second: neither
+  // within the band nor slower beyond doubt.
+  Candidate a = Timed(0, 10, {1}, 12);
+  for (size_t r = 6; r < 12; ++r) a.rounds[r] *= 1.02;
+  const Candidate b = Timed(1, 10, {1}, 12);
+  const std::vector<int> process = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+  const Choice choice = ChooseConfig({a, b}, process, nullptr);
   EXPECT_EQ(choice.winner, 1u);
-  EXPECT_FALSE(choice.tie);
-  // Without q1, [min, q3] overlap: a tie, which the lower index wins.
-  slow.timing.clear_q1_us();
-  fast.timing.clear_q1_us();
-  EXPECT_TRUE(ChooseConfig({slow, fast}, nullptr).tie);
+  EXPECT_EQ(choice.unresolved, 1);
+  EXPECT_EQ(choice.runner_up_ratio.processes, 2);
+  EXPECT_GE(choice.bound, 0);
+  // One process alone says "tied", and the lower index would win.
+  std::vector<Candidate> first = {a, b};
+  for (Candidate& c : first) c.rounds.resize(6);
+  EXPECT_EQ(ChooseConfig(first, {}, nullptr).winner, 0u);
 }
 
-// Serial candidates know the noise of their medians: a gap beyond twice
-// the combined noise is a clear win however wide the per-launch intervals.
-// Seen on the H200: cold GEMMs 1.7% apart (noise 0.2%) overlapped in
-// [q1, q3], and the tie chose the slower one.
-TEST(ChooseConfigTest, WithTheMediansNoiseTheGapDecidesNotTheSpread) {
-  Candidate fast = Timed(1, 57.59, 56.0, 59.5);
-  fast.timing.set_q1_us(56.8);
-  Candidate slow = Timed(0, 58.56, 57.0, 60.2);
-  slow.timing.set_q1_us(57.6);
-  // Without noise the intervals overlap: a tie, to the lower index.
-  Choice choice = ChooseConfig({slow, fast}, nullptr);
-  EXPECT_TRUE(choice.tie);
-  EXPECT_EQ(choice.winner, 0u);
-  // With it: 0.97 us apart, twice the combined noise is 0.33 us.
-  fast.noise = 0.002;
-  slow.noise = 0.002;
-  choice = ChooseConfig({slow, fast}, nullptr);
-  EXPECT_FALSE(choice.tie);
+TEST(ChooseConfigTest, WithoutRoundsTheLowestMedianLeads) {
+  Candidate a;
+  a.index = 0;
+  a.timing.set_median_us(10.3);
+  Candidate b;
+  b.index = 1;
+  b.timing.set_median_us(10);
+  (*b.config.mutable_params())["BLOCK"] = 1;
+  const Choice choice = ChooseConfig({a, b}, {}, nullptr);
   EXPECT_EQ(choice.winner, 1u);
-  EXPECT_THAT(choice.tied, ElementsAre(1u));
-  // Noisier medians (1% each: twice the combined is 1.64 us) are a tie.
-  fast.noise = 0.01;
-  slow.noise = 0.01;
-  choice = ChooseConfig({slow, fast}, nullptr);
-  EXPECT_TRUE(choice.tie);
-  EXPECT_EQ(choice.winner, 0u);
-  // One without noise: the intervals decide.
-  fast.noise = 0.002;
-  slow.noise = 0;
-  EXPECT_TRUE(ChooseConfig({slow, fast}, nullptr).tie);
-  // Inside the tie band, whatever the noise.
-  Candidate close = Timed(0, 57.70, 57.69, 57.71);
-  close.noise = 0.0001;
-  fast.noise = 0.0001;
-  EXPECT_TRUE(ChooseConfig({close, fast}, nullptr).tie);
-}
-
-// Older summaries have no q3: the interval reaches the median.
-TEST(ChooseConfigTest, WithoutQ3TheIntervalReachesTheMedian) {
-  Candidate a = Timed(0, 10.3, 10.2, 0);
-  Candidate b = Timed(1, 10, 9.9, 0);
-  const Choice choice = ChooseConfig({a, b}, nullptr);
-  EXPECT_EQ(choice.winner, 1u);
-  EXPECT_FALSE(choice.tie);
-  EXPECT_THAT(choice.tied, ElementsAre(1u));
+  EXPECT_LT(choice.bound, 0);
 }
 
 // A screened candidate with `samples` samples of coefficient of variation `cv`.
 Candidate Screened(int64_t index, double median, double cv = 0, int samples = 5) {
-  Candidate c = Timed(index, median, median, median);
+  Candidate c;
+  c.index = index;
+  (*c.config.mutable_params())["BLOCK"] = 64 << index;
+  c.timing.set_median_us(median);
   c.timing.set_cv(cv);
   c.timing.set_samples(samples);
   return c;

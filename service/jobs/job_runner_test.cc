@@ -38,6 +38,7 @@
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
 #include "kernels/profile_task.h"
+#include "service/jobs/serial_phase.h"
 #include "service/testing/worker_hold.h"
 #include "tests/support/sample_bundle.h"
 
@@ -298,7 +299,11 @@ TEST_F(ScreenJobTest, AProblemOf100kConfigsCompilesAndStoresOnlyWhatItsSearchMea
     if (m.phase() == v1::SCREEN) screened.insert(kernels::ConfigLabel(family.family, m.config()));
   }
   EXPECT_EQ(static_cast<int64_t>(screened.size()), report.measured());
-  EXPECT_EQ(static_cast<int64_t>(stored.size()), report.measured() + job.results(0).candidates());
+  // Besides the screens, the serial timings: every candidate in the first
+  // worker process, the leaders again in the second.
+  const int64_t serial = static_cast<int64_t>(stored.size()) - report.measured();
+  EXPECT_GE(serial, job.results(0).candidates() + 2);
+  EXPECT_LE(serial, 2 * job.results(0).candidates());
   // Its later rounds were compiled while the earlier ones were measured;
   // what was compiled ahead and never proposed was neither counted nor
   // stored (above: compiles and measurements are the measured variants').
@@ -414,12 +419,27 @@ TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsCh
     EXPECT_EQ(entry.config().params().at("MODE"), 0);  // 10 us beats 20 us
     EXPECT_EQ(entry.phase(), v1::SERIAL_VALIDATION);
     EXPECT_EQ(entry.candidates(), 2);  // the two valid ones
-    EXPECT_EQ(entry.rounds(), 6);
-    EXPECT_DOUBLE_EQ(entry.noise(), 0.001);
+    // Timed in two worker processes of 6 rounds each: the second the leader
+    // and the runner-up again.
+    EXPECT_EQ(entry.rounds(), 12);
+    EXPECT_EQ(entry.worker_processes(), 2);
+    EXPECT_GT(entry.noise(), 0);
+    EXPECT_LE(entry.noise(), 0.001);
+    EXPECT_EQ(entry.bound(), 0);  // faster than the other beyond doubt
+    EXPECT_FALSE(entry.tie());
+    EXPECT_THAT(entry.choice(), HasSubstr("the fastest; the next, MODE=1, is "));
+    EXPECT_THAT(entry.choice(), HasSubstr("over 12 rounds in 2 worker processes; at most 0.00% "
+                                          "slower than any candidate"));
     EXPECT_FALSE(entry.contended());
+    EXPECT_FALSE(entry.throttled());
     EXPECT_DOUBLE_EQ(entry.limits().copy_gbps(), 4000);
     EXPECT_EQ(entry.limits().default_sm_clock_mhz(), 1980);
-    EXPECT_THAT(entry.stop(), HasSubstr("noise 0.10% <= 0.50%"));
+    EXPECT_DOUBLE_EQ(entry.limits().max_power_w(), 612);
+    EXPECT_DOUBLE_EQ(entry.limits().power_limit_w(), 700);
+    EXPECT_EQ(entry.limits().max_temperature_c(), 64);
+    EXPECT_THAT(entry.stop(), HasSubstr("worker process 1: every candidate separated from the "
+                                        "fastest or within 0.50% of it after 6 rounds; worker "
+                                        "process 2: "));
     EXPECT_DOUBLE_EQ(entry.margin(), 1.0);
     EXPECT_DOUBLE_EQ(entry.timing().median_us(), 10);
     EXPECT_EQ(entry.device().name(), "Fake GPU");
@@ -439,7 +459,7 @@ TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsCh
                                                    .family_hash = entry.family_hash(),
                                                    .problem = entry.problem(),
                                                    .device = "Fake GPU"}));
-    ASSERT_THAT(measurements, SizeIs(10));  // 8 screened, 2 timed serially
+    ASSERT_THAT(measurements, SizeIs(12));  // 8 screened, 2 timed serially twice
     std::map<int64_t, v1::Measurement> by_mode;
     std::map<int64_t, v1::Measurement> serial;
     for (const v1::Measurement& m : measurements) {
@@ -449,6 +469,7 @@ TEST_F(ScreenJobTest, EveryVariantEndsInOneStoredStatusAndTheFastestValidOneIsCh
     EXPECT_DOUBLE_EQ(serial[0].timing().median_us(), 10);
     EXPECT_EQ(serial[0].rounds(), 6);
     EXPECT_THAT(serial[0].detail(), HasSubstr("interleaved rounds with 1 other candidates"));
+    EXPECT_THAT(serial[0].detail(), HasSubstr("serial, worker process 2 of 2"));
     EXPECT_DOUBLE_EQ(serial[1].timing().median_us(), 20);
     const std::map<int64_t, v1::VariantStatus> expected = {
         {0, v1::OK},    {1, v1::OK},    {2, v1::WRONG_RESULT}, {3, v1::TIMEOUT},
@@ -778,7 +799,44 @@ TEST_F(ScreenJobTest, AGpuThatStaysBusyFailsTheProblemUnlessForced) {
                                                  .device = "Fake GPU"}));
   int contended = 0;
   for (const v1::Measurement& m : measurements) contended += m.contended() ? 1 : 0;
-  EXPECT_EQ(contended, 2);  // both serial timings
+  EXPECT_EQ(contended, 4);  // both serial timings, in both worker processes
+}
+
+// A GPU held below its clocks (the worker kept too few rounds above the
+// throttle fraction before its time cap) is detected, not measured: the
+// rounds are measured again, then the problem fails naming the clocks and
+// why; with JobOptions.force the entry is stored marked throttled.
+TEST_F(ScreenJobTest, AThrottledGpuIsMeasuredAgainThenRefusedUnlessForced) {
+  const std::string log = dir_.path() + "/worker.log";
+  ScopedEnv logged("FAKE_WORKER_LOG", log);
+  ScopedEnv throttled("FAKE_WORKER_THROTTLED", "1");
+  v1::JobSpec spec = Spec();
+  spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
+  std::vector<std::string> messages;
+  const v1::Job refused = Run(spec, &messages);
+  ASSERT_EQ(refused.state(), v1::FAILED) << refused.error();
+  EXPECT_THAT(refused.results(), SizeIs(0));
+  EXPECT_THAT(refused.error(),
+              HasSubstr("ran throttled in the serial rounds: SM clock down to 990 MHz of 1980, 9 "
+                        "rounds dropped (power cap, thermal slowdown)"));
+  EXPECT_THAT(refused.error(), HasSubstr("JobOptions.force"));
+  std::ifstream in(log);
+  int serial_tasks = 0;
+  for (std::string line; std::getline(in, line);) serial_tasks += absl::EndsWith(line, " serial");
+  EXPECT_EQ(serial_tasks, 1 + kContendedRetries);
+  bool said = false;
+  for (const std::string& m : messages) said = said || absl::StrContains(m, "measuring again");
+  EXPECT_TRUE(said);
+
+  spec.mutable_options()->set_force(true);
+  const v1::Job forced = Run(spec);
+  ASSERT_EQ(forced.state(), v1::SUCCEEDED) << forced.error();
+  ASSERT_THAT(forced.results(), SizeIs(1));
+  const v1::Entry& entry = forced.results(0);
+  EXPECT_TRUE(entry.throttled());
+  EXPECT_EQ(entry.throttled_rounds(), 18);  // 9 in each worker process
+  EXPECT_EQ(entry.limits().min_sm_clock_mhz(), 990);
+  EXPECT_EQ(entry.limits().clocks_events(), "power cap, thermal slowdown");
 }
 
 // A process that comes during the rounds: they are measured again once the
@@ -799,7 +857,10 @@ TEST_F(ScreenJobTest, RoundsWithAForeignProcessAreMeasuredAgain) {
   std::ifstream in(log);
   int serial_tasks = 0;
   for (std::string line; std::getline(in, line);) serial_tasks += absl::EndsWith(line, " serial");
-  EXPECT_EQ(serial_tasks, 2);
+  // Each worker process's first serial task is contended (the fake counts
+  // per process): measured again in the first, and in the second (fresh)
+  // one.
+  EXPECT_EQ(serial_tasks, 4);
   bool said = false;
   for (const std::string& m : messages) said = said || absl::StrContains(m, "measuring again");
   EXPECT_TRUE(said);
@@ -1114,12 +1175,13 @@ TEST_F(ScreenJobTest, AJobStoppedAfterItsScreenResumesWithoutScreeningAgain) {
   EXPECT_EQ(last.state(), v1::SUCCEEDED) << last.error();
   ASSERT_THAT(last.results(), SizeIs(2));
   EXPECT_EQ(last.counts().measured(), 0);  // nothing screened again
-  // The tasks the worker got: the serial one alone.
+  // The tasks the workers got: the serial ones alone (every candidate,
+  // then the leaders in a fresh worker).
   std::ifstream in(log);
   std::vector<std::string> tasks;
   for (std::string line; std::getline(in, line);) tasks.push_back(line);
-  ASSERT_THAT(tasks, SizeIs(1));
-  EXPECT_THAT(tasks[0], ::testing::EndsWith(" serial"));
+  ASSERT_THAT(tasks, SizeIs(2));
+  EXPECT_THAT(tasks, ::testing::Each(::testing::EndsWith(" serial")));
 }
 
 // A searched job resumed after its screen proposes the same variants (the
@@ -1377,7 +1439,7 @@ TEST_F(TwoGpuTest, BothGpusScreenAtOnceAndEachMeasuresOneTaskAtATime) {
   }
   EXPECT_EQ(gpus_used, (std::set<std::string>{"GPU-fake-0", "GPU-fake-1"}));
   EXPECT_GE(kinds["screen"], 4) << "every problem screened";
-  EXPECT_EQ(kinds["serial"], 4) << "one serial task per problem";
+  EXPECT_EQ(kinds["serial"], 8) << "two serial tasks per problem, in two worker processes";
   EXPECT_THAT(OverlapsOnOneGpu(all), ::testing::IsEmpty());
   bool parallel = false;
   for (const Span& a : all) {
@@ -1434,7 +1496,7 @@ TEST_F(TwoGpuTest, TwoRunnersSharingTheLeasesNeverMeasureOnOneGpuAtOnce) {
     serial += span.kind == "serial" ? 1 : 0;
   }
   EXPECT_EQ(gpus_used.size(), 2u);
-  EXPECT_EQ(serial, 8) << "one serial task per problem of each job";
+  EXPECT_EQ(serial, 16) << "two serial tasks (worker processes) per problem of each job";
   EXPECT_THAT(OverlapsOnOneGpu(all), ::testing::IsEmpty());
 }
 
@@ -1470,8 +1532,9 @@ TEST_F(TwoGpuTest, AForeignLoadOnOneGpuMarksOnlyWhatThatGpuMeasured) {
   }
   std::map<std::string, int> serial_on;
   for (const Span& span : Spans()) serial_on[span.uuid] += span.kind == "serial" ? 1 : 0;
-  EXPECT_EQ(contended, serial_on["GPU-fake-1"]) << "CONTENDED exactly where the load was";
-  EXPECT_EQ(4 - contended, serial_on["GPU-fake-0"]);
+  // Two serial tasks a problem (two worker processes), on one GPU.
+  EXPECT_EQ(2 * contended, serial_on["GPU-fake-1"]) << "CONTENDED exactly where the load was";
+  EXPECT_EQ(2 * (4 - contended), serial_on["GPU-fake-0"]);
   EXPECT_GT(serial_on["GPU-fake-0"], 0) << "GPU 0 kept validating";
   EXPECT_GT(serial_on["GPU-fake-1"], 0) << "nothing was validated where the load was";
 }

@@ -397,6 +397,14 @@ absl::StatusOr<wv1::DeviceState> ProfilePool::Reservation::Probe() {
   return std::move(*response.mutable_device_state());
 }
 
+absl::Status ProfilePool::Reservation::Renew() {
+  gpu_.process.Stop();
+  if (absl::Status started = pool_.StartWorker(gpu_, gpu_.info.ordinal()); !started.ok()) {
+    return absl::UnavailableError(started.message());
+  }
+  return absl::OkStatus();
+}
+
 ProfileResult ProfilePool::Reservation::Profile(const wv1::ProfileTask& task,
                                                 const OnVariant& on_variant,
                                                 const OnLeaseWait& on_lease_wait) {

@@ -119,6 +119,11 @@ class ProfilePool {
     ProfileResult Profile(const worker::v1::ProfileTask& task,
                           const OnVariant& on_variant = nullptr,
                           const OnLeaseWait& on_lease_wait = nullptr);
+    // Replaces the GPU's worker with a fresh process (the old one stopped
+    // gracefully), so that the next task runs in a new CUDA context with new
+    // allocations: the serial phase times its leaders in two processes.
+    // UNAVAILABLE when the new worker cannot be started.
+    absl::Status Renew();
 
    private:
     friend class ProfilePool;

@@ -141,6 +141,24 @@ TEST(ProfilePoolTest, EveryVariantEndsInItsStatusAndTheRestGoOnInANewWorker) {
   EXPECT_DOUBLE_EQ(again.outcomes[0].timing().median_us(), 20);
 }
 
+TEST(ProfilePoolTest, ARenewedReservationRunsItsNextTaskInAFreshWorker) {
+  TempDir dir;
+  const std::string log = dir.path() + "/tasks.log";
+  ScopedEnv log_env("FAKE_WORKER_LOG", log);
+  std::unique_ptr<ProfilePool> pool = StartPool();
+  ASSERT_NE(pool, nullptr);
+  std::unique_ptr<ProfilePool::Reservation> gpu = pool->Reserve();
+  EXPECT_EQ(gpu->Profile(TaskWithModes({0})).done.status(), v1::OK);
+  ASSERT_TRUE(gpu->Renew().ok());
+  EXPECT_EQ(gpu->Profile(TaskWithModes({0})).done.status(), v1::OK);
+  std::ifstream in(log);
+  std::vector<std::string> pids;
+  for (std::string line; std::getline(in, line);) pids.push_back(line.substr(0, line.find(' ')));
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_NE(pids[0], pids[1]);
+  EXPECT_EQ(pool->replaced(), 0);  // renewed, not lost
+}
+
 TEST(ProfilePoolTest, AReferenceFaultEndsTheProblemWithoutBlamingAVariant) {
   std::unique_ptr<ProfilePool> pool = StartPool();
   ASSERT_NE(pool, nullptr);

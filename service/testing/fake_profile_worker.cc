@@ -12,7 +12,9 @@
 //   MODE=9  OK, but faults in the serial rounds (then the process exits)
 // Serial tasks (ProfileTask.serial) validate as above, then report every
 // OK candidate's serial timing (the screen's median, MODE=1 at 20 us even
-// under FAKE_WORKER_SCREEN_LIES) over 6 rounds.
+// under FAKE_WORKER_SCREEN_LIES) over 6 rounds, each round's median within
+// +-0.1% of it (the k-th candidate's wobble shifted by k rounds, so equal
+// medians are a tie within the band and 10 against 20 us is no tie).
 // Environment: FAKE_WORKER_NO_DEVICE=1 says hello with an error;
 // FAKE_WORKER_REFERENCE_FAULT=1 ends every task with a reference FAULT;
 // FAKE_WORKER_LOG=<file> appends one line per task received;
@@ -25,6 +27,8 @@
 // for each task that ends OK (wall-clock microseconds, comparable across
 // workers);
 // FAKE_WORKER_SCREEN_LIES=1 makes MODE=1 screen at 5 us (serially 20 us);
+// FAKE_WORKER_THROTTLED=1 reports every serial task's rounds throttled (SM
+// clock 990 of 1980 MHz, power cap and thermal slowdown);
 // FAKE_WORKER_FOREIGN=<pid>:<bytes> puts another compute process on the GPU
 // for the first FAKE_WORKER_FOREIGN_PROBES probes (default: all), and into
 // the rounds of the first FAKE_WORKER_FOREIGN_SERIALS serial tasks
@@ -301,6 +305,9 @@ int main(int argc, char** argv) {
             timing->mutable_timing()->set_samples(60);
             timing->set_noise(0.001);
             timing->set_launches_per_sample(40);
+            constexpr double kWobble[] = {0.999, 1.001, 1.0, 1.0005, 0.9995, 1.0};
+            const int k = report.timings_size() - 1;
+            for (int r = 0; r < 6; ++r) timing->add_round_median_us(us * kWobble[(r + k) % 6]);
             outcome->set_status(v1::OK);
             outcome->set_phase("validate");
             break;
@@ -371,10 +378,21 @@ int main(int argc, char** argv) {
       }
       if (sleep_ms > 0) absl::SleepFor(absl::Milliseconds(sleep_ms));
       report.set_rounds(6);
-      report.set_stop("noise 0.10% <= 0.50% after 6 rounds");
+      report.set_stop(
+          "every candidate separated from the fastest or within 0.50% of it after 6 rounds");
       report.set_min_sm_clock_mhz(1980);
       report.set_max_sm_clock_mhz(1980);
       report.set_default_sm_clock_mhz(1980);
+      report.set_max_power_mw(612000);
+      report.set_power_limit_mw(700000);
+      report.set_max_temperature_c(64);
+      if (std::getenv("FAKE_WORKER_THROTTLED") != nullptr) {
+        report.set_throttled(true);
+        report.set_throttled_rounds(9);
+        report.set_min_sm_clock_mhz(990);
+        report.set_clocks_event_reasons(0x4 | 0x40);
+        report.set_clocks_events("power cap, thermal slowdown");
+      }
       wv1::ForeignProcess process;
       if (serials++ < EnvInt("FAKE_WORKER_FOREIGN_SERIALS", 0) && Foreign(&process)) {
         report.set_contended_rounds(2);

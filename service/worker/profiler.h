@@ -81,6 +81,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/profile_task.h"
+#include "kernels/round_compare.h"
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 
@@ -116,18 +117,20 @@ double BandwidthFloorUs(double bytes_per_call, double peak_bandwidth_gbps);
 // rotated left by `round`, so each candidate takes each position in turn.
 std::vector<int> RoundOrder(int candidates, int round);
 
-// The relative noise of the median of `samples`: its standard error
-// (1.2533 * stddev / sqrt(n), for a normal spread) over the median. Infinite
-// with fewer than two samples or a median that is not positive.
-double MedianNoise(const std::vector<double>& samples);
-
-// Whether the rounds stop after `rounds` kept rounds with `gpu_seconds` of
-// GPU time spent: the text says why ("noise 0.31% <= 0.50% after 7 rounds",
-// "time cap 2 s after 41 rounds, noise 0.84% > 0.50% (candidate 3)"), and
-// nullopt means go on. Never before min_rounds unless the time cap is
-// reached. `samples` holds each candidate's per-launch times so far.
-std::optional<std::string> SerialStopReason(const std::vector<std::vector<double>>& samples,
-                                            int rounds, double gpu_seconds, const SerialRule& rule);
+// What the serial rounds so far say (kernels/round_compare.h): each
+// candidate's median per kept round (0 where it was not timed), compared
+// round by round with the fastest. `separated` are those slower than it
+// beyond doubt, no longer worth re-timing; `stop` says why the rounds end
+// ("every candidate separated from the fastest or within 0.50% of it after
+// 7 rounds", "time cap 2 s after 41 rounds, 1 candidates neither ..."), or
+// is nullopt to go on. Never before min_rounds unless the time cap is
+// reached.
+struct RoundsVerdict {
+  std::vector<size_t> separated;
+  std::optional<std::string> stop;
+};
+RoundsVerdict JudgeRounds(const std::vector<std::vector<double>>& round_medians, int rounds,
+                          double gpu_seconds, const SerialRule& rule);
 
 // A round ran throttled when the lowest SM clock read around it is below
 // `fraction` of the default clock; never when either clock is unknown (0).

@@ -153,6 +153,10 @@ wv1::DeviceState DeviceStateOf(const NvmlSnapshot& snapshot, int default_clock_m
   state.set_memory_used_bytes(snapshot.memory_used_bytes);
   state.set_sm_clock_mhz(snapshot.sm_clock_mhz);
   state.set_default_sm_clock_mhz(default_clock_mhz);
+  state.set_power_mw(snapshot.power_mw);
+  state.set_power_limit_mw(snapshot.power_limit_mw);
+  state.set_temperature_c(snapshot.temperature_c);
+  state.set_clocks_event_reasons(snapshot.clocks_event_reasons);
   return state;
 }
 

@@ -88,22 +88,6 @@ std::vector<int> RoundOrder(int candidates, int round) {
   return order;
 }
 
-double MedianNoise(const std::vector<double>& samples) {
-  const size_t n = samples.size();
-  if (n < 2) return std::numeric_limits<double>::infinity();
-  std::vector<double> sorted = samples;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-  if (!(median > 0)) return std::numeric_limits<double>::infinity();
-  double sum = 0;
-  for (double t : sorted) sum += t;
-  const double mean = sum / static_cast<double>(n);
-  double squares = 0;
-  for (double t : sorted) squares += (t - mean) * (t - mean);
-  const double stddev = std::sqrt(squares / static_cast<double>(n - 1));
-  return 1.2533 * stddev / std::sqrt(static_cast<double>(n)) / median;
-}
-
 namespace {
 std::string Percent(double fraction) {
   char text[32];
@@ -112,26 +96,50 @@ std::string Percent(double fraction) {
 }
 }  // namespace
 
-std::optional<std::string> SerialStopReason(const std::vector<std::vector<double>>& samples,
-                                            int rounds, double gpu_seconds,
-                                            const SerialRule& rule) {
-  double worst = 0;
-  size_t worst_index = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const double noise = MedianNoise(samples[i]);
-    if (!(noise <= worst)) {
-      worst = noise;
-      worst_index = i;
+RoundsVerdict JudgeRounds(const std::vector<std::vector<double>>& round_medians, int rounds,
+                          double gpu_seconds, const SerialRule& rule) {
+  RoundsVerdict verdict;
+  const std::string after = absl::StrCat(" after ", rounds, rounds == 1 ? " round" : " rounds");
+  // Those still re-timed: timed in the last round.
+  std::vector<size_t> active;
+  for (size_t i = 0; i < round_medians.size(); ++i) {
+    if (!round_medians[i].empty() && round_medians[i].back() > 0) active.push_back(i);
+  }
+  int unresolved = 0;
+  if (rounds >= rule.min_rounds && active.size() > 1) {
+    std::vector<std::vector<double>> timed;
+    for (size_t i : active) timed.push_back(round_medians[i]);
+    const size_t leader = Leader(timed);
+    for (size_t k = 0; k < active.size(); ++k) {
+      if (k == leader) continue;
+      switch (Classify(CompareRounds(timed[k], timed[leader], {}), rule.target_noise)) {
+        case Versus::kSlower:
+          verdict.separated.push_back(active[k]);
+          break;
+        case Versus::kWithinBand:
+          break;
+        case Versus::kUnresolved:
+          ++unresolved;
+          break;
+      }
     }
   }
-  const std::string after = absl::StrCat(" after ", rounds, rounds == 1 ? " round" : " rounds");
   if (gpu_seconds >= rule.max_seconds) {
-    return absl::StrCat("time cap ", rule.max_seconds, " s", after, ", noise ", Percent(worst),
-                        worst <= rule.target_noise ? " <= " : " > ", Percent(rule.target_noise),
-                        " (candidate ", worst_index, ")");
+    verdict.stop = absl::StrCat(
+        "time cap ", rule.max_seconds, " s", after,
+        unresolved > 0 || rounds < rule.min_rounds
+            ? absl::StrCat(", ", unresolved,
+                           " candidates neither separated from the fastest nor within ",
+                           Percent(rule.target_noise), " of it")
+            : "");
+    return verdict;
   }
-  if (rounds < rule.min_rounds || !(worst <= rule.target_noise)) return std::nullopt;
-  return absl::StrCat("noise ", Percent(worst), " <= ", Percent(rule.target_noise), after);
+  if (rounds < rule.min_rounds || unresolved > 0) return verdict;
+  verdict.stop = active.size() <= 1
+                     ? absl::StrCat("one candidate left", after)
+                     : absl::StrCat("every candidate separated from the fastest or within ",
+                                    Percent(rule.target_noise), " of it", after);
+  return verdict;
 }
 
 bool RoundThrottled(int min_clock_mhz, int default_clock_mhz, double fraction) {

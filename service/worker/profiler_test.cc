@@ -201,41 +201,62 @@ TEST(RoundOrderTest, RotatesByOneEachRound) {
   EXPECT_THAT(first, ::testing::Each(1));
 }
 
-TEST(MedianNoiseTest, StandardErrorOverMedian) {
-  // Mean 10, sample stddev sqrt(2.5) = 1.5811; 1.2533 * 1.5811 / sqrt(5) / 10.
-  EXPECT_NEAR(MedianNoise({8, 9, 10, 11, 12}), 1.2533 * std::sqrt(2.5) / std::sqrt(5.0) / 10,
-              1e-12);
-  // Four times the samples of the same spread: half the noise.
-  std::vector<double> more;
-  for (int i = 0; i < 4; ++i) more.insert(more.end(), {8, 9, 10, 11, 12});
-  EXPECT_LT(MedianNoise(more), 0.6 * MedianNoise({8, 9, 10, 11, 12}));
-  EXPECT_EQ(MedianNoise({5, 5, 5}), 0);
-  EXPECT_TRUE(std::isinf(MedianNoise({5})));
-  EXPECT_TRUE(std::isinf(MedianNoise({})));
-  EXPECT_TRUE(std::isinf(MedianNoise({0, 0})));
-}
-
-TEST(SerialStopReasonTest, StopsOnNoiseAfterMinRoundsOrOnTheCap) {
+TEST(JudgeRoundsTest, StopsWhenEveryCandidateIsSeparatedOrWithinTheBand) {
   SerialRule rule;
   rule.target_noise = 0.005;
   rule.min_rounds = 3;
   rule.max_seconds = 1;
-  const std::vector<double> quiet(10, 50.0);               // noise 0
-  const std::vector<double> noisy = {40, 60, 45, 55, 50};  // noise far above 0.5%
-  // Quiet, but too few rounds.
-  EXPECT_EQ(SerialStopReason({quiet, quiet}, 2, 0.1, rule), std::nullopt);
-  const std::optional<std::string> done = SerialStopReason({quiet, quiet}, 3, 0.1, rule);
-  ASSERT_TRUE(done.has_value());
-  EXPECT_THAT(*done, ::testing::HasSubstr("noise 0.00% <= 0.50% after 3 rounds"));
-  // One noisy candidate keeps all going...
-  EXPECT_EQ(SerialStopReason({quiet, noisy}, 9, 0.5, rule), std::nullopt);
-  // ...until the time cap, which names it.
-  const std::optional<std::string> capped = SerialStopReason({quiet, noisy}, 9, 1.0, rule);
-  ASSERT_TRUE(capped.has_value());
-  EXPECT_THAT(*capped, ::testing::HasSubstr("time cap 1 s after 9 rounds"));
-  EXPECT_THAT(*capped, ::testing::HasSubstr("(candidate 1)"));
+  // Rounds that drift together: the leader, one within 0.2% of it both
+  // ways (within the band) and one 3% behind (separated).
+  const std::vector<double> leader = {50, 51, 49.5, 50.5};
+  const std::vector<double> wobble = {0.999, 1.002, 1.0, 1.001};
+  std::vector<double> close;
+  std::vector<double> slow;
+  for (size_t r = 0; r < leader.size(); ++r) {
+    close.push_back(leader[r] * wobble[r]);
+    slow.push_back(leader[r] * 1.03);
+  }
+  auto first = [](const std::vector<double>& v, size_t n) {
+    return std::vector<double>(v.begin(), v.begin() + static_cast<long>(n));
+  };
+  // Too few rounds: nothing decided.
+  RoundsVerdict early =
+      JudgeRounds({first(slow, 2), first(leader, 2), first(close, 2)}, 2, 0.1, rule);
+  EXPECT_EQ(early.stop, std::nullopt);
+  EXPECT_THAT(early.separated, ::testing::IsEmpty());
+  RoundsVerdict done =
+      JudgeRounds({first(slow, 3), first(leader, 3), first(close, 3)}, 3, 0.1, rule);
+  EXPECT_THAT(done.separated, ::testing::ElementsAre(0u));
+  ASSERT_TRUE(done.stop.has_value());
+  EXPECT_THAT(*done.stop, ::testing::HasSubstr(
+                              "every candidate separated from the fastest or within 0.50% of it "
+                              "after 3 rounds"));
+}
+
+TEST(JudgeRoundsTest, AnUnresolvedCandidateKeepsTheRoundsGoingUntilTheCap) {
+  SerialRule rule;
+  rule.target_noise = 0.005;
+  rule.min_rounds = 3;
+  rule.max_seconds = 1;
+  const std::vector<double> leader(9, 50.0);
+  // +-2% from round to round, 0.2% behind on the median: neither.
+  const std::vector<double> noisy = {49.1, 50.1, 51.1, 49.1, 50.1, 51.1, 49.1, 50.1, 51.1};
+  RoundsVerdict going = JudgeRounds({leader, noisy}, 9, 0.5, rule);
+  EXPECT_EQ(going.stop, std::nullopt);
+  EXPECT_THAT(going.separated, ::testing::IsEmpty());
+  RoundsVerdict capped = JudgeRounds({leader, noisy}, 9, 1.0, rule);
+  ASSERT_TRUE(capped.stop.has_value());
+  EXPECT_THAT(*capped.stop, ::testing::HasSubstr("time cap 1 s after 9 rounds, 1 candidates "
+                                                 "neither separated from the fastest nor "
+                                                 "within 0.50% of it"));
+  // A candidate no longer timed (0 in the last round) is not waited for.
+  std::vector<double> dropped = noisy;
+  dropped.back() = 0;
+  RoundsVerdict without = JudgeRounds({leader, dropped}, 9, 0.5, rule);
+  ASSERT_TRUE(without.stop.has_value());
+  EXPECT_THAT(*without.stop, ::testing::HasSubstr("one candidate left after 9 rounds"));
   // The cap holds even before min_rounds.
-  EXPECT_TRUE(SerialStopReason({quiet}, 1, 2.0, rule).has_value());
+  EXPECT_TRUE(JudgeRounds({{50}}, 1, 2.0, rule).stop.has_value());
 }
 
 TEST(ResolveSerialRuleTest, DefaultsForUnsetAndOutOfRange) {

@@ -40,7 +40,9 @@ wv1::ProfileDone TaskRun::RunSerial(
     LoadedKernel kernel;
     TimedGraph graph;
     int samples_per_round = 1;
-    std::vector<double> samples;
+    std::vector<double> samples;        // every kept round's
+    std::vector<double> round_medians;  // one per kept round; 0 = not timed
+    bool active = true;                 // still re-timed (not separated)
   };
   std::vector<std::unique_ptr<Candidate>> candidates;
   const int variants = task_.variants_size();
@@ -106,8 +108,15 @@ wv1::ProfileDone TaskRun::RunSerial(
   int rounds = 0;
   int attempts = 0;
   std::optional<std::string> stop;
+  int max_power_mw = 0;
+  int power_limit_mw = 0;
+  int max_temperature_c = 0;
+  uint64_t clocks_events = 0;
   while (n > 0 && !stop) {
-    const std::vector<int> order = RoundOrder(n, attempts++);
+    std::vector<int> order;
+    for (int index : RoundOrder(n, attempts++)) {
+      if (candidates[static_cast<size_t>(index)]->active) order.push_back(index);
+    }
     wv1::DeviceState before;
     wv1::DeviceState after;
     if (watching && !Watch(&before)) {
@@ -152,28 +161,45 @@ wv1::ProfileDone TaskRun::RunSerial(
         default_clock = std::max(default_clock, state->default_sm_clock_mhz());
       }
     }
-    const bool throttled = RoundThrottled(round_min_clock, default_clock, rule.throttle_fraction);
-    if (throttled && report.throttled_rounds() < rule.min_rounds &&
-        rounds_gpu_s < rule.max_seconds) {
-      // Dropped and run again: a slow clock would slow whichever
-      // candidates this round held.
-      report.set_throttled_rounds(report.throttled_rounds() + 1);
-      continue;
+    const bool capped = rounds_gpu_s >= rule.max_seconds;
+    if (RoundThrottled(round_min_clock, default_clock, rule.throttle_fraction)) {
+      // A slow clock would slow whichever candidates this round held: the
+      // round is dropped while there is time to run another, and kept at
+      // the cap only when too few rounds were kept, marking the timings.
+      if (!capped || rounds >= rule.min_rounds) {
+        report.set_throttled_rounds(report.throttled_rounds() + 1);
+        if (capped) {
+          std::vector<std::vector<double>> medians;
+          for (const auto& c : candidates) medians.push_back(c->round_medians);
+          stop = JudgeRounds(medians, rounds, rounds_gpu_s, rule).stop;
+        }
+        continue;
+      }
+      report.set_throttled(true);
     }
     if (contended) report.set_contended_rounds(report.contended_rounds() + 1);
     if (round_min_clock > 0) {
       min_clock = min_clock == 0 ? round_min_clock : std::min(min_clock, round_min_clock);
       max_clock = std::max(max_clock, round_max_clock);
     }
+    for (const wv1::DeviceState* state : {&before, &after}) {
+      max_power_mw = std::max(max_power_mw, state->power_mw());
+      power_limit_mw = std::max(power_limit_mw, state->power_limit_mw());
+      max_temperature_c = std::max(max_temperature_c, state->temperature_c());
+      clocks_events |= state->clocks_event_reasons();
+    }
+    std::vector<std::vector<double>> medians;
     for (int i = 0; i < n; ++i) {
-      std::vector<double>& kept = candidates[static_cast<size_t>(i)]->samples;
-      kept.insert(kept.end(), round[static_cast<size_t>(i)].begin(),
-                  round[static_cast<size_t>(i)].end());
+      Candidate& c = *candidates[static_cast<size_t>(i)];
+      std::vector<double>& timed = round[static_cast<size_t>(i)];
+      c.samples.insert(c.samples.end(), timed.begin(), timed.end());
+      c.round_medians.push_back(c.active ? RoundsMedian(timed) : 0);
+      medians.push_back(c.round_medians);
     }
     ++rounds;
-    std::vector<std::vector<double>> all;
-    for (const auto& c : candidates) all.push_back(c->samples);
-    stop = SerialStopReason(all, rounds, rounds_gpu_s, rule);
+    RoundsVerdict verdict = JudgeRounds(medians, rounds, rounds_gpu_s, rule);
+    for (size_t i : verdict.separated) candidates[i]->active = false;
+    stop = std::move(verdict.stop);
   }
 
   for (const auto& c : candidates) {
@@ -181,7 +207,8 @@ wv1::ProfileDone TaskRun::RunSerial(
     timing->set_variant_id(c->image->id());
     *timing->mutable_timing() =
         SummarizeTimes(c->samples, c->image->bytes_per_call(), c->image->flops_per_call());
-    timing->set_noise(MedianNoise(c->samples));
+    timing->set_noise(RoundsNoise(c->round_medians));
+    for (double median : c->round_medians) timing->add_round_median_us(median);
     timing->set_launches_per_sample(c->graph.launches);
     timing->set_pool_sets(c->graph.sets);
     timing->set_pool_bytes(c->graph.pool_bytes);
@@ -197,6 +224,11 @@ wv1::ProfileDone TaskRun::RunSerial(
   report.set_default_sm_clock_mhz(default_clock);
   report.set_stop(n == 0 ? "no candidate validated" : stop.value_or(""));
   report.set_gpu_seconds(rounds_gpu_s);
+  report.set_max_power_mw(max_power_mw);
+  report.set_power_limit_mw(power_limit_mw);
+  report.set_max_temperature_c(max_temperature_c);
+  report.set_clocks_event_reasons(clocks_events);
+  report.set_clocks_events(DescribeClocksEvents(clocks_events));
 
   absl::Status status = gpu_.Record(kSpanBegin);
   if (status.ok()) status = gpu_.Wait(kSpanBegin, kUtilityTimeoutS, "the end of the task");
@@ -208,6 +240,7 @@ wv1::ProfileDone TaskRun::RunSerial(
                                  ? absl::StrCat("; ", report.throttled_rounds(),
                                                 " rounds dropped for a throttled SM clock")
                                  : "",
+                             report.throttled() ? "; measured throttled" : "",
                              report.contended_rounds() > 0
                                  ? absl::StrCat("; ", report.contended_rounds(),
                                                 " rounds with another compute process")

@@ -199,11 +199,14 @@ TEST_F(ResumeAfterKillTest, StoppedBySigtermWhileScreeningItResumesInsteadOfBein
 }
 
 TEST_F(ResumeAfterKillTest, KilledInTheSerialPhaseItKeepsTheEntriesItHadStored) {
-  // Each problem's serial task validates its two candidates (MODE 0 and 1):
-  // held before the 5th serial outcome, two problems have their entries.
-  ASSERT_NO_FATAL_FAILURE(StartHoldingAt("serial", 2 * 2 + 1));
+  // Each problem's serial phase validates its two candidates (MODE 0 and 1)
+  // in one worker process, then again in a fresh one, which goes on to the
+  // next problem; a worker counts its outcomes from 1. Held before the
+  // second worker's 3rd serial outcome (the second problem's first), the
+  // first problem has its entry.
+  ASSERT_NO_FATAL_FAILURE(StartHoldingAt("serial", 3));
   const auto [before, after] = KillWhen([](const v1::Job& job) {
-    return job.state() == v1::VALIDATING && job.results_size() >= 2 &&
+    return job.state() == v1::VALIDATING && job.results_size() >= 1 &&
            job.results_size() < kProblems;
   });
   ASSERT_EQ(after.state(), v1::SUCCEEDED) << after.error() << daemon_->Stderr();
@@ -222,10 +225,11 @@ TEST_F(ResumeAfterKillTest, KilledInTheSerialPhaseItKeepsTheEntriesItHadStored) 
     auto it = stored_before.find(problem);
     if (it == stored_before.end()) continue;
     // An entry stored before the kill is the one served after it, and its
-    // candidates were timed serially once.
+    // candidates were timed serially once in each of its two worker
+    // processes.
     EXPECT_EQ(entry.entry().tuned_at(), it->second.tuned_at()) << problem;
     EXPECT_EQ(CountByMode(entry, v1::SERIAL_VALIDATION, before.id()),
-              (std::map<int64_t, int>{{0, 1}, {1, 1}}))
+              (std::map<int64_t, int>{{0, 2}, {1, 2}}))
         << problem;
   }
 }

@@ -28,7 +28,12 @@
     const entry = report.entry;
     const out = [];
     if (entry && entry.tie) out.push(fmt.badge(`tie(${fmt.num(entry.tied)})`, 'info'));
+    if (entry && entry.choice) {
+      const bound = Number(entry.bound || 0);
+      out.push(fmt.badge(bound < 0 ? 'bound(?)' : `bound(${(bound * 100).toFixed(2)}%)`, 'info'));
+    }
     if (entry && entry.contended) out.push(fmt.badge('CONTENDED', 'warn'));
+    if (entry && entry.throttled) out.push(fmt.badge('THROTTLED', 'warn'));
     if (report.cached) out.push(fmt.badge('cached', 'plain'));
     if (report.regression) out.push(fmt.badge('REGRESSION', 'bad'));
     if (report.screen_contention) out.push(fmt.badge('screen-contended', 'warn'));

@@ -12,7 +12,8 @@ job's state, counts and error:
 
 Per problem: the chosen config, its median time, throughput (and the share
 of the device's measured copy rate), the speedup over the family's default
-config, and flags: "tie(N)", "CONTENDED", "cached", "REGRESSION",
+config, and flags: "tie(N)", "bound(0.31%)" (what the choice guarantees,
+Entry.bound), "CONTENDED", "THROTTLED", "cached", "REGRESSION",
 "kept-clean-entry", "screen-contended", or the error of a problem left
 without an entry. A number the daemon left at 0 is unknown and prints
 blank. A compile-only job measured nothing: the report says what it
@@ -160,8 +161,12 @@ def _summary_row(job: pb.Job, report: pb.ProblemReport) -> list[str]:
         ]
         if entry.tie:
             flags.append(f"tie({entry.tied})")
+        if entry.choice:
+            flags.append("bound(?)" if entry.bound < 0 else f"bound({entry.bound * 100:.2f}%)")
         if entry.contended:
             flags.append("CONTENDED")
+        if entry.throttled:
+            flags.append("THROTTLED")
     else:
         row += [""] * 5
     row.append(_known("{:.2f}x", report.speedup))

@@ -10,6 +10,9 @@
 //   FAKE_NVML_SM_CLOCK=1980         nvmlDeviceGetClockInfo; absent = Not Supported
 //   FAKE_NVML_DEFAULT_CLOCK=1980    default applications clock; absent = Not Supported
 //   FAKE_NVML_MAX_CLOCK=2100        max clock; absent = Not Supported
+//   FAKE_NVML_POWER=250000          power draw, mW (also FAKE_NVML_POWER_LIMIT,
+//                                   FAKE_NVML_TEMPERATURE °C, FAKE_NVML_EVENTS bits);
+//                                   absent = Not Supported
 //   FAKE_NVML_FAIL=<function>       that function fails with GPU Is Lost
 //
 // Like NVML, the process query answers INSUFFICIENT_SIZE with the count it
@@ -179,6 +182,40 @@ nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlCloc
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                        unsigned int* clock) {
   return Clock("nvmlDeviceGetMaxClockInfo", "FAKE_NVML_MAX_CLOCK", device, type, clock);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power_mw) {
+  if (!KnowsDevice(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long value = 0;
+  if (!EnvNumber("FAKE_NVML_POWER", &value)) return NVML_ERROR_NOT_SUPPORTED;
+  *power_mw = static_cast<unsigned int>(value);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit_mw) {
+  if (!KnowsDevice(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long value = 0;
+  if (!EnvNumber("FAKE_NVML_POWER_LIMIT", &value)) return NVML_ERROR_NOT_SUPPORTED;
+  *limit_mw = static_cast<unsigned int>(value);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                      unsigned int* temperature_c) {
+  if (!KnowsDevice(device) || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long value = 0;
+  if (!EnvNumber("FAKE_NVML_TEMPERATURE", &value)) return NVML_ERROR_NOT_SUPPORTED;
+  *temperature_c = static_cast<unsigned int>(value);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long* reasons) {
+  if (!KnowsDevice(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long value = 0;
+  if (!EnvNumber("FAKE_NVML_EVENTS", &value)) return NVML_ERROR_NOT_SUPPORTED;
+  *reasons = value;
+  return NVML_SUCCESS;
 }
 
 }  // extern "C"
