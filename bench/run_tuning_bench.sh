@@ -7,7 +7,8 @@
 #       each on a fresh database, then a rerun on the last one (steady
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
-#       stability).
+#       stability). RETUNE=1 adds a --retune of the last database to the
+#       comparison.
 #   bash bench/run_tuning_bench.sh grow [MANIFEST]
 #       A family that gains a parameter value: a cold warmup of MANIFEST
 #       (default kernels/builtin/gla_decode.manifest), then gla_decode registered
@@ -140,6 +141,12 @@ fixture() {
     if ((run == runs)); then
       warmup "fixture$run" "fixture-rerun" "$manifest" || failed=1
       show_report "fixture-cold-$run"
+      if [[ "${RETUNE:-0}" == 1 ]]; then
+        # Measured again over the last run's entries: the hysteresis keeps
+        # them unless beaten beyond the band.
+        warmup "fixture$run" "fixture-retune" "$manifest" --retune || failed=1
+        jobs+=("$out/fixture-retune.json")
+      fi
     fi
     stop_daemon "fixture$run"
   done

@@ -29,10 +29,15 @@ fi
 grep -q "0/3 .* 8.00%" "$work/out" || { cat "$work/out"; exit 1; }
 
 # The floor on the model's quality, over real exhaustive screens of the
-# GEMM family (6,904 configs per shape, on an H200): with 5% of the space,
-# at least 7 of 8 seeds end within 1% of the exhaustive best at every shape.
+# GEMM family (five shapes, all 7,296 configs of each, on an H100): with 5%
+# of the space, at least 5 of 8 seeds end within 1% of the exhaustive best at
+# every shape. Set from 256 seeds a shape (bench/RESULTS.md: 248 to 256 of
+# 256 within 1%): a change that leaves the search as good as it is, but
+# draws other proposals, fails this less than once in 1,000 (7.9e-4 at the
+# low ends of the 95% intervals, 6e-5 at the measured rates); 7 of 8 would
+# fail about once in 40.
 "$replay" run "$data"/gemm_bf16_*.tsv --search model --fraction 0.05 --seeds 8 \
-  --floor-within-1pct 0.875 >"$work/out" || { cat "$work/out"; exit 1; }
+  --floor-within-1pct 0.625 >"$work/out" || { cat "$work/out"; exit 1; }
 cat "$work/out"
 
 # The small built-in spaces, real H200 screens too (rmsnorm and softmax: 48

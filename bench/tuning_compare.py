@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Compares the outcomes of warmup jobs (autotune warmup --json files).
 
-  tuning_compare.py stability JOB.json JOB.json ...
+  tuning_compare.py stability JOB.json JOB.json ... [--band 0.005] [--floor 0.97]
       Per problem, the configs the runs chose: the same in every run, or
       the runs with a clear winner agree and every run that declared a tie
-      chose within 1 % of its own fastest candidate (its margin); anything
-      else DIFFERS. Also the spread of the chosen medians
-      across runs. Exit 1 when a problem differs.
+      states a bound within the band (the chosen config at most that much
+      slower than any candidate it timed: Entry.bound); anything else
+      DIFFERS. Also each run's bound and the spread of the chosen medians
+      across runs. Exit 1 when fewer than --floor of the problems are the
+      same or a declared tie within the band.
 
   tuning_compare.py oracle JOB.json (--cli 'autotune --server unix:///...' | --medians FILE)
       Per problem of JOB, the chosen config's median as measured by an oracle
@@ -56,12 +58,12 @@ def entries(job_path):
     return job, out
 
 
-def stability(paths):
+def stability(paths, band=0.005, floor=0.97):
     runs = [entries(p)[1] for p in paths]
     keys = sorted(set().union(*[r.keys() for r in runs]))
     differs = 0
     spreads = []
-    print(f"{'problem':58} {'verdict':16} configs (median us, tie) per run")
+    print(f"{'problem':58} {'verdict':16} config (median us, tie, bound) per run")
     for key in keys:
         chosen = [r.get(key) for r in runs]
         if any(c is None for c in chosen):
@@ -71,27 +73,42 @@ def stability(paths):
             medians = [c["timing"]["median_us"] for c in chosen]
             spreads.append(max(medians) / min(medians) - 1)
             # Runs with a clear winner must agree; a run that declared a tie
-            # must have chosen within 1 % of its own fastest candidate (its
-            # margin).
+            # must state a bound within the band (entries of older daemons
+            # without a bound: their margin, within 1 %).
             clear = {config_text(c["config"]) for c in chosen if not c.get("tie")}
-            ties_close = all(c.get("margin", 0) >= -0.01 for c in chosen if c.get("tie"))
+
+            def tie_within(c):
+                if "choice" in c:
+                    return 0 <= c.get("bound", 0) <= band + 1e-12
+                return c.get("margin", 0) >= -0.01
+            ties_close = all(tie_within(c) for c in chosen if c.get("tie"))
             if len(configs) == 1:
                 verdict = "same"
             elif len(clear) <= 1 and ties_close:
-                verdict = "tie within 1%"
+                verdict = f"tie within {band * 100:.1f}%"
             else:
                 verdict = "DIFFERS"
         if verdict in ("DIFFERS", "MISSING"):
             differs += 1
-        cells = [
-            "-" if c is None else
-            f"{config_text(c['config'])} ({c['timing']['median_us']:.2f}{', tie %+.2f%%' % (c.get('margin', 0) * 100) if c.get('tie') else ''})"
-            for c in chosen]
-        print(f"{' '.join(key):58} {verdict:16} " + " | ".join(cells))
-    print(f"stability: {len(keys) - differs} of {len(keys)} problems the same or a declared tie "
-          f"within 1% over {len(runs)} runs; chosen medians spread across runs: median "
-          f"{statistics.median(spreads) * 100:.2f}%, max {max(spreads) * 100:.2f}%")
-    return 1 if differs else 0
+
+        def cell(c):
+            if c is None:
+                return "-"
+            notes = [f"{c['timing']['median_us']:.2f}"]
+            if c.get("tie"):
+                notes.append(f"tie({c.get('tied', 0)})")
+            if "choice" in c:
+                notes.append("bound ?" if c.get("bound", 0) < 0 else
+                             f"bound {c.get('bound', 0) * 100:.2f}%")
+            return f"{config_text(c['config'])} ({', '.join(notes)})"
+        print(f"{' '.join(key):58} {verdict:16} " + " | ".join(cell(c) for c in chosen))
+    agree = len(keys) - differs
+    share = agree / len(keys) if keys else 0
+    print(f"stability: {agree} of {len(keys)} problems ({share * 100:.1f}%) the same or a declared "
+          f"tie within {band * 100:.1f}% over {len(runs)} runs (floor {floor * 100:.0f}%); chosen "
+          f"medians spread across runs: median {statistics.median(spreads or [0]) * 100:.2f}%, "
+          f"max {max(spreads or [0]) * 100:.2f}%")
+    return 0 if keys and share >= floor else 1
 
 
 def oracle_medians(cli, key):
@@ -175,6 +192,8 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stability")
     s.add_argument("jobs", nargs="+")
+    s.add_argument("--band", type=float, default=0.005)
+    s.add_argument("--floor", type=float, default=0.97)
     o = sub.add_parser("oracle")
     o.add_argument("job")
     o.add_argument("--cli")
@@ -187,7 +206,7 @@ def main():
     c.add_argument("--expect-waited", action="store_true")
     args = parser.parse_args()
     if args.command == "stability":
-        return stability(args.jobs)
+        return stability(args.jobs, args.band, args.floor)
     if args.command == "contention":
         return contention(args.job, args.expect_contended, args.expect_waited)
     if not args.cli and not args.medians:

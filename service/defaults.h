@@ -69,6 +69,13 @@ inline constexpr double kDefaultCompileTimeoutS = 120;
 // The most a job may ask for one compile (JobOptions.compile_timeout_s): a
 // caller may not hold a compile worker, and its memory, for longer.
 inline constexpr double kMaxCompileTimeoutS = 600;
+// The screen's timing of each variant: enough replays for a usable median,
+// a few milliseconds of GPU time (the screen only ranks; the serial phase
+// times its candidates at length, by the rules of kernels::SerialRule).
+// Not options of a job.
+inline constexpr double kScreenTimingBudgetS = 0.003;
+inline constexpr int kScreenMinSamples = 5;
+inline constexpr double kScreenWarmupS = 0.002;
 // Candidates timed in the serial phase at most (Helion re-benchmarks its
 // top 8): enough to hold the screen's near ties, few enough to time at
 // length.
@@ -108,9 +115,10 @@ inline constexpr double kDefaultCandidateBand = 0.10;
 // (SearchOptions.strategy unspecified): every variant of a space up to this
 // size (the built-in memory-bound families have at most a few hundred, and
 // a screen of that many takes seconds), the model-guided search above it.
-// Replayed over the exhaustive screens of gemm_bf16 (6,904 configs per
-// shape, bench/testdata/search), the model with no budget stops after
-// about 6% of the space with the exhaustive best in every run.
+// Replayed over the exhaustive screens of gemm_bf16 (7,296 configs per
+// shape, five shapes, bench/testdata/search), the model with no budget
+// stops after 5.3-6.1% of the space with the exhaustive best in each of 64
+// runs a shape.
 inline constexpr int64_t kExhaustiveSearchUpTo = 1000;
 // While a searched job measures a round, it compiles up to this many times
 // the round's batches of what the searches expect next (Search::Ahead). At

@@ -38,12 +38,6 @@ absl::Status CheckBounded(absl::string_view prefix, const Bounded& bounded) {
                    bounded.zero.empty() ? "" : absl::StrCat(" (0 = ", bounded.zero, ")")));
 }
 
-// The screen's timing: enough replays for a usable median, a few
-// milliseconds of GPU time per variant (the serial phase measures at length).
-constexpr double kScreenBudgetS = 0.003;
-constexpr int kScreenMinSamples = 5;
-constexpr double kScreenWarmupS = 0.002;
-
 }  // namespace
 
 std::string NameSetting(absl::string_view setting, absl::string_view value,
@@ -99,7 +93,7 @@ ResolvedJobOptions ResolveJobOptions(const v1::JobOptions& job, const JobRunnerO
   ResolvedJobOptions resolved;
   resolved.screen.launch_timeout_s =
       job.variant_timeout_s() > 0 ? job.variant_timeout_s() : defaults.variant_timeout_s;
-  resolved.screen.timing_budget_s = kScreenBudgetS;
+  resolved.screen.timing_budget_s = kScreenTimingBudgetS;
   resolved.screen.min_samples = kScreenMinSamples;
   resolved.screen.warmup_s = kScreenWarmupS;
   resolved.compile_timeout = job.compile_timeout_s() > 0 ? absl::Seconds(job.compile_timeout_s())

@@ -147,9 +147,10 @@ class ProblemSerial {
       }
     }
     task.set_task_id(absl::StrCat(screen_.task.task_id(), "/serial", passes_.size() + 1));
+    // Validation is as in the screen (the screen's settings, timing budget
+    // included, which the worker requires but the rounds do not use); only
+    // the rounds are timed, by the job's serial options.
     *task.mutable_serial() = job_.options->rounds;
-    // Validation is as in the screen; only the rounds are timed.
-    task.set_timing_budget_s(std::max(task.timing_budget_s(), 1e-3));
     const absl::Time lease_start = absl::Now();
     bool leased_wait = false;
     ProfileResult run = gpu.Profile(

@@ -143,6 +143,8 @@ TEST(GpuEndToEndTest, FaultsEndInTheirStatusWhileLookupsKeepAnswering) {
     // Chosen in the serial phase, among candidates timed there.
     EXPECT_EQ(entry.phase(), v1::SERIAL_VALIDATION);
     EXPECT_GE(entry.rounds(), 1);
+    EXPECT_FALSE(entry.choice().empty());
+    EXPECT_GE(entry.worker_processes(), 1);
     int serial = 0;
     for (const v1::Measurement& m : detail.measurements()) {
       SCOPED_TRACE(m.detail());
