@@ -811,14 +811,14 @@ TEST_F(GpuTest, SerialRoundsTimeTheCandidatesTogetherUntilSteady) {
         absl::StrFormat("%.2f us (noise %.2f%%)", t.timing().median_us(), t.noise() * 100));
   }
   Summary("serial rounds",
-          absl::StrFormat("%d rounds (%s), %d throttled; SM clock %d-%d MHz of %d; power up to "
-                          "%.0f W of %.0f W, %d C, clocks events '%s'; copy %.0f GB/s; NVML: %s; %s",
-                          report.rounds(), report.stop(), report.throttled_rounds(),
-                          report.min_sm_clock_mhz(), report.max_sm_clock_mhz(),
-                          report.default_sm_clock_mhz(), report.max_power_mw() / 1000.0,
-                          report.power_limit_mw() / 1000.0, report.max_temperature_c(),
-                          report.clocks_events(), device.copy_gbps(),
-                          device.nvml_error().empty() ? "watching" : device.nvml_error(), line));
+          absl::StrFormat(
+              "%d rounds (%s), %d throttled; SM clock %d-%d MHz of %d; power up to "
+              "%.0f W of %.0f W, %d C, clocks events '%s'; copy %.0f GB/s; NVML: %s; %s",
+              report.rounds(), report.stop(), report.throttled_rounds(), report.min_sm_clock_mhz(),
+              report.max_sm_clock_mhz(), report.default_sm_clock_mhz(),
+              report.max_power_mw() / 1000.0, report.power_limit_mw() / 1000.0,
+              report.max_temperature_c(), report.clocks_events(), device.copy_gbps(),
+              device.nvml_error().empty() ? "watching" : device.nvml_error(), line));
 }
 
 // GPU memory the compute processes on the device hold, in MiB, as
