@@ -97,46 +97,65 @@ Choice ChooseConfig(const std::vector<Candidate>& candidates, const std::vector<
     }
   }
 
+  // What choosing candidate `w` guarantees: the most it is slower than any
+  // other, at the rounds' confidence; negative when too few rounds say.
+  auto bound_of = [&](size_t w) {
+    double bound = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (i == w) continue;
+      const RoundRatio w_over_i = versus(w, i);
+      if (!w_over_i.known()) return -1.0;
+      bound = std::max(bound, w_over_i.high - 1);
+    }
+    return bound;
+  };
+  auto within_band = [&](size_t w) {
+    const double bound = bound_of(w);
+    return bound >= 0 && bound <= band;
+  };
   size_t winner = leader;
   size_t current_index = n;
   for (size_t i = 0; i < n && current != nullptr; ++i) {
     if (SameConfig(candidates[i].config, *current)) current_index = i;
   }
   if (current_index != n && current_index != leader) {
-    // Hysteresis: the leader must be faster beyond the band, with confidence.
+    // Hysteresis: the current entry stays while it is within the band of
+    // every candidate, and the leader is not faster than it beyond the
+    // band with confidence.
     const RoundRatio current_over_leader = versus(current_index, leader);
-    if (!(current_over_leader.known() && current_over_leader.low > 1 + band)) {
+    const bool beaten = current_over_leader.known() && current_over_leader.low > 1 + band;
+    if (!beaten && within_band(current_index)) {
       winner = current_index;
       choice.kept_current = true;
     }
   }
   if (!choice.kept_current && choice.tied.size() > 1) {
-    // Rank 0: the family's default; 1: the rest, by parameter order.
+    // Rank 0: the family's default; 1: the rest, by parameter order. Only a
+    // member that is within the band of every candidate may win the
+    // tie-break (an unresolved candidate could be faster than it by more);
+    // else the leader stays.
     auto rank = [&](size_t i) {
       return family_default != nullptr && SameConfig(candidates[i].config, *family_default) ? 0 : 1;
     };
+    size_t pick = n;
     for (size_t i : choice.tied) {
-      const int a = rank(i);
-      const int b = rank(winner);
-      if (a < b || (a == b && candidates[i].index < candidates[winner].index)) winner = i;
+      if (!within_band(i)) continue;
+      if (pick == n || rank(i) < rank(pick) ||
+          (rank(i) == rank(pick) && candidates[i].index < candidates[pick].index)) {
+        pick = i;
+      }
     }
+    if (pick != n) winner = pick;
   }
   choice.winner = winner;
   choice.tie = choice.kept_current || choice.tied.size() > 1;
+  choice.bound = bound_of(winner);
 
   choice.runner_up = n;
-  double bound = 0;
   for (size_t i = 0; i < n; ++i) {
     if (i == winner) continue;
-    const RoundRatio winner_over_other = versus(winner, i);
-    if (!winner_over_other.known()) {
-      bound = -1;
-    } else if (bound >= 0) {
-      bound = std::max(bound, winner_over_other.high - 1);
-    }
     if (choice.runner_up == n || median(i) < median(choice.runner_up)) choice.runner_up = i;
   }
-  choice.bound = bound;
   if (choice.runner_up != n) {
     choice.runner_up_ratio = versus(choice.runner_up, winner);
     const double chosen = candidates[winner].timing.median_us();

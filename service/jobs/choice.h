@@ -15,18 +15,22 @@
 // unresolved (the rounds' time cap came first).
 //
 // The winner, in this order:
-//  - The current entry's config (a re-tune) stays unless the leader is
-//    faster than it beyond the band with confidence (the interval of
-//    current / leader above 1 + band): tuning twice does not flip a config
-//    for a gain the measurement cannot vouch for (hysteresis).
+//  - The current entry's config (a re-tune) stays while it is within the
+//    band of every candidate (its bound, below, at most the band) and the
+//    leader is not faster than it beyond the band with confidence: tuning
+//    twice does not flip a config for a gain the measurement cannot vouch
+//    for (hysteresis).
 //  - Else among the leader and those within the band of it (a declared tie):
 //    the family's default config, else the first in the family's parameter
-//    order (the lowest variant index). Unresolved candidates never win a
-//    tie-break.
+//    order (the lowest variant index), of those whose bound is within the
+//    band; when none is, the leader. So a tie-break never picks a config an
+//    unresolved candidate may beat by more than the band.
 // The same timings always give the same choice. `bound` says what the
 // choice guarantees: the winner is at most that fraction slower than every
 // other candidate, at kernels::kRoundConfidence (the largest upper end of
-// winner / other over the other candidates, 0 when it is faster than all).
+// winner / other over the other candidates, 0 when it is faster than all);
+// it exceeds the band only when the leader itself is unresolved (the
+// serial phase then times the leaders again, serial_phase.h).
 //
 // Before that, SelectCandidates picks from a screen the variants worth the
 // serial phase: the screen's short timings only rank.

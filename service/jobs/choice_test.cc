@@ -29,9 +29,10 @@ Candidate Timed(int64_t index, double median, const std::vector<double>& pattern
   return c;
 }
 
-// Within +-0.3% of the leader from round to round: tied with it.
-const std::vector<double> kJitter = {0.997, 1.003, 1.001, 0.998, 1.002};
-const std::vector<double> kOtherJitter = {1.002, 0.998, 1.003, 0.997, 1.001};
+// Within +-0.2% of the leader from round to round, and of each other:
+// tied with it.
+const std::vector<double> kJitter = {0.998, 1.002, 1.001, 0.999, 1.0015};
+const std::vector<double> kOtherJitter = {1.0015, 0.998, 1.002, 0.999, 1.001};
 // From 0.5% faster to 2% slower from round to round: not resolved in 8
 // rounds.
 const std::vector<double> kSkewed = {0.995, 1.02, 1.01};
@@ -119,8 +120,8 @@ INSTANTIATE_TEST_SUITE_P(
                    1,
                    false,
                    {1}},
-        // A candidate that the rounds could not resolve never wins a
-        // tie-break: the leader wins.
+        // A candidate that the rounds could not resolve is no tie: the
+        // leader wins.
         ChoiceCase{"unresolved_is_no_tie",
                    {Timed(0, 10, kSkewed), Timed(1, 10)},
                    -1,
@@ -158,6 +159,21 @@ TEST(ChooseConfigTest, TheBoundIsWhatTheChoiceGuarantees) {
   Choice blind = ChooseConfig({Timed(0, 10.3, {1}, 2), Timed(1, 10, {1}, 2)}, {}, nullptr);
   EXPECT_EQ(blind.winner, 1u);
   EXPECT_LT(blind.bound, 0);
+}
+
+// A tie-break goes only to a member within the band of every candidate:
+// here the first in order is tied with the leader, but an unresolved third
+// may be faster than it by more than the band, so the leader stays.
+TEST(ChooseConfigTest, ATieBreakNeverPicksAConfigAnUnresolvedOneMayBeatByMore) {
+  const std::vector<Candidate> candidates = {Timed(0, 10, kJitter), Timed(1, 10),
+                                             Timed(2, 10, {0.99, 1.015, 1.01, 0.992, 1.012})};
+  const Choice choice = ChooseConfig(candidates, {}, nullptr);
+  EXPECT_EQ(choice.leader, 1u);
+  EXPECT_THAT(choice.tied, ElementsAre(0u, 1u));
+  EXPECT_EQ(choice.unresolved, 1);
+  EXPECT_EQ(choice.winner, 1u);
+  // Without the third, the tie goes to the first in order.
+  EXPECT_EQ(ChooseConfig({candidates[0], candidates[1]}, {}, nullptr).winner, 0u);
 }
 
 TEST(ChooseConfigTest, TwoProcessesThatDisagreeAreNoTie) {

@@ -415,24 +415,56 @@ void JobRunner::Run(Running* running) {
   }
 
   if (running->stopping) {
-    // Stored in the state it reached; ResumeUnfinished takes it up.
-    v1::Job left;
-    {
-      absl::MutexLock lock(&running->mu);
-      running->job.set_updated_at(Timestamp());
-      left = running->job;
-    }
-    absl::Status stored = store_->UpdateJob(left);
-    if (!stored.ok()) {
-      spdlog::warn("job {}: cannot store where it stopped: {}", id, std::string(stored.message()));
-    }
-    spdlog::info("job {}: stopped in {} with the daemon; it resumes when the daemon starts again",
-                 id, v1::JobState_Name(left.state()));
-    running->work.reset();
-    running->ended = true;
+    StopWhereItIs(running, id);
     return;
   }
+  const std::string message = Conclude(running, started);
+  spdlog::info("job {}: {}", id, message);
+  // Learned before the end is published: a job submitted by whoever saw
+  // this one end estimates with its rates.
+  v1::Job finished;
+  {
+    const PhaseRates rates = Rates();
+    absl::MutexLock lock(&running->mu);
+    running->UpdateTiming(rates);
+    finished = running->job;
+  }
+  if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
+  {
+    absl::MutexLock lock(&rates_mu_);
+    totals_.compile_s += finished.timing().compile_s();
+    totals_.gpu_s += finished.timing().screen_s() + finished.timing().serial_s();
+  }
+  Publish(running, nullptr, message);
+  running->work.reset();
+  // The job's plan, cubins and outcomes (hundreds of MB for a large family)
+  // were freed into the malloc arenas of many threads, which keep the pages:
+  // hand them back, so the daemon does not keep every job's high-water
+  // mark (bench/run_memory_bench.sh measures it).
+  malloc_trim(0);
+  running->ended = true;
+}
 
+void JobRunner::StopWhereItIs(Running* running, const std::string& id) {
+  // Stored in the state it reached; ResumeUnfinished takes it up.
+  v1::Job left;
+  {
+    absl::MutexLock lock(&running->mu);
+    running->job.set_updated_at(Timestamp());
+    left = running->job;
+  }
+  absl::Status stored = store_->UpdateJob(left);
+  if (!stored.ok()) {
+    spdlog::warn("job {}: cannot store where it stopped: {}", id, std::string(stored.message()));
+  }
+  spdlog::info("job {}: stopped in {} with the daemon; it resumes when the daemon starts again", id,
+               v1::JobState_Name(left.state()));
+  running->work.reset();
+  running->ended = true;
+}
+
+std::string JobRunner::Conclude(Running* running, absl::Time started) {
+  const Work& work = *running->work;
   std::string message;
   {
     absl::MutexLock lock(&running->mu);
@@ -475,30 +507,7 @@ void JobRunner::Run(Running* running) {
     }
     absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
   }
-  spdlog::info("job {}: {}", id, message);
-  // Learned before the end is published: a job submitted by whoever saw
-  // this one end estimates with its rates.
-  v1::Job finished;
-  {
-    const PhaseRates rates = Rates();
-    absl::MutexLock lock(&running->mu);
-    running->UpdateTiming(rates);
-    finished = running->job;
-  }
-  if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
-  {
-    absl::MutexLock lock(&rates_mu_);
-    totals_.compile_s += finished.timing().compile_s();
-    totals_.gpu_s += finished.timing().screen_s() + finished.timing().serial_s();
-  }
-  Publish(running, nullptr, message);
-  running->work.reset();
-  // The job's plan, cubins and outcomes (hundreds of MB for a large family)
-  // were freed into the malloc arenas of many threads, which keep the pages:
-  // hand them back, so the daemon does not keep every job's high-water
-  // mark (bench/run_memory_bench.sh measures it).
-  malloc_trim(0);
-  running->ended = true;
+  return message;
 }
 
 absl::Status JobRunner::CheckFamilyCompiles(const v1::KernelFamily& family) {

@@ -35,6 +35,7 @@
 #ifndef AUTOTUNE_SERVICE_JOB_RUNNER_H_
 #define AUTOTUNE_SERVICE_JOB_RUNNER_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,6 +54,8 @@
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
+#include "service/jobs/screen_phase.h"
+#include "service/jobs/serial_phase.h"
 #include "service/pools/compile_pool.h"
 #include "service/pools/profile_pool.h"
 
@@ -148,6 +151,12 @@ class JobRunner {
   absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec, const std::string& job_id);
   void Start(v1::Job job, std::shared_ptr<Work> work);
   void Run(Running* running);
+  // A job the daemon stopped: stored in the state it reached, for
+  // ResumeUnfinished to take up.
+  void StopWhereItIs(Running* running, const std::string& id);
+  // A job that ended: its reports in plan order, its state and error, and
+  // the line that sums it up (returned).
+  std::string Conclude(Running* running, absl::Time started);
 
   // The worker pools, started when first needed (job_runner.cc).
   // The compile pool: the one given, else one options_.start_pool gave.
@@ -165,11 +174,28 @@ class JobRunner {
   // through `queue` when given (a searched job's rounds), else at once.
   void Compile(Running* running, const std::vector<CompileUnit>& units,
                CompileQueue* queue = nullptr);
+  // A measuring job's stages, in order: the search rounds, then the serial
+  // stage. Measure runs them.
+  void Measure(Running* running);
   // Searches every problem's space in rounds: each problem's search
   // (search.h) proposes a batch, the batches are compiled, then screened
-  // (GPUs in parallel), and the searches learn the results. Then runs the
-  // serial phase of each problem (one GPU each) and reports it.
-  void Measure(Running* running);
+  // (GPUs in parallel), and the searches learn the results
+  // (job_search_rounds.cc). Incomplete when the job is cancelled.
+  class SearchRounds;
+  struct Screened {
+    std::vector<ScreenResult> screens;       // each problem's, in plan order
+    std::vector<v1::SearchReport> searches;  // what each problem's search did
+  };
+  Screened RunSearchRounds(Running* running, const ScreenJob& job, size_t gpus);
+  // The serial phase of each problem that screened (one GPU each) and its
+  // report (job_serial_stage.cc).
+  void SerialStage(Running* running, const ScreenJob& job, size_t gpus, Screened screened);
+  void SerialOne(Running* running, const SerialJob& serial, const PlannedProblem& problem,
+                 ScreenResult* screen, const v1::SearchReport& search);
+  // Runs `each` over `indices`, one thread per GPU, each taking the next,
+  // until all are done or `cancel` is set.
+  static void OnGpus(const std::atomic<bool>& cancel, size_t gpus,
+                     const std::vector<size_t>& indices, const std::function<void(size_t)>& each);
   // Stores a measurement and announces it; `count` adds it to the job's
   // counts (false for a variant measured a second time).
   absl::Status Record(Running* running, const v1::Measurement& measurement, bool count);

@@ -802,6 +802,34 @@ TEST_F(ScreenJobTest, AGpuThatStaysBusyFailsTheProblemUnlessForced) {
   EXPECT_EQ(contended, 4);  // both serial timings, in both worker processes
 }
 
+// Rounds too noisy to resolve two candidates of equal medians: the leaders
+// are timed again in fresh worker processes, up to four, and the entry
+// states the bound it could reach (above the band), not a tie.
+TEST_F(ScreenJobTest, UnresolvedLeadersAreTimedAgainInFreshWorkersAndTheBoundSaysSo) {
+  const std::string log = dir_.path() + "/worker.log";
+  ScopedEnv logged("FAKE_WORKER_LOG", log);
+  ScopedEnv tie("FAKE_WORKER_TIE", "1");
+  ScopedEnv noisy("FAKE_WORKER_NOISY", "1");
+  v1::JobSpec spec = Spec();
+  spec.mutable_manifest()->mutable_items(0)->mutable_dims(0)->mutable_values()->RemoveLast();
+  const v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  ASSERT_THAT(job.results(), SizeIs(1));
+  const v1::Entry& entry = job.results(0);
+  EXPECT_EQ(entry.worker_processes(), 4);
+  EXPECT_EQ(entry.rounds(), 24);
+  EXPECT_GT(entry.bound(), 0.005);
+  EXPECT_FALSE(entry.tie());  // not within the band: the leader, not a tie-break
+  EXPECT_THAT(entry.choice(), HasSubstr("1 candidates not resolved within the rounds"));
+  EXPECT_THAT(entry.stop(), HasSubstr("worker process 4: "));
+  std::ifstream in(log);
+  std::set<std::string> serial_pids;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::EndsWith(line, " serial")) serial_pids.insert(line.substr(0, line.find(' ')));
+  }
+  EXPECT_EQ(serial_pids.size(), 4u);
+}
+
 // A GPU held below its clocks (the worker kept too few rounds above the
 // throttle fraction before its time cap) is detected, not measured: the
 // rounds are measured again, then the problem fails naming the clocks and

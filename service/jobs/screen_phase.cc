@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -66,13 +67,39 @@ class ProblemScreen {
   ScreenResult Screen() {
     const absl::Time start = absl::Now();
     kernels::CompiledKernel reference;
+    if (std::optional<ScreenResult> failed = LoadReference(&reference)) return *std::move(failed);
+    std::vector<kernels::CompiledVariant> compiled;
+    if (std::optional<ScreenResult> failed = LoadVariants(&compiled)) return *std::move(failed);
+    absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
+        family_, problem_.problem, problem_.space, reference, compiled, job_.options->screen);
+    if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
+    task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
+    result_.task = *task;
+    result_.device = device_info_;
+    std::set<std::string> done;
+    if (absl::Status earlier = TakeEarlierScreens(compiled, &done); !earlier.ok()) {
+      return StoreFailed(earlier);
+    }
+    if (done.size() == compiled.size()) return Finish();
+    // Only what has no screen yet goes to the GPU.
+    wv1::ProfileTask to_measure = *task;
+    to_measure.clear_variants();
+    for (const wv1::KernelImage& image : task->variants()) {
+      if (!done.contains(image.id())) *to_measure.add_variants() = image;
+    }
+    result_.time.set_cubins_s(absl::ToDoubleSeconds(absl::Now() - start));
+    return Profile(to_measure, compiled, done);
+  }
+
+  // The reference's cubin; when it did not compile nothing can be validated,
+  // and every variant ends with the reason (the result says so).
+  std::optional<ScreenResult> LoadReference(kernels::CompiledKernel* reference) {
     std::string reference_sha;
-    const CompileEnd reference_end = Load(problem_.reference_key, &reference, &reference_sha);
+    const CompileEnd reference_end = Load(problem_.reference_key, reference, &reference_sha);
     if (!reference_end.store_error.ok()) return StoreFailed(reference_end.store_error);
     if (reference_end.status != v1::OK) {
       const std::string why = absl::StrCat("the reference kernel '", problem_.space.reference_name,
                                            "' did not compile: ", LogExcerpt(reference_end.log));
-      // Nothing can be validated: every variant ends here, with the reason.
       for (int64_t i : indices_) {
         const kernels::Variant& variant = problem_.space.variants[static_cast<size_t>(i)];
         v1::Measurement m = Base(variant.config);
@@ -85,8 +112,12 @@ class ProblemScreen {
       return Failed(absl::AbortedError(why));
     }
     if (!store_.error().ok()) return StoreFailed(store_.error());
+    return std::nullopt;
+  }
 
-    std::vector<kernels::CompiledVariant> compiled;
+  // The proposed variants' cubins; one that did not compile is stored as
+  // its compile's outcome and left out.
+  std::optional<ScreenResult> LoadVariants(std::vector<kernels::CompiledVariant>* compiled) {
     for (int64_t index : indices_) {
       const auto i = static_cast<size_t>(index);
       const kernels::Variant& variant = problem_.space.variants[i];
@@ -106,38 +137,26 @@ class ProblemScreen {
       }
       sha_by_id_[entry.id] = sha;
       variant_by_id_[entry.id] = &variant;
-      compiled.push_back(std::move(entry));
+      compiled->push_back(std::move(entry));
     }
     if (!store_.error().ok()) return StoreFailed(store_.error());
-    if (compiled.empty()) {
+    if (compiled->empty()) {
       result_.nothing_valid = true;
       return Failed(absl::AbortedError("no variant compiled"));
     }
-    absl::StatusOr<wv1::ProfileTask> task = kernels::MakeProfileTask(
-        family_, problem_.problem, problem_.space, reference, compiled, job_.options->screen);
-    if (!task.ok()) return Failed(absl::AbortedError(task.status().message()));
-    task->set_task_id(absl::StrCat(job_.job_id, "/", context_));
-    result_.task = *task;
-    result_.device = device_info_;
-    std::set<std::string> done;
-    if (absl::Status earlier = TakeEarlierScreens(compiled, &done); !earlier.ok()) {
-      return StoreFailed(earlier);
-    }
-    if (done.size() == compiled.size()) return Finish();
-    // Only what has no screen yet goes to the GPU.
-    wv1::ProfileTask to_measure = *task;
-    to_measure.clear_variants();
-    for (const wv1::KernelImage& image : task->variants()) {
-      if (!done.contains(image.id())) *to_measure.add_variants() = image;
-    }
+    return std::nullopt;
+  }
 
+  // `to_measure` validated and timed on a GPU, each outcome stored as it
+  // arrives. The screen only ranks: it runs whatever else is on the GPU,
+  // and says what was.
+  ScreenResult Profile(const wv1::ProfileTask& to_measure,
+                       const std::vector<kernels::CompiledVariant>& compiled,
+                       const std::set<std::string>& done) {
     std::vector<ScreenedVariant>& ok = result_.ok;
     v1::ScreenTime& time = result_.time;
-    time.set_cubins_s(absl::ToDoubleSeconds(absl::Now() - start));
     const absl::Time profiling = absl::Now();
     double variants_wall_s = 0;
-    // The screen only ranks: it runs whatever else is on the GPU, and says
-    // what was.
     std::unique_ptr<ProfilePool::Reservation> gpu = job_.gpus->Reserve();
     if (absl::StatusOr<wv1::DeviceState> state = gpu->Probe();
         state.ok() && !state->foreign().empty()) {

@@ -28,9 +28,13 @@ namespace wv1 = ::autotune::worker::v1;
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 constexpr absl::Duration kSayEvery = absl::Seconds(5);
 
-// Leaders re-timed in the second worker process at most, besides the
+// Leaders re-timed in each later worker process at most, besides the
 // current entry's config.
 constexpr size_t kMaxLeaders = 4;
+// Worker processes a problem's rounds run in at most: the leaders are timed
+// again in a fresh one while the choice is not within the band (its bound
+// unknown or above it), up to this many.
+constexpr size_t kMaxSerialPasses = 4;
 
 // One serial task and what it said.
 struct Pass {
@@ -70,21 +74,22 @@ class ProblemSerial {
 
     std::unique_ptr<ProfilePool::Reservation> gpu = job_.gpus->Reserve();
     int retries = 0;
-    bool renewed = false;  // for the second pass (measured again in the same process)
+    size_t renewed_for = 0;  // the pass a fresh worker was started for
     while (true) {
       if (chosen.empty()) return Failed(absl::AbortedError("no candidate passed the serial phase"));
       if (Cancelled()) return Failed(absl::CancelledError("cancelled"));
-      // The first pass times every candidate; the second the leaders, in a
-      // fresh worker process (a new context, new allocations), so that the
-      // choice holds across processes and not only across rounds of one.
-      const bool second = !passes_.empty();
-      const std::vector<size_t> timed = second ? Leaders(chosen) : chosen;
-      if (second && !renewed) {
+      // The first pass times every candidate; each later one the leaders,
+      // in a fresh worker process (a new context, new allocations), so that
+      // the choice holds across processes and not only across rounds of
+      // one. A pass measured again (contention) stays in its process.
+      const size_t next = passes_.size();
+      const std::vector<size_t> timed = next > 0 ? Leaders(chosen) : chosen;
+      if (next > 0 && renewed_for != next) {
         if (absl::Status fresh = gpu->Renew(); !fresh.ok()) {
           return Failed(absl::UnavailableError(
-              absl::StrCat("serial phase: a second worker process: ", fresh.message())));
+              absl::StrCat("serial phase: worker process ", next + 1, ": ", fresh.message())));
         }
-        renewed = true;
+        renewed_for = next;
       }
       wv1::DeviceState seen;
       if (absl::Status quiet = WaitForQuiet(*gpu, &seen); !quiet.ok()) return Failed(quiet);
@@ -102,7 +107,7 @@ class ProblemSerial {
              pass.run.done.detail());
         if (!store_.error().ok()) return StoreFailed(store_.error());
         passes_.clear();
-        renewed = false;
+        renewed_for = 0;
         continue;
       }
       if (std::optional<std::string> again = MeasureAgain(pass.run, *gpu)) {
@@ -121,7 +126,7 @@ class ProblemSerial {
       }
       pass.contention = Contention(report, seen);
       passes_.push_back(std::move(pass));
-      if (passes_.size() == 1 && chosen.size() > 1) continue;
+      if (chosen.size() > 1 && NeedsAnotherPass(chosen)) continue;
       return Choose(chosen);
     }
   }
@@ -208,35 +213,43 @@ class ProblemSerial {
     return "";
   }
 
-  // The candidates of the first pass worth a second: the fastest, every
-  // one not slower than it beyond doubt (at most kMaxLeaders, closest
+  // After the first pass, always; then while the choice over every pass so
+  // far is not within the band, up to kMaxSerialPasses.
+  bool NeedsAnotherPass(const std::vector<size_t>& chosen) const {
+    if (passes_.size() == 1) return true;
+    if (passes_.size() >= kMaxSerialPasses) return false;
+    std::vector<size_t> indices;
+    std::vector<int> round_process;
+    const std::vector<Candidate> candidates = Pooled(chosen, &indices, &round_process);
+    if (candidates.size() < 2) return false;
+    const Choice choice = ChooseConfig(candidates, round_process, current_, family_default_, band_);
+    return choice.bound < 0 || choice.bound > band_;
+  }
+
+  // The candidates worth another pass, over every pass so far: the fastest,
+  // every one not slower than it beyond doubt (at most kMaxLeaders, closest
   // first), the runner-up when none is, and the current entry's config
   // unless the fastest beat it beyond the band (hysteresis decides on it).
   std::vector<size_t> Leaders(const std::vector<size_t>& chosen) const {
-    const wv1::SerialReport& report = passes_.front().run.done.serial();
-    std::vector<size_t> timed;
+    std::vector<size_t> indices;
+    std::vector<int> process;
+    const std::vector<Candidate> candidates = Pooled(chosen, &indices, &process);
     std::vector<std::vector<double>> rounds;
-    for (size_t i : chosen) {
-      if (const wv1::SerialTiming* t = TimingOf(report, i)) {
-        timed.push_back(i);
-        rounds.emplace_back(t->round_median_us().begin(), t->round_median_us().end());
-      }
-    }
+    for (const Candidate& c : candidates) rounds.push_back(c.rounds);
     const size_t leader = kernels::Leader(rounds);
-    if (leader == timed.size()) return timed;
+    if (leader == candidates.size()) return indices;
     std::vector<std::pair<double, size_t>> others;  // (ratio over the leader, index)
     std::optional<size_t> current;
-    for (size_t k = 0; k < timed.size(); ++k) {
+    for (size_t k = 0; k < candidates.size(); ++k) {
       if (k == leader) continue;
-      const kernels::RoundRatio r = kernels::CompareRounds(rounds[k], rounds[leader], {});
-      const bool is_current =
-          current_ != nullptr && SameConfig(screen_.ok[timed[k]].measurement.config(), *current_);
-      if (is_current && !(r.known() && r.low > 1 + band_)) current = timed[k];
+      const kernels::RoundRatio r = kernels::CompareRounds(rounds[k], rounds[leader], process);
+      const bool is_current = current_ != nullptr && SameConfig(candidates[k].config, *current_);
+      if (is_current && !(r.known() && r.low > 1 + band_)) current = indices[k];
       const bool slower = kernels::Classify(r, band_) == kernels::Versus::kSlower;
-      others.push_back({slower ? r.median + 1e9 : r.median, timed[k]});
+      others.push_back({slower ? r.median + 1e9 : r.median, indices[k]});
     }
     std::sort(others.begin(), others.end());
-    std::vector<size_t> leaders = {timed[leader]};
+    std::vector<size_t> leaders = {indices[leader]};
     for (const auto& [ratio, i] : others) {
       if (leaders.size() >= kMaxLeaders || (ratio >= 1e9 && leaders.size() > 1)) break;
       leaders.push_back(i);

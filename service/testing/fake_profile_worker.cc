@@ -27,6 +27,8 @@
 // for each task that ends OK (wall-clock microseconds, comparable across
 // workers);
 // FAKE_WORKER_SCREEN_LIES=1 makes MODE=1 screen at 5 us (serially 20 us);
+// FAKE_WORKER_NOISY=1 makes the rounds' medians wobble +-3% instead (equal
+// medians are then never resolved);
 // FAKE_WORKER_THROTTLED=1 reports every serial task's rounds throttled (SM
 // clock 990 of 1980 MHz, power cap and thermal slowdown);
 // FAKE_WORKER_FOREIGN=<pid>:<bytes> puts another compute process on the GPU
@@ -306,8 +308,12 @@ int main(int argc, char** argv) {
             timing->set_noise(0.001);
             timing->set_launches_per_sample(40);
             constexpr double kWobble[] = {0.999, 1.001, 1.0, 1.0005, 0.9995, 1.0};
+            constexpr double kNoisy[] = {0.97, 1.03, 1.0, 1.02, 0.98, 1.0};
+            const bool noisy = std::getenv("FAKE_WORKER_NOISY") != nullptr;
             const int k = report.timings_size() - 1;
-            for (int r = 0; r < 6; ++r) timing->add_round_median_us(us * kWobble[(r + k) % 6]);
+            for (int r = 0; r < 6; ++r) {
+              timing->add_round_median_us(us * (noisy ? kNoisy : kWobble)[(r + k) % 6]);
+            }
             outcome->set_status(v1::OK);
             outcome->set_phase("validate");
             break;
