@@ -54,38 +54,100 @@ std::vector<size_t> SelectCandidates(const std::vector<Candidate>& screened,
   return chosen;
 }
 
+namespace {
+
+// The comparisons a choice is made of, over one set of candidates.
+class Rounds {
+ public:
+  Rounds(const std::vector<Candidate>& candidates, const std::vector<int>& round_process,
+         double band)
+      : candidates_(candidates), round_process_(round_process), band_(band) {}
+
+  size_t size() const { return candidates_.size(); }
+
+  // The median over its rounds; without rounds (nothing timed serially),
+  // its timing's median.
+  double Median(size_t i) const {
+    const double over_rounds = kernels::RoundsMedian(candidates_[i].rounds);
+    return over_rounds > 0 ? over_rounds : candidates_[i].timing.median_us();
+  }
+
+  // The lowest median; equal ones go to the first in parameter order.
+  size_t Leader() const {
+    size_t leader = 0;
+    for (size_t i = 1; i < size(); ++i) {
+      const double a = Median(i);
+      const double b = Median(leader);
+      if (a < b || (a == b && candidates_[i].index < candidates_[leader].index)) leader = i;
+    }
+    return leader;
+  }
+
+  kernels::RoundRatio Versus(size_t a, size_t b) const {
+    return kernels::CompareRounds(candidates_[a].rounds, candidates_[b].rounds, round_process_);
+  }
+
+  // What choosing `w` guarantees: the most it is slower than any other, at
+  // the rounds' confidence; negative when too few rounds say.
+  double BoundOf(size_t w) const {
+    double bound = 0;
+    for (size_t i = 0; i < size(); ++i) {
+      if (i == w) continue;
+      const kernels::RoundRatio w_over_i = Versus(w, i);
+      if (!w_over_i.known()) return -1.0;
+      bound = std::max(bound, w_over_i.high - 1);
+    }
+    return bound;
+  }
+
+  bool WithinBand(size_t w) const {
+    const double bound = BoundOf(w);
+    return bound >= 0 && bound <= band_;
+  }
+
+ private:
+  const std::vector<Candidate>& candidates_;
+  const std::vector<int>& round_process_;
+  const double band_;
+};
+
+size_t IndexOf(const std::vector<Candidate>& candidates, const v1::Config* config) {
+  for (size_t i = 0; i < candidates.size() && config != nullptr; ++i) {
+    if (SameConfig(candidates[i].config, *config)) return i;
+  }
+  return candidates.size();
+}
+
+// Among the tied, those within the band of every candidate: the family's
+// default, else the first in parameter order; `leader` when none is.
+size_t TieBreak(const std::vector<Candidate>& candidates, const Rounds& rounds,
+                const std::vector<size_t>& tied, const v1::Config* family_default, size_t leader) {
+  const size_t default_index = IndexOf(candidates, family_default);
+  size_t pick = candidates.size();
+  for (size_t i : tied) {
+    if (!rounds.WithinBand(i)) continue;
+    if (pick == candidates.size() || (i == default_index) ||
+        (pick != default_index && candidates[i].index < candidates[pick].index)) {
+      pick = i;
+    }
+  }
+  return pick == candidates.size() ? leader : pick;
+}
+
+}  // namespace
+
 Choice ChooseConfig(const std::vector<Candidate>& candidates, const std::vector<int>& round_process,
                     const v1::Config* current, const v1::Config* family_default, double band) {
-  using kernels::CompareRounds;
-  using kernels::RoundRatio;
-  Choice choice;
+  const Rounds rounds(candidates, round_process, band);
   const size_t n = candidates.size();
-  std::vector<std::vector<double>> rounds;
-  for (const Candidate& c : candidates) rounds.push_back(c.rounds);
-  // The leader: the lowest median over the rounds; without rounds at all
-  // (nothing timed serially), the lowest median; equal ones go to the first
-  // in parameter order.
-  size_t leader = kernels::Leader(rounds);
-  auto median = [&](size_t i) {
-    const double over_rounds = kernels::RoundsMedian(candidates[i].rounds);
-    return over_rounds > 0 ? over_rounds : candidates[i].timing.median_us();
-  };
-  if (leader == n) leader = 0;
+  Choice choice;
+  choice.leader = rounds.Leader();
   for (size_t i = 0; i < n; ++i) {
-    const double a = median(i);
-    const double b = median(leader);
-    if (a < b || (a == b && candidates[i].index < candidates[leader].index)) leader = i;
-  }
-  choice.leader = leader;
-  auto versus = [&](size_t a, size_t b) {
-    return CompareRounds(candidates[a].rounds, candidates[b].rounds, round_process);
-  };
-  for (size_t i = 0; i < n; ++i) {
-    if (i == leader) {
+    if (i == choice.leader) {
       choice.tied.push_back(i);
       continue;
     }
-    switch (kernels::Classify(versus(i, leader), band)) {
+    switch (kernels::Classify(rounds.Versus(i, choice.leader), band)) {
       case kernels::Versus::kWithinBand:
         choice.tied.push_back(i);
         break;
@@ -96,69 +158,31 @@ Choice ChooseConfig(const std::vector<Candidate>& candidates, const std::vector<
         break;
     }
   }
-
-  // What choosing candidate `w` guarantees: the most it is slower than any
-  // other, at the rounds' confidence; negative when too few rounds say.
-  auto bound_of = [&](size_t w) {
-    double bound = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (i == w) continue;
-      const RoundRatio w_over_i = versus(w, i);
-      if (!w_over_i.known()) return -1.0;
-      bound = std::max(bound, w_over_i.high - 1);
-    }
-    return bound;
-  };
-  auto within_band = [&](size_t w) {
-    const double bound = bound_of(w);
-    return bound >= 0 && bound <= band;
-  };
-  size_t winner = leader;
-  size_t current_index = n;
-  for (size_t i = 0; i < n && current != nullptr; ++i) {
-    if (SameConfig(candidates[i].config, *current)) current_index = i;
+  // Hysteresis: the current entry stays while it is within the band of
+  // every candidate and the leader is not faster than it beyond the band
+  // with confidence.
+  const size_t current_index = IndexOf(candidates, current);
+  if (current_index != n && current_index != choice.leader) {
+    const kernels::RoundRatio over_leader = rounds.Versus(current_index, choice.leader);
+    const bool beaten = over_leader.known() && over_leader.low > 1 + band;
+    choice.kept_current = !beaten && rounds.WithinBand(current_index);
   }
-  if (current_index != n && current_index != leader) {
-    // Hysteresis: the current entry stays while it is within the band of
-    // every candidate, and the leader is not faster than it beyond the
-    // band with confidence.
-    const RoundRatio current_over_leader = versus(current_index, leader);
-    const bool beaten = current_over_leader.known() && current_over_leader.low > 1 + band;
-    if (!beaten && within_band(current_index)) {
-      winner = current_index;
-      choice.kept_current = true;
-    }
-  }
-  if (!choice.kept_current && choice.tied.size() > 1) {
-    // Rank 0: the family's default; 1: the rest, by parameter order. Only a
-    // member that is within the band of every candidate may win the
-    // tie-break (an unresolved candidate could be faster than it by more);
-    // else the leader stays.
-    auto rank = [&](size_t i) {
-      return family_default != nullptr && SameConfig(candidates[i].config, *family_default) ? 0 : 1;
-    };
-    size_t pick = n;
-    for (size_t i : choice.tied) {
-      if (!within_band(i)) continue;
-      if (pick == n || rank(i) < rank(pick) ||
-          (rank(i) == rank(pick) && candidates[i].index < candidates[pick].index)) {
-        pick = i;
-      }
-    }
-    if (pick != n) winner = pick;
-  }
-  choice.winner = winner;
+  choice.winner = choice.kept_current ? current_index
+                  : choice.tied.size() > 1
+                      ? TieBreak(candidates, rounds, choice.tied, family_default, choice.leader)
+                      : choice.leader;
   choice.tie = choice.kept_current || choice.tied.size() > 1;
-  choice.bound = bound_of(winner);
-
+  choice.bound = rounds.BoundOf(choice.winner);
   choice.runner_up = n;
   for (size_t i = 0; i < n; ++i) {
-    if (i == winner) continue;
-    if (choice.runner_up == n || median(i) < median(choice.runner_up)) choice.runner_up = i;
+    if (i == choice.winner) continue;
+    if (choice.runner_up == n || rounds.Median(i) < rounds.Median(choice.runner_up)) {
+      choice.runner_up = i;
+    }
   }
   if (choice.runner_up != n) {
-    choice.runner_up_ratio = versus(choice.runner_up, winner);
-    const double chosen = candidates[winner].timing.median_us();
+    choice.runner_up_ratio = rounds.Versus(choice.runner_up, choice.winner);
+    const double chosen = candidates[choice.winner].timing.median_us();
     if (chosen > 0) choice.margin = candidates[choice.runner_up].timing.median_us() / chosen - 1;
   }
   return choice;

@@ -337,13 +337,14 @@ worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
   return task;
 }
 
-absl::StatusOr<JobPlan> PlanJob(
-    const v1::JobSpec& spec,
-    const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
+namespace {
+
+// The manifest's problems (this shard's), refused before they are built
+// when the job would hold too many problems or variants.
+absl::StatusOr<std::vector<kernels::ManifestProblem>> ProblemsOf(
+    const v1::JobSpec& spec, const absl::flat_hash_map<std::string, v1::KernelFamily>& by_name,
     const PlanTarget& target) {
   const v1::JobOptions& options = spec.options();
-  absl::flat_hash_map<std::string, v1::KernelFamily> by_name;
-  for (const auto& [name, record] : families) by_name[name] = record->family;
   // Counted before anything is built: a refusal costs reading the manifest.
   ASSIGN_OR_RETURN(const kernels::ManifestCount count,
                    kernels::CountManifest(spec.manifest(), by_name));
@@ -374,73 +375,103 @@ absl::StatusOr<JobPlan> PlanJob(
     ASSIGN_OR_RETURN(const int64_t variants, bound.Total());
     RETURN_IF_ERROR(CheckVariantBound(target, static_cast<int64_t>(problems.size()), variants));
   }
+  return problems;
+}
 
-  JobPlan plan;
-  plan.arch = target.arch;
-  absl::flat_hash_map<std::string, size_t> seen;
-  // Each family's source is hashed once per problem, not once per variant.
-  auto add = [&](const std::shared_ptr<const cache::FamilyRecord>& record,
-                 const kernels::CompileKeyer& keyer, const v1::Problem& problem,
-                 const std::string& name_expression,
-                 const std::vector<std::string>& compile_options,
-                 const v1::Config* config) -> std::string {
-    std::string key = keyer.Key(name_expression, compile_options);
-    if (seen.contains(key)) return key;
-    seen.emplace(key, plan.units.size());
-    CompileUnit unit;
-    unit.key = key;
-    unit.record = record;
-    unit.name_expression = name_expression;
-    unit.options = compile_options;
-    unit.arch = target.arch;
-    unit.problem = problem;
-    if (config != nullptr) unit.config = *config;
-    unit.reference = config == nullptr;
-    plan.units.push_back(std::move(unit));
-    return key;
-  };
-  // The constraints see the arch the plan compiles for (search_space.h).
-  kernels::DeviceLimits limits = target.limits;
-  if (!target.arch.empty()) limits.arch = target.arch;
-  for (kernels::ManifestProblem& item : problems) {
-    const std::shared_ptr<const cache::FamilyRecord>& record = families.at(item.family);
+// Adds problems to a plan, each distinct compile once.
+class PlanBuilder {
+ public:
+  PlanBuilder(const v1::JobSpec& spec, const PlanTarget& target, JobPlan* plan)
+      : spec_(spec), target_(target), plan_(*plan), limits_(target.limits) {
+    plan_.arch = target.arch;
+    // The constraints see the arch the plan compiles for (search_space.h).
+    if (!target.arch.empty()) limits_.arch = target.arch;
+  }
+
+  absl::Status Add(const std::shared_ptr<const cache::FamilyRecord>& record,
+                   kernels::ManifestProblem& item) {
     absl::StatusOr<kernels::SearchSpace> space =
-        kernels::ExpandSearchSpace(record->family, item.problem, limits);
+        kernels::ExpandSearchSpace(record->family, item.problem, limits_);
     if (!space.ok()) {
       return absl::Status(
           space.status().code(),
           absl::StrCat(ProblemContext(item.family, item.problem), ": ", space.status().message()));
     }
-    plan.variants += static_cast<int64_t>(space->variants.size());
+    plan_.variants += static_cast<int64_t>(space->variants.size());
     PlannedProblem planned;
     planned.record = record;
     planned.problem = std::move(item.problem);
-    const kernels::CompileKeyer keyer(record->family.source(), target.arch, target.nvrtc_version,
+    // Each family's source is hashed once per problem, not once per variant.
+    const kernels::CompileKeyer keyer(record->family.source(), target_.arch, target_.nvrtc_version,
                                       HeadersOf(record->family));
     // A reference with a source of its own is keyed by that source.
     const std::string& reference_source = record->family.reference().source();
     planned.reference_key =
-        add(record,
-            reference_source.empty()
-                ? keyer
-                : kernels::CompileKeyer(reference_source, target.arch, target.nvrtc_version,
-                                        HeadersOf(record->family)),
-            planned.problem, space->reference_name, space->reference_compile_options, nullptr);
+        Unit(record,
+             reference_source.empty()
+                 ? keyer
+                 : kernels::CompileKeyer(reference_source, target_.arch, target_.nvrtc_version,
+                                         HeadersOf(record->family)),
+             planned.problem, space->reference_name, space->reference_compile_options, nullptr);
     planned.variant_keys.reserve(space->variants.size());
     for (const kernels::Variant& variant : space->variants) {
-      planned.variant_keys.push_back(add(record, keyer, planned.problem, variant.name_expression,
-                                         variant.compile_options, &variant.config));
+      planned.variant_keys.push_back(Unit(record, keyer, planned.problem, variant.name_expression,
+                                          variant.compile_options, &variant.config));
     }
-    const v1::ManifestItem& from = spec.manifest().items(item.item);
-    planned.search = ResolveSearch(from.has_search() ? from.search() : options.search(),
-                                   static_cast<int64_t>(space->variants.size()));
-    planned.budget =
-        space->variants.empty()
-            ? 0
-            : SearchBudget(planned.search, static_cast<int64_t>(space->variants.size()));
-    plan.to_measure += planned.budget;
+    const v1::ManifestItem& from = spec_.manifest().items(item.item);
+    const int64_t size = static_cast<int64_t>(space->variants.size());
+    planned.search =
+        ResolveSearch(from.has_search() ? from.search() : spec_.options().search(), size);
+    planned.budget = size == 0 ? 0 : SearchBudget(planned.search, size);
+    plan_.to_measure += planned.budget;
     planned.space = *std::move(space);
-    plan.problems.push_back(std::move(planned));
+    plan_.problems.push_back(std::move(planned));
+    return absl::OkStatus();
+  }
+
+ private:
+  // The compile's key; its unit is added the first time.
+  std::string Unit(const std::shared_ptr<const cache::FamilyRecord>& record,
+                   const kernels::CompileKeyer& keyer, const v1::Problem& problem,
+                   const std::string& name_expression,
+                   const std::vector<std::string>& compile_options, const v1::Config* config) {
+    std::string key = keyer.Key(name_expression, compile_options);
+    if (seen_.contains(key)) return key;
+    seen_.emplace(key, plan_.units.size());
+    CompileUnit unit;
+    unit.key = key;
+    unit.record = record;
+    unit.name_expression = name_expression;
+    unit.options = compile_options;
+    unit.arch = target_.arch;
+    unit.problem = problem;
+    if (config != nullptr) unit.config = *config;
+    unit.reference = config == nullptr;
+    plan_.units.push_back(std::move(unit));
+    return key;
+  }
+
+  const v1::JobSpec& spec_;
+  const PlanTarget& target_;
+  JobPlan& plan_;
+  kernels::DeviceLimits limits_;
+  absl::flat_hash_map<std::string, size_t> seen_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobPlan> PlanJob(
+    const v1::JobSpec& spec,
+    const std::map<std::string, std::shared_ptr<const cache::FamilyRecord>>& families,
+    const PlanTarget& target) {
+  absl::flat_hash_map<std::string, v1::KernelFamily> by_name;
+  for (const auto& [name, record] : families) by_name[name] = record->family;
+  ASSIGN_OR_RETURN(std::vector<kernels::ManifestProblem> problems,
+                   ProblemsOf(spec, by_name, target));
+  JobPlan plan;
+  PlanBuilder builder(spec, target, &plan);
+  for (kernels::ManifestProblem& item : problems) {
+    RETURN_IF_ERROR(builder.Add(families.at(item.family), item));
   }
   return plan;
 }

@@ -182,6 +182,13 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   work->options = ResolveJobOptions(options, options_);
   if (!work->profile) return work;
 
+  RETURN_IF_ERROR(SkipTunedProblems(gpu->name(), job_id, options.retune(), work.get()));
+  RETURN_IF_ERROR(AddSearchHints(gpu->name(), job_id, work.get()));
+  return work;
+}
+
+absl::Status JobRunner::SkipTunedProblems(const std::string& gpu_name, const std::string& job_id,
+                                          bool retune, Work* work) {
   // Problems already tuned on this GPU model are not measured again: those
   // of earlier jobs unless retune, those of this (resumed) job always.
   std::set<size_t> to_screen;
@@ -190,7 +197,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     cache::EntryKey key{.family = problem.record->family.name(),
                         .family_hash = problem.record->content_hash,
                         .problem = problem.problem,
-                        .device = gpu->name()};
+                        .device = gpu_name};
     absl::StatusOr<std::optional<v1::Entry>> stored = store_->FindEntry(key);
     if (!stored.ok()) {
       return absl::Status(stored.status().code(),
@@ -198,8 +205,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
                                        ": cannot read its entry: ", stored.status().message()));
     }
     const bool ours = stored->has_value() && !job_id.empty() && (*stored)->job_id() == job_id;
-    if (stored->has_value() && (!options.retune() || ours)) {
-      if (!options.retune()) ++work->cached_problems;
+    if (stored->has_value() && (!retune || ours)) {
+      if (!retune) ++work->cached_problems;
       v1::ProblemReport report;
       report.set_family(key.family);
       *report.mutable_problem() = key.problem;
@@ -209,46 +216,57 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
       continue;
     }
     if (stored->has_value()) work->plan.problems[i].current_config = (*stored)->config();
-    // What the cache held before, of any family version: the report's
-    // comparison.
-    v1::EntryFilter filter;
-    filter.set_family(key.family);
-    filter.set_device(key.device);
-    *filter.mutable_problem() = key.problem;
-    absl::StatusOr<std::vector<v1::Entry>> earlier = store_->ListEntries(filter, -1, 0);
-    if (!earlier.ok()) {
-      return absl::Status(
-          earlier.status().code(),
-          absl::StrCat(ProblemContext(key.family, key.problem),
-                       ": cannot read its earlier entries: ", earlier.status().message()));
-    }
-    const v1::Entry* previous = stored->has_value() ? &**stored : nullptr;
-    for (const v1::Entry& entry : *earlier) {
-      if (previous == nullptr || entry.tuned_at() > previous->tuned_at()) previous = &entry;
-    }
-    if (previous != nullptr) {
-      PlannedProblem& planned = work->plan.problems[i];
-      planned.previous = *previous;
-      // The config served until now goes on to the serial phase when it is
-      // still in the space, and a tie keeps it.
-      if (!planned.current_config) planned.current_config = previous->config();
-      if (previous->family_hash() != key.family_hash) {
-        absl::StatusOr<cache::FamilyRecord> older =
-            store_->GetFamilyVersion(key.family, previous->family_hash());
-        if (!older.ok() && !absl::IsNotFound(older.status())) {
-          return absl::Status(older.status().code(),
-                              absl::StrCat(ProblemContext(key.family, key.problem),
-                                           ": cannot read the family version of its entry: ",
-                                           older.status().message()));
-        }
-        if (older.ok() && SameButSpace(older->family, problem.record->family)) {
-          planned.screens_from_hash = older->content_hash;
-        }
-      }
-    }
+    RETURN_IF_ERROR(
+        ReadPrevious(key, stored->has_value() ? &**stored : nullptr, &work->plan.problems[i]));
     to_screen.insert(i);
   }
   KeepProblems(to_screen, &work->plan);
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::ReadPrevious(const cache::EntryKey& key, const v1::Entry* stored,
+                                     PlannedProblem* planned) {
+  // What the cache held before, of any family version: the report's
+  // comparison.
+  v1::EntryFilter filter;
+  filter.set_family(key.family);
+  filter.set_device(key.device);
+  *filter.mutable_problem() = key.problem;
+  absl::StatusOr<std::vector<v1::Entry>> earlier = store_->ListEntries(filter, -1, 0);
+  if (!earlier.ok()) {
+    return absl::Status(
+        earlier.status().code(),
+        absl::StrCat(ProblemContext(key.family, key.problem),
+                     ": cannot read its earlier entries: ", earlier.status().message()));
+  }
+  const v1::Entry* previous = stored;
+  for (const v1::Entry& entry : *earlier) {
+    if (previous == nullptr || entry.tuned_at() > previous->tuned_at()) previous = &entry;
+  }
+  if (previous != nullptr) {
+    planned->previous = *previous;
+    // The config served until now goes on to the serial phase when it is
+    // still in the space, and a tie keeps it.
+    if (!planned->current_config) planned->current_config = previous->config();
+    if (previous->family_hash() != key.family_hash) {
+      absl::StatusOr<cache::FamilyRecord> older =
+          store_->GetFamilyVersion(key.family, previous->family_hash());
+      if (!older.ok() && !absl::IsNotFound(older.status())) {
+        return absl::Status(older.status().code(),
+                            absl::StrCat(ProblemContext(key.family, key.problem),
+                                         ": cannot read the family version of its entry: ",
+                                         older.status().message()));
+      }
+      if (older.ok() && SameButSpace(older->family, planned->record->family)) {
+        planned->screens_from_hash = older->content_hash;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::AddSearchHints(const std::string& gpu_name, const std::string& job_id,
+                                       Work* work) {
   // A model search starts from the winners of the nearest problems of the
   // same family tuned on this GPU model (of any family version).
   std::map<std::string, std::vector<v1::Entry>> tuned;  // by family
@@ -258,7 +276,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     if (!tuned.contains(family)) {
       v1::EntryFilter filter;
       filter.set_family(family);
-      filter.set_device(gpu->name());
+      filter.set_device(gpu_name);
       absl::StatusOr<std::vector<v1::Entry>> entries = store_->ListEntries(filter, -1, 0);
       if (!entries.ok()) {
         return absl::Status(entries.status().code(),
@@ -269,7 +287,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     }
     problem.hints = NearestWinners(tuned[family], problem.problem, job_id, kSearchHints);
   }
-  return work;
+  return absl::OkStatus();
 }
 
 namespace {

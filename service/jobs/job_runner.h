@@ -149,6 +149,18 @@ class JobRunner {
   // Everything Submit and ResumeUnfinished check and read before a job
   // starts; `job_id` is the resumed job's (empty for a new one).
   absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec, const std::string& job_id);
+  // Of a measuring job's plan, the problems already tuned on `gpu_name`
+  // become reports (cached; of this resumed job always, of earlier jobs
+  // unless `retune`); the others keep their previous entry (ReadPrevious:
+  // the newest of any family version, its config a serial candidate, its
+  // screens carried when only the space changed).
+  absl::Status SkipTunedProblems(const std::string& gpu_name, const std::string& job_id,
+                                 bool retune, Work* work);
+  absl::Status ReadPrevious(const cache::EntryKey& key, const v1::Entry* stored,
+                            PlannedProblem* planned);
+  // A model search starts from the winners of the nearest problems of the
+  // same family tuned on `gpu_name` (of any family version).
+  absl::Status AddSearchHints(const std::string& gpu_name, const std::string& job_id, Work* work);
   void Start(v1::Job job, std::shared_ptr<Work> work);
   void Run(Running* running);
   // A job the daemon stopped: stored in the state it reached, for
