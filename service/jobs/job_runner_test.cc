@@ -45,6 +45,17 @@
 namespace autotune::service {
 namespace {
 
+// The serial tasks the fake workers logged (FAKE_WORKER_LOG): "<pid>
+// <context> variants=<n> serial" each.
+std::vector<std::string> SerialTasks(const std::string& log) {
+  std::ifstream in(log);
+  std::vector<std::string> serial;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::EndsWith(line, " serial")) serial.push_back(line);
+  }
+  return serial;
+}
+
 using ::autotune::testing::ScopedEnv;
 
 namespace v1 = ::autotune::v1;
@@ -822,11 +833,9 @@ TEST_F(ScreenJobTest, UnresolvedLeadersAreTimedAgainInFreshWorkersAndTheBoundSay
   EXPECT_FALSE(entry.tie());  // not within the band: the leader, not a tie-break
   EXPECT_THAT(entry.choice(), HasSubstr("1 candidates not resolved within the rounds"));
   EXPECT_THAT(entry.stop(), HasSubstr("worker process 4: "));
-  std::ifstream in(log);
   std::set<std::string> serial_pids;
-  for (std::string line; std::getline(in, line);) {
-    if (absl::EndsWith(line, " serial")) serial_pids.insert(line.substr(0, line.find(' ')));
-  }
+  for (const std::string& line : SerialTasks(log))
+    serial_pids.insert(line.substr(0, line.find(' ')));
   EXPECT_EQ(serial_pids.size(), 4u);
 }
 
@@ -848,10 +857,8 @@ TEST_F(ScreenJobTest, AThrottledGpuIsMeasuredAgainThenRefusedUnlessForced) {
               HasSubstr("ran throttled in the serial rounds: SM clock down to 990 MHz of 1980, 9 "
                         "rounds dropped (power cap, thermal slowdown)"));
   EXPECT_THAT(refused.error(), HasSubstr("JobOptions.force"));
-  std::ifstream in(log);
-  int serial_tasks = 0;
-  for (std::string line; std::getline(in, line);) serial_tasks += absl::EndsWith(line, " serial");
-  EXPECT_EQ(serial_tasks, 1 + kContendedRetries);
+  const size_t serial_tasks = SerialTasks(log).size();
+  EXPECT_EQ(serial_tasks, static_cast<size_t>(1 + kContendedRetries));
   bool said = false;
   for (const std::string& m : messages) said = said || absl::StrContains(m, "measuring again");
   EXPECT_TRUE(said);
@@ -882,13 +889,11 @@ TEST_F(ScreenJobTest, RoundsWithAForeignProcessAreMeasuredAgain) {
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
   ASSERT_THAT(job.results(), SizeIs(1));
   EXPECT_FALSE(job.results(0).contended());
-  std::ifstream in(log);
-  int serial_tasks = 0;
-  for (std::string line; std::getline(in, line);) serial_tasks += absl::EndsWith(line, " serial");
+  const size_t serial_tasks = SerialTasks(log).size();
   // Each worker process's first serial task is contended (the fake counts
   // per process): measured again in the first, and in the second (fresh)
   // one.
-  EXPECT_EQ(serial_tasks, 4);
+  EXPECT_EQ(serial_tasks, 4u);
   bool said = false;
   for (const std::string& m : messages) said = said || absl::StrContains(m, "measuring again");
   EXPECT_TRUE(said);
