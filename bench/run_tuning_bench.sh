@@ -8,7 +8,9 @@
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
 #       stability). RETUNE=1 adds a --retune of the last database to the
-#       comparison.
+#       comparison. AB=1 then times each choice of the last database
+#       against its runner-up, long and interleaved (autotune-bench-ab;
+#       AB_FLAGS adds flags), into ab.md and ab.json.
 #   bash bench/run_tuning_bench.sh grow [MANIFEST]
 #       A family that gains a parameter value: a cold warmup of MANIFEST
 #       (default kernels/builtin/gla_decode.manifest), then gla_decode registered
@@ -152,6 +154,15 @@ fixture() {
   done
   if ((runs > 1)); then
     python3 "$(dirname "$0")/tuning_compare.py" stability "${jobs[@]}" || failed=1
+  fi
+  if [[ "${AB:-0}" == 1 ]]; then
+    # The last database's choices against their runners-up, long and
+    # interleaved, in fresh worker processes (its daemon has stopped).
+    echo "== A/B: the choices of fixture$runs against their runners-up"
+    local ab_flags=()
+    read -r -a ab_flags <<<"${AB_FLAGS:-}"
+    "$bundle/autotune-bench-ab" --db "$dir/fixture$runs.db" --worker "$bundle/autotune-worker" \
+      --json "$out/ab.json" "${ab_flags[@]}" 2>"$out/ab.log" | tee "$out/ab.md" || failed=1
   fi
   return $failed
 }

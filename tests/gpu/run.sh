@@ -8,7 +8,7 @@
 # bundle: configures (once) and builds Release in $BUILD_DIR (default
 #   build-gpu/) only the targets needed, then fills bundle/gpu/ (ignored by
 #   git) with autotuned, autotune, autotune-worker, gpu_profile_test, and
-#   e2e_gpu_test, autotune-bench-profile, autotune-bench-startup and
+#   e2e_gpu_test, autotune-bench-profile, autotune-bench-ab, autotune-bench-startup and
 #   gla-decode-server (the client example) when those targets exist and
 #   build (a warning says so when one does not); lib/ with the shared
 #   libraries they need that a stock Ubuntu 24.04 + CUDA 13 machine lacks
@@ -84,7 +84,7 @@ make_bundle() {
   # build. The bundle goes without one that does not build, saying so.
   local known optional
   known=$(cmake --build "$build_dir" --target help)
-  for optional in autotune-bench-profile autotune-bench-startup "$e2e_binary" gla-decode-server \
+  for optional in autotune-bench-profile autotune-bench-ab autotune-bench-startup "$e2e_binary" gla-decode-server \
     gemm-server; do
     grep -qw -- "$optional" <<<"$known" || continue
     if cmake --build "$build_dir" -j"$jobs" --target "$optional"; then
