@@ -101,8 +101,10 @@ RoundRatio CompareRounds(const std::vector<double>& a, const std::vector<double>
 
 Versus Classify(const RoundRatio& r, double band) {
   if (!r.known()) return Versus::kUnresolved;
-  if (r.low > 1) return Versus::kSlower;
+  // Within the band first: a steady gap smaller than the band is a tie,
+  // not a verdict another run may reverse.
   if (r.low >= 1 - band && r.high <= 1 + band) return Versus::kWithinBand;
+  if (r.low > 1) return Versus::kSlower;
   return Versus::kUnresolved;
 }
 

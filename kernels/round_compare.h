@@ -49,9 +49,11 @@ struct RoundRatio {
 RoundRatio CompareRounds(const std::vector<double>& a, const std::vector<double>& b,
                          const std::vector<int>& process);
 
-// A challenger against the fastest (the leader): slower beyond doubt
-// (low > 1), within `band` of it both ways (the interval inside
-// [1 - band, 1 + band]), or not yet either.
+// A challenger against the fastest (the leader): within `band` of it both
+// ways (the interval inside [1 - band, 1 + band]), even when it is slower
+// beyond doubt by less than the band (a gap that small is a tie: the
+// rounds of another run may order the two the other way); else slower
+// beyond doubt (low > 1); else not yet either.
 enum class Versus { kSlower, kWithinBand, kUnresolved };
 Versus Classify(const RoundRatio& challenger_over_leader, double band);
 

@@ -39,6 +39,16 @@ TEST(RoundCompareTest, ASmallSteadyGapIsSeparated) {
   EXPECT_EQ(Classify(r, 0.005), Versus::kSlower);
 }
 
+TEST(RoundCompareTest, ASteadyGapInsideTheBandIsATieNotAVerdict) {
+  // 0.3% slower in every round, each round's own noise 0.05%: slower beyond
+  // doubt, but by less than the band, so within it.
+  const RoundRatio r = CompareRounds(Rounds(10.03, 12, kDrift, 0.0005), Rounds(10, 12, kDrift), {});
+  EXPECT_GT(r.low, 1);
+  EXPECT_LE(r.high, 1.005);
+  EXPECT_EQ(Classify(r, 0.005), Versus::kWithinBand);
+  EXPECT_EQ(Classify(r, 0.002), Versus::kSlower);
+}
+
 TEST(RoundCompareTest, NoisyRoundsStayUnresolved) {
   // +-2% from round to round, independently of the leader: not separated,
   // not within 0.5% either.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -238,7 +239,15 @@ class ProblemSerial {
     for (const Candidate& c : candidates) rounds.push_back(c.rounds);
     const size_t leader = kernels::Leader(rounds);
     if (leader == candidates.size()) return indices;
-    std::vector<std::pair<double, size_t>> others;  // (ratio over the leader, index)
+    struct Other {
+      bool slower = false;  // beyond doubt and beyond the band
+      double ratio = 0;     // over the leader
+      size_t index = 0;
+      bool operator<(const Other& o) const {
+        return std::tie(slower, ratio, index) < std::tie(o.slower, o.ratio, o.index);
+      }
+    };
+    std::vector<Other> others;
     std::optional<size_t> current;
     for (size_t k = 0; k < candidates.size(); ++k) {
       if (k == leader) continue;
@@ -246,13 +255,13 @@ class ProblemSerial {
       const bool is_current = current_ != nullptr && SameConfig(candidates[k].config, *current_);
       if (is_current && !(r.known() && r.low > 1 + band_)) current = indices[k];
       const bool slower = kernels::Classify(r, band_) == kernels::Versus::kSlower;
-      others.push_back({slower ? r.median + 1e9 : r.median, indices[k]});
+      others.push_back({.slower = slower, .ratio = r.median, .index = indices[k]});
     }
     std::sort(others.begin(), others.end());
     std::vector<size_t> leaders = {indices[leader]};
-    for (const auto& [ratio, i] : others) {
-      if (leaders.size() >= kMaxLeaders || (ratio >= 1e9 && leaders.size() > 1)) break;
-      leaders.push_back(i);
+    for (const Other& other : others) {
+      if (leaders.size() >= kMaxLeaders || (other.slower && leaders.size() > 1)) break;
+      leaders.push_back(other.index);
     }
     if (current && std::find(leaders.begin(), leaders.end(), *current) == leaders.end()) {
       leaders.push_back(*current);
