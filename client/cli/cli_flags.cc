@@ -13,6 +13,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "proto/problem.h"
+#include "service/defaults.h"
 
 namespace autotune::client {
 namespace {
@@ -129,6 +130,11 @@ absl::Status ParseSearchFlags(absl::string_view strategy, absl::string_view budg
       if (!absl::ParseDuration(budget, &duration) || duration <= absl::ZeroDuration() ||
           duration == absl::InfiniteDuration()) {
         return FlagError("--budget", budget, "a time must be positive, like 90s, 5m or 1h30m");
+      }
+      if (duration > absl::Seconds(service::kMaxSearchSeconds)) {
+        return FlagError("--budget", budget,
+                         absl::StrCat("a time is at most ", service::kMaxSearchSeconds / 3600,
+                                      "h (a day of searching one problem)"));
       }
       search.set_max_seconds(absl::ToDoubleSeconds(duration));
     } else if (absl::ConsumeSuffix(&number, "%")) {

@@ -286,8 +286,10 @@ Command WarmupCommand(CLI::App& root, Streams io) {
   command.app->add_flag("--retune", s->retune, "Tune again problems that have cached entries");
   s->measuring.push_back(command.app
                              ->add_option("--variant-timeout", s->variant_timeout_s,
-                                          "Seconds one variant may run (0 = server default)")
-                             ->check(CLI::NonNegativeNumber));
+                                          absl::StrCat("Seconds one variant may run (0 = server "
+                                                       "default, at most ",
+                                                       service::kMaxVariantTimeoutS, ")"))
+                             ->check(CLI::Range(0.0, service::kMaxVariantTimeoutS)));
   command.app
       ->add_option(
           "--compile-timeout", s->compile_timeout_s,
@@ -302,7 +304,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
           ->add_option(
               "--quiet-wait", s->quiet_wait_s,
               "Seconds to wait for a quiet GPU before a problem fails (0 = server default)")
-          ->check(CLI::NonNegativeNumber));
+          ->check(CLI::Range(0.0, service::kMaxQuietWaitS)));
   s->measuring.push_back(
       command.app
           ->add_option("--candidates", s->candidates,
@@ -317,20 +319,20 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                        absl::StrCat("Candidates are the variants within (1 + B) of the best "
                                     "screened median, widened by the screen's noise (0 = ",
                                     service::kDefaultCandidateBand, ")"))
-          ->check(CLI::Range(0.0, 10.0)));
+          ->check(CLI::Range(0.0, service::kMaxCandidateBand)));
   s->measuring.push_back(
       command.app
           ->add_option(
               "--serial-noise", s->serial_noise,
               "Serial rounds go on until each candidate's median has at most this relative "
               "noise (0 = the daemon's default), or --serial-max")
-          ->check(CLI::Range(0.0, 0.5)));
+          ->check(CLI::Range(0.0, service::kMaxSerialNoise)));
   s->measuring.push_back(
       command.app
           ->add_option(
               "--serial-max", s->serial_max_s,
               "GPU seconds of serial rounds per problem at most (0 = the daemon's default)")
-          ->check(CLI::NonNegativeNumber));
+          ->check(CLI::Range(0.0, service::kMaxSerialMaxS)));
   command.app->add_option(
       "--search", s->search,
       absl::StrCat("How each problem's variants are searched: exhaustive, random or model "
@@ -342,7 +344,9 @@ Command WarmupCommand(CLI::App& root, Streams io) {
                           "share of the space (5%) or a time for the search's rounds (90s, 5m); "
                           "default: all for exhaustive and random, until it stops improving "
                           "for model");
-  command.app->add_option("--seed", s->seed, "The search's seed (deterministic for a seed)");
+  command.app
+      ->add_option("--seed", s->seed, "The search's seed (deterministic for a seed; 0..2^64-1)")
+      ->check(CLI::NonNegativeNumber);
   AddReportFileOptions(command.app, s->files);
   command.app->add_flag("--json", s->json,
                         "Print the finished job as protobuf JSON; progress goes to stderr");

@@ -20,6 +20,7 @@
 #include "client/cli/warmup_report.h"
 #include "client/testing/fake_autotune_server.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 
@@ -563,45 +564,46 @@ TEST_F(WarmupTest, AReportThatCannotBeWrittenNamesTheFile) {
   EXPECT_THAT(result.out, HasSubstr("flash_attn  batch=16")) << "the report was printed first";
 }
 
-TEST_F(WarmupTest, SerialFlagsReachTheJobOptions) {
-  AddProgress(v1::SUCCEEDED);
-  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
-  *server_.answers().progress.back().mutable_job()->add_results() = SampleEntry();
-  const CliResult result = Run({"warmup", manifest_, "--force", "--quiet-wait", "30",
-                                "--candidates", "12", "--serial-max", "4.5"});
-  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
-  const auto calls = server_.calls();  // a copy: keep it while reading into it
-  const v1::JobOptions& options = calls.submit_job.spec().options();
-  EXPECT_TRUE(options.force());
-  EXPECT_EQ(options.quiet_wait_s(), 30);
-  EXPECT_EQ(options.serial_candidates(), 12);
-  EXPECT_EQ(options.serial_max_s(), 4.5);
-
-  ASSERT_EQ(Run({"warmup", manifest_}).exit_code, kExitOk);
-  const auto again = server_.calls();
-  const v1::JobOptions& defaults = again.submit_job.spec().options();
-  EXPECT_FALSE(defaults.force());
-  EXPECT_EQ(defaults.quiet_wait_s(), 0);
-  EXPECT_EQ(defaults.serial_candidates(), 0);
-  EXPECT_EQ(defaults.serial_max_s(), 0);
-}
-
-TEST_F(WarmupTest, SerialFlagsOutOfRangeAreUsageErrors) {
-  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
-           {"--candidates", "0"},
-           {"--candidates", "257"},
-           {"--quiet-wait", "-1"},
-           {"--serial-max", "-2"},
-           {"--report-md", ""},
-       }) {
+// Every flag of a warmup, as the table shared with the Python client's test
+// says: what reaches the wire, or which flag is refused with nothing sent.
+TEST_F(WarmupTest, EveryFlagReachesTheWireAsTheSharedTableSays) {
+  absl::StatusOr<std::string> text =
+      ReadFile(AUTOTUNE_CLIENT_SHARED_TESTDATA "/warmup_options.json");
+  ASSERT_OK(text);
+  google::protobuf::Struct table;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &table).ok());
+  const google::protobuf::ListValue& cases = table.fields().at("cases").list_value();
+  ASSERT_GT(cases.values_size(), 40);
+  AddProgress(v1::SUCCEEDED);  // every job submitted ends at once
+  for (const google::protobuf::Value& value : cases.values()) {
+    const google::protobuf::Struct& c = value.struct_value();
     std::vector<std::string> words = {"autotune", "--server", server_.address(), "warmup",
                                       manifest_};
-    words.insert(words.end(), flags.begin(), flags.end());
+    for (const google::protobuf::Value& word : c.fields().at("cli").list_value().values()) {
+      words.push_back(word.string_value());
+    }
+    const std::string flags = absl::StrJoin(words.begin() + 5, words.end(), " ");
+    const size_t calls_before = server_.calls().methods.size();
+    if (c.fields().contains("error")) {
+      const CliResult result = RunWords(words);
+      EXPECT_EQ(result.exit_code, kExitUsage) << flags << ": " << result.err;
+      EXPECT_THAT(
+          result.err,
+          HasSubstr(c.fields().at("error").struct_value().fields().at("cli").string_value()))
+          << flags;
+      EXPECT_EQ(server_.calls().methods.size(), calls_before) << flags;
+      continue;
+    }
     const CliResult result = RunWords(words);
-    EXPECT_EQ(result.exit_code, kExitUsage) << absl::StrJoin(flags, " ") << ": " << result.err;
-    EXPECT_THAT(result.err, HasSubstr(flags[0])) << result.err;
+    ASSERT_EQ(result.exit_code, kExitOk) << flags << ": " << result.err;
+    std::string wire_json;
+    ASSERT_TRUE(
+        google::protobuf::util::MessageToJsonString(c.fields().at("wire"), &wire_json).ok());
+    v1::JobOptions wire;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(wire_json, &wire).ok()) << wire_json;
+    const auto calls = server_.calls();  // a copy: keep it while reading into it
+    EXPECT_EQ(calls.submit_job.spec().options().DebugString(), wire.DebugString()) << flags;
   }
-  EXPECT_THAT(server_.calls().methods, IsEmpty());
 }
 
 TEST_F(WarmupTest, ProgressSaysThePhaseHowFarAndHowLong) {

@@ -48,7 +48,7 @@ from autotune_client.errors import (
     error_for_code,
 )
 from autotune_client.families import CheckResult, PathLike, check_family, read_family
-from autotune_client.jobs import FINISHED_STATES, Budget, job_request, state_name
+from autotune_client.jobs import FINISHED_STATES, job_request, state_name
 from autotune_client.lookups import (
     BatchAnswer,
     Lookup,
@@ -309,26 +309,26 @@ class Client:
         self,
         manifest: Union[PathLike, pb.Manifest],
         *,
-        compile_only: bool = False,
-        retune: bool = False,
-        search: Optional[str] = None,
-        budget: Optional[Budget] = None,
-        seed: Optional[int] = None,
         on_progress: Optional[ProgressCallback] = None,
         timeout: Optional[float] = None,
+        **options: Any,
     ) -> pb.Job:
         """Submits a tuning job and follows it until it ends, as `autotune
         warmup` does; returns the job as last reported, whatever its state
         (a job that FAILED is returned, not raised: see tune).
 
         `manifest`: a manifest file (autotune.v1.Manifest in text format) or
-        a Manifest. `compile_only`: compile every variant, measure nothing.
-        `retune`: tune again problems that have entries. `search`, `budget`
-        and `seed` as the CLI's --search, --budget and --seed (jobs.py,
-        search_options): "exhaustive", "random" or "model"; a count (500 or
-        "500"), a share ("5%") or a time ("90s", "5m", a timedelta); the
-        seed. They choose what to measure: with `compile_only` they are
-        refused (InvalidArgument). `on_progress` is called with each
+        a Manifest. `options`: the warmup's flags as keywords of
+        jobs.job_request, one per flag: `compile_only` (compile every
+        variant, measure nothing), `retune` (tune again problems that have
+        entries), `search`, `budget` and `seed` ("exhaustive", "random" or
+        "model"; a count (500 or "500"), a share ("5%") or a time ("90s",
+        "5m", a timedelta); the seed), `shard`, `compile_timeout`,
+        `variant_timeout`, `force`, `quiet_wait`, `candidates`,
+        `candidate_band`, `serial_noise` and `serial_max`. A value out of
+        range, or one that says how to measure with `compile_only`, is
+        refused (InvalidArgument) before anything is sent; an unknown
+        keyword is a TypeError. `on_progress` is called with each
         JobProgress message on the caller's thread. `timeout`: seconds the
         whole job may take; None = no limit (a job lasts as long as it
         does).
@@ -338,14 +338,7 @@ class Client:
         Raises AutotuneError (UNKNOWN) when the stream ends without
         reporting the job.
         """
-        request = job_request(
-            manifest,
-            compile_only=compile_only,
-            retune=retune,
-            search=search,
-            budget=budget,
-            seed=seed,
-        )
+        request = job_request(manifest, **options)
         stream = self._submit_job(request, timeout=timeout, metadata=self._metadata)
         job: Optional[pb.Job] = None
         try:
@@ -365,13 +358,9 @@ class Client:
         self,
         manifest: Union[PathLike, pb.Manifest],
         *,
-        compile_only: bool = False,
-        retune: bool = False,
-        search: Optional[str] = None,
-        budget: Optional[Budget] = None,
-        seed: Optional[int] = None,
         on_progress: Optional[ProgressCallback] = None,
         timeout: Optional[float] = None,
+        **options: Any,
     ) -> pb.Job:
         """submit, then the job's end as an error: returns the job when it
         SUCCEEDED; raises JobFailed carrying it when it ended FAILED (code
@@ -379,16 +368,7 @@ class Client:
         a problem got no valid config; job.error says why) or CANCELLED (code
         CANCELLED), and AutotuneError (UNKNOWN) when the stream ended before
         the job did (wait(job_id) follows it)."""
-        job = self.submit(
-            manifest,
-            compile_only=compile_only,
-            retune=retune,
-            search=search,
-            budget=budget,
-            seed=seed,
-            on_progress=on_progress,
-            timeout=timeout,
-        )
+        job = self.submit(manifest, on_progress=on_progress, timeout=timeout, **options)
         if job.state == pb.SUCCEEDED:
             return job
         if job.state == pb.FAILED:

@@ -138,11 +138,20 @@ def search_options(
     return options
 
 
+_MAX_SEARCH_SECONDS = 24 * 3600.0  # kMaxSearchSeconds (service/defaults.h)
+
+
+def _search_seconds(budget: Budget, seconds: float) -> float:
+    if seconds > _MAX_SEARCH_SECONDS:
+        raise _budget_error(budget, "a time is at most 24h (a day of searching one problem)")
+    return seconds
+
+
 def _set_budget(options: pb.SearchOptions, budget: Budget) -> None:
     if isinstance(budget, timedelta):
         if budget <= timedelta(0):
             raise _budget_error(budget, "a time must be positive")
-        options.max_seconds = budget.total_seconds()
+        options.max_seconds = _search_seconds(budget, budget.total_seconds())
         return
     if isinstance(budget, bool) or not isinstance(budget, (int, str)):
         raise _budget_error(budget, "expected an int, a string or a timedelta")
@@ -156,7 +165,7 @@ def _set_budget(options: pb.SearchOptions, budget: Budget) -> None:
         seconds = _parse_seconds(text)
         if seconds is None or not seconds > 0:
             raise _budget_error(budget, "a time must be positive, like 90s, 5m or 1h30m")
-        options.max_seconds = seconds
+        options.max_seconds = _search_seconds(budget, seconds)
     elif text.endswith("%"):
         number = text[:-1]
         percent = float(number) if _DECIMAL.fullmatch(number) else 0.0
@@ -172,6 +181,42 @@ def _set_budget(options: pb.SearchOptions, budget: Budget) -> None:
         )
 
 
+# The ranges the daemon accepts (service/defaults.h; the CLI checks the same
+# before sending, and client/testdata/warmup_options.json holds both
+# clients to them): keyword -> (JobOptions field, most allowed).
+_MEASURING_LIMITS = {
+    "variant_timeout": ("variant_timeout_s", 60.0),  # kMaxVariantTimeoutS
+    "quiet_wait": ("quiet_wait_s", 7 * 24 * 3600.0),  # kMaxQuietWaitS
+    "candidate_band": ("candidate_band", 10.0),  # kMaxCandidateBand
+    "serial_noise": ("serial_noise", 0.5),  # kMaxSerialNoise
+    "serial_max": ("serial_max_s", 3600.0),  # kMaxSerialMaxS
+}
+_MAX_COMPILE_TIMEOUT_S = 600.0  # kMaxCompileTimeoutS
+_MAX_SERIAL_CANDIDATES = 256  # kMaxSerialCandidates
+
+
+def _number(name: str, value: object, most: float) -> float:
+    """`value` as seconds or a fraction in [0, most] (0 = the daemon's default)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"invalid {name} {value!r}: expected a number")
+    if not 0 <= value <= most:  # NaN fails too
+        raise InvalidArgument(f"invalid {name} {value!r}: not in [0, {most:g}] (0 = the default)")
+    return float(value)
+
+
+def _set_shard(options: pb.JobOptions, shard: str) -> None:
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", shard) if isinstance(shard, str) else None
+    if match is None:
+        raise InvalidArgument(f"invalid shard {shard!r}: expected I/N, e.g. 0/4")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1:
+        raise InvalidArgument(f"invalid shard {shard!r}: the shard count must be at least 1")
+    if index >= count:
+        raise InvalidArgument(f"invalid shard {shard!r}: the shard index must be in 0..{count - 1}")
+    options.shard_index = index
+    options.shard_count = count
+
+
 def job_request(
     manifest: Union[PathLike, pb.Manifest],
     *,
@@ -180,12 +225,34 @@ def job_request(
     search: Optional[str] = None,
     budget: Optional[Budget] = None,
     seed: Optional[int] = None,
+    shard: Optional[str] = None,
+    compile_timeout: Optional[float] = None,
+    variant_timeout: Optional[float] = None,
+    force: bool = False,
+    quiet_wait: Optional[float] = None,
+    candidates: Optional[int] = None,
+    candidate_band: Optional[float] = None,
+    serial_noise: Optional[float] = None,
+    serial_max: Optional[float] = None,
 ) -> pb.SubmitJobRequest:
-    """The SubmitJobRequest of `autotune warmup MANIFEST` with these flags.
-    `manifest`: a path to a manifest file, or a Manifest. Raises what
-    read_manifest and search_options raise, and InvalidArgument for a
-    search, budget or seed with `compile_only` (it measures nothing, so
-    there is nothing to search)."""
+    """The SubmitJobRequest of `autotune warmup MANIFEST` with these flags,
+    one keyword per flag (--compile-only is compile_only, --serial-max is
+    serial_max, ...), each with the flag's meaning and range.
+
+    `manifest`: a path to a manifest file, or a Manifest. `search`,
+    `budget`, `seed`: as search_options. `shard`: "I/N", tune only shard I
+    of N (0-based). `compile_timeout` (seconds, at most 600) and, measuring,
+    `variant_timeout` (seconds one variant may run, at most 60),
+    `quiet_wait` (seconds to wait for a quiet GPU), `candidates` (1..256
+    serial candidates per problem), `candidate_band` (candidates within
+    1 + band of the best screened median), `serial_noise` (the serial
+    rounds' noise target, at most 0.5), `serial_max` (GPU seconds of serial
+    rounds per problem, at most 3600), `force` (measure on a GPU others
+    use). None (or 0) leaves a number to the daemon's default.
+
+    Raises what read_manifest and search_options raise, and InvalidArgument
+    naming the keyword for a value out of range, or for a search, budget,
+    seed or measuring keyword with `compile_only` (it measures nothing)."""
     request = pb.SubmitJobRequest()
     if isinstance(manifest, pb.Manifest):
         _require_items(manifest, "the manifest")
@@ -200,6 +267,39 @@ def job_request(
                 "search, budget and seed choose what to measure; compile_only measures nothing"
             )
         options.search.CopyFrom(search_set)
+    measuring = {
+        "variant_timeout": variant_timeout,
+        "quiet_wait": quiet_wait,
+        "candidate_band": candidate_band,
+        "serial_noise": serial_noise,
+        "serial_max": serial_max,
+    }
+    given = [name for name, value in measuring.items() if value is not None]
+    given += [name for name, value in (("force", force), ("candidates", candidates)) if value]
+    if compile_only and given:
+        raise InvalidArgument(
+            f"{', '.join(given)} {'says' if len(given) == 1 else 'say'} how to measure; "
+            "compile_only measures nothing"
+        )
+    for name, value in measuring.items():
+        if value is not None:
+            field, most = _MEASURING_LIMITS[name]
+            setattr(options, field, _number(name, value, most))
+    if candidates is not None:
+        if isinstance(candidates, bool) or not isinstance(candidates, int):
+            raise InvalidArgument(f"invalid candidates {candidates!r}: expected an integer")
+        if not 1 <= candidates <= _MAX_SERIAL_CANDIDATES:
+            raise InvalidArgument(
+                f"invalid candidates {candidates!r}: not in [1, {_MAX_SERIAL_CANDIDATES}]"
+            )
+        options.serial_candidates = candidates
+    if compile_timeout is not None:
+        options.compile_timeout_s = _number(
+            "compile_timeout", compile_timeout, _MAX_COMPILE_TIMEOUT_S
+        )
+    if shard is not None:
+        _set_shard(options, shard)
     options.compile_only = compile_only
     options.retune = retune
+    options.force = force
     return request

@@ -6,7 +6,9 @@ the tuning calls against a stand-in service."""
 from __future__ import annotations
 
 import enum
+import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -21,6 +23,7 @@ from unittest import mock
 
 import grpc
 import support
+from google.protobuf import json_format
 
 import autotune_client
 from autotune_client import (
@@ -54,6 +57,7 @@ from autotune_client.errors import error_for_code
 from autotune_client.jobs import Budget, job_request
 
 TESTDATA = support.REPO_ROOT / "kernels" / "testdata"
+SHARED_TESTDATA = support.REPO_ROOT / "client" / "testdata"
 
 
 class AddressTest(unittest.TestCase):
@@ -276,6 +280,23 @@ class JobRequestTest(unittest.TestCase):
             search_options("search_strategy_unspecified")
         with self.assertRaisesRegex(InvalidArgument, "invalid seed"):
             search_options(seed=-1)
+
+    def test_every_keyword_reaches_the_wire_as_the_shared_table_says(self) -> None:
+        # The table the CLI's test reads too (client/cli/cli_test.cc): both
+        # clients put the same JobOptions on the wire, or refuse the same
+        # values naming the flag / keyword.
+        table = json.loads(SHARED_TESTDATA.joinpath("warmup_options.json").read_text())
+        made = pb.Manifest(arch="sm_90", items=[pb.ManifestItem(family="axpy")])
+        self.assertGreater(len(table["cases"]), 40)
+        for case in table["cases"]:
+            keywords = case["python"]
+            with self.subTest(cli=" ".join(case["cli"]), python=keywords):
+                if "error" in case:
+                    with self.assertRaisesRegex(InvalidArgument, re.escape(case["error"]["python"])):
+                        job_request(made, **keywords)
+                    continue
+                wire = json_format.ParseDict(case["wire"], pb.JobOptions())
+                self.assertEqual(job_request(made, **keywords).spec.options, wire)
 
     def test_a_manifest_becomes_the_job_request(self) -> None:
         manifest = TESTDATA / "manifests" / "warmup.textproto"
