@@ -301,8 +301,7 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
     int64_t later = 0, later_guessed = 0, guesses = 0, unused = 0;
     for (int seed = 1; seed <= seeds; ++seed) {
       service::SearchOptions options{.kind = *kind,
-                                     .max_variants = max_variants,
-                                     .fraction = fraction,
+                                     .budget = {.count = max_variants, .fraction = fraction},
                                      .seed = static_cast<uint64_t>(seed)};
       absl::StatusOr<Run> run = Replay(*screens, view, options, best);
       if (!run.ok()) {

@@ -51,17 +51,15 @@ absl::Status CheckSearchOptions(const v1::SearchOptions& search, absl::string_vi
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".strategy ", search.strategy(), " is not a SearchStrategy"));
   }
-  const std::string prefix = absl::StrCat(field, ".");
   // No space holds more variants than a family may have configs: a larger
   // max_variants asks for nothing more.
-  const Bounded numbers[] = {
-      {"max_variants", static_cast<double>(search.max_variants()),
-       static_cast<double>(kernels::kMaxConfigsPerFamily), "no limit"},
-      {"max_fraction", search.max_fraction(), 1, "no limit"},
-      {"max_seconds", search.max_seconds(), kMaxSearchSeconds, "no limit"},
-  };
-  for (const Bounded& number : numbers) RETURN_IF_ERROR(CheckBounded(prefix, number));
-  return absl::OkStatus();
+  return SearchBudgetOf(search).Check(field, kernels::kMaxConfigsPerFamily, kMaxSearchSeconds);
+}
+
+SearchBudget SearchBudgetOf(const v1::SearchOptions& search) {
+  return {.count = search.max_variants(),
+          .fraction = search.max_fraction(),
+          .seconds = search.max_seconds()};
 }
 
 absl::Status CheckJobOptions(const v1::JobOptions& options) {

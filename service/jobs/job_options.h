@@ -25,6 +25,7 @@
 #include "proto/worker.pb.h"
 #include "service/defaults.h"
 #include "service/jobs/choice.h"
+#include "service/jobs/search.h"
 #include "service/pools/compile_pool.h"
 #include "service/pools/profile_pool.h"
 
@@ -95,8 +96,14 @@ struct ResolvedJobOptions {
 absl::Status CheckJobOptions(const v1::JobOptions& options);
 
 // The same for one SearchOptions (the job's or a manifest item's), `field`
-// naming it: "options.search.max_seconds is 1e+09, not in 0..86400".
+// naming it: "options.search.max_seconds is 1e+09, not in 0..86400"
+// (SearchBudget::Check against kernels::kMaxConfigsPerFamily variants and
+// kMaxSearchSeconds).
 absl::Status CheckSearchOptions(const v1::SearchOptions& search, absl::string_view field);
+
+// The budget the wire's SearchOptions states (max_variants, max_fraction,
+// max_seconds), unchecked.
+SearchBudget SearchBudgetOf(const v1::SearchOptions& search);
 
 // `job` resolved onto `defaults`: a value the job gives wins, one it leaves
 // at zero (the proto's "not given") falls back. The launch timeout, compile

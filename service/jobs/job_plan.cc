@@ -166,10 +166,8 @@ absl::Status CheckVariantBound(const PlanTarget& target, int64_t problems, int64
 
 SearchOptions ResolveSearch(const v1::SearchOptions& given, int64_t variants) {
   SearchOptions search;
-  search.max_variants = given.max_variants();
-  search.fraction = given.max_fraction();
+  search.budget = SearchBudgetOf(given);
   search.seed = given.seed();
-  search.max_seconds = given.max_seconds();
   switch (given.strategy()) {
     case v1::EXHAUSTIVE:
       search.kind = SearchKind::kExhaustive;
@@ -204,7 +202,7 @@ std::string DescribeSearch(const SearchOptions& search, const v1::SearchReport& 
   }
   if (report.out_of_time()) {
     absl::StrAppend(&text,
-                    absl::StrFormat("; stopped at its time budget of %g s", search.max_seconds));
+                    absl::StrFormat("; stopped at its time budget of %g s", search.budget.seconds));
   }
   return text;
 }
@@ -422,7 +420,7 @@ class PlanBuilder {
     const int64_t size = static_cast<int64_t>(space->variants.size());
     planned.search =
         ResolveSearch(from.has_search() ? from.search() : spec_.options().search(), size);
-    planned.budget = size == 0 ? 0 : SearchBudget(planned.search, size);
+    planned.budget = size == 0 ? 0 : planned.search.budget.Variants(size);
     plan_.to_measure += planned.budget;
     planned.space = *std::move(space);
     plan_.problems.push_back(std::move(planned));

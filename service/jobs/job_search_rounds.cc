@@ -152,8 +152,7 @@ class JobRunner::SearchRounds {
     for (size_t i = 0; i < searches_.size(); ++i) {
       ProblemSearch& s = searches_[i];
       if (s.done) continue;
-      const double max_seconds = work_.plan.problems[i].search.max_seconds;
-      if (round > 1 && max_seconds > 0 && searched_s >= max_seconds) {
+      if (work_.plan.problems[i].search.budget.OutOfTime(searched_s, round - 1)) {
         s.report.set_out_of_time(true);
         s.done = true;
         continue;

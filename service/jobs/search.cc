@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "service/jobs/model_search.h"
 #include "service/jobs/search_random.h"
 
@@ -40,15 +42,42 @@ class OrderedSearch final : public Search {
 
 }  // namespace
 
-int64_t SearchBudget(const SearchOptions& options, int64_t variants) {
+int64_t SearchBudget::Variants(int64_t variants) const {
   int64_t budget = variants;
-  if (options.max_variants > 0) budget = std::min(budget, options.max_variants);
-  if (options.fraction > 0) {
-    const auto share =
-        static_cast<int64_t>(std::ceil(options.fraction * static_cast<double>(variants)));
+  if (count > 0) budget = std::min(budget, count);
+  if (fraction > 0) {
+    const auto share = static_cast<int64_t>(std::ceil(fraction * static_cast<double>(variants)));
     budget = std::min(budget, std::max<int64_t>(share, 1));
   }
   return budget;
+}
+
+bool SearchBudget::OutOfTime(double searched_s, int rounds_run) const {
+  return rounds_run >= 1 && seconds > 0 && searched_s >= seconds;
+}
+
+absl::Status SearchBudget::Check(absl::string_view field, int64_t max_count,
+                                 double max_seconds) const {
+  // Whole numbers as integers ("1048576", not "1.04858e+06").
+  auto text = [](double value) {
+    return std::trunc(value) == value && std::fabs(value) < 1e15
+               ? absl::StrCat(static_cast<int64_t>(value))
+               : absl::StrCat(value);
+  };
+  // A bound this large is none: the value is only negative.
+  auto bad = [&](absl::string_view name, double value, double most) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".", name, " is ", text(value),
+                     most >= 1e15 ? ", not at least 0" : absl::StrCat(", not in 0..", text(most)),
+                     " (0 = no limit)"));
+  };
+  if (count < 0 || count > max_count) {
+    return bad("max_variants", static_cast<double>(count), static_cast<double>(max_count));
+  }
+  // Written so that NaN fails too.
+  if (!(fraction >= 0 && fraction <= 1)) return bad("max_fraction", fraction, 1);
+  if (!(seconds >= 0 && seconds <= max_seconds)) return bad("max_seconds", seconds, max_seconds);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name) {
@@ -81,21 +110,15 @@ absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
                                                    space.default_index, " is not in the space of ",
                                                    space.variants, " variants"));
   }
-  if (options.max_variants < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the budget of ", options.max_variants, " variants is negative"));
-  }
-  if (!(options.fraction >= 0 && options.fraction <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the budget's fraction ", options.fraction, " is not in [0, 1]"));
-  }
+  RETURN_IF_ERROR(options.budget.Check("search", std::numeric_limits<int64_t>::max(),
+                                       std::numeric_limits<double>::max()));
   for (int64_t hint : space.hints) {
     if (hint < 0 || hint >= space.variants) {
       return absl::InvalidArgumentError(
           absl::StrCat("the hint ", hint, " is not in the space of ", space.variants, " variants"));
     }
   }
-  const int64_t budget = SearchBudget(options, space.variants);
+  const int64_t budget = options.budget.Variants(space.variants);
   if (options.kind == SearchKind::kModel) {
     if (space.feature_count <= 0 ||
         static_cast<int64_t>(space.features.size()) != space.variants * space.feature_count) {

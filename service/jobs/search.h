@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -41,19 +42,37 @@ enum class SearchKind {
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name);
 const char* SearchKindName(SearchKind kind);
 
+// What one problem's search may spend, each limit 0 = none (the wire's
+// SearchOptions.max_variants, max_fraction and max_seconds, which the CLI's
+// --budget and the Python client's `budget` set one at a time):
+//  - count: variants measured at most;
+//  - fraction: a share of the space, rounded up, at least one variant;
+//    with count too, the smaller;
+//  - seconds: the job's search rounds (compiles and screens) stop proposing
+//    for the problem once they have run this long, after its first round.
+// The variant limits end even an exhaustive search (in space order). Its
+// one check (Check) and its two uses (Variants by MakeSearch and the plan,
+// OutOfTime by the job's rounds) are here.
+struct SearchBudget {
+  int64_t count = 0;
+  double fraction = 0;
+  double seconds = 0;
+
+  // The variants of a space of `variants` the search may measure.
+  int64_t Variants(int64_t variants) const;
+  // Whether rounds that have run `searched_s` seconds, `rounds_run` of them,
+  // may propose no further round.
+  bool OutOfTime(double searched_s, int rounds_run) const;
+  // INVALID_ARGUMENT naming the field ("<field>.max_fraction is 2, not in
+  // 0..1 (0 = no limit)") when a limit is negative, NaN, a fraction above 1,
+  // a count above `max_count` or seconds above `max_seconds`.
+  absl::Status Check(absl::string_view field, int64_t max_count, double max_seconds) const;
+};
+
 struct SearchOptions {
   SearchKind kind = SearchKind::kExhaustive;
-  // How many variants to measure: at most max_variants (0 = no count
-  // limit) and at most fraction of the space, rounded up (0 = no fraction
-  // limit); both set: the smaller. Exhaustive ignores neither: a budget
-  // below the space's size ends it early, in space order.
-  int64_t max_variants = 0;
-  double fraction = 0;
+  SearchBudget budget;
   uint64_t seed = 0;
-  // The job's rounds stop proposing for this problem once they have run
-  // this long (0 = no time limit); the job runner applies it, between
-  // rounds.
-  double max_seconds = 0;
 };
 
 // What a search needs to know of a problem's space.
@@ -68,9 +87,6 @@ struct SearchSpaceView {
   // (kModel measures them first, after the default).
   std::vector<int64_t> hints;
 };
-
-// The variants a search of `variants` measures at most under `options`.
-int64_t SearchBudget(const SearchOptions& options, int64_t variants);
 
 // The outcome of measuring one variant, as the search sees it.
 struct SearchResult {
@@ -98,9 +114,9 @@ class Search {
   virtual int64_t budget() const = 0;
 };
 
-// INVALID_ARGUMENT for a negative count, a fraction outside [0, 1], an
-// empty space, a default index or hint outside it, or (kModel) features
-// that are not variants x feature_count.
+// INVALID_ARGUMENT for a budget that fails its Check (no count or time
+// limit beyond the type's own), an empty space, a default index or hint
+// outside it, or (kModel) features that are not variants x feature_count.
 absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
                                                    const SearchSpaceView& space);
 

@@ -1,6 +1,7 @@
 #include "service/jobs/search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <set>
@@ -50,25 +51,29 @@ TEST(SearchTest, ExhaustiveProposesTheSpaceInOrderInBatches) {
 
 TEST(SearchTest, TheBudgetIsACountAFractionOrTheSmallerOfBoth) {
   const SearchSpaceView space = Space(95, -1);
-  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .max_variants = 7}, space).size(), 7u);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {.count = 7}}, space).size(), 7u);
   // 9.5 rounded up.
-  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .fraction = 0.1}, space).size(), 10u);
-  EXPECT_EQ(
-      Proposals({.kind = SearchKind::kRandom, .max_variants = 7, .fraction = 0.5}, space).size(),
-      7u);
-  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .fraction = 1e-9}, space).size(), 1u);
-  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .max_variants = 1000}, space).size(), 95u);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {.fraction = 0.1}}, space).size(),
+            10u);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {.count = 7, .fraction = 0.5}}, space)
+                .size(),
+            7u);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {.fraction = 1e-9}}, space).size(),
+            1u);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {.count = 1000}}, space).size(), 95u);
   // Exhaustive with a budget: the first variants in space order.
-  EXPECT_THAT(Proposals({.kind = SearchKind::kExhaustive, .max_variants = 3}, space),
+  EXPECT_THAT(Proposals({.kind = SearchKind::kExhaustive, .budget = {.count = 3}}, space),
               ElementsAre(0, 1, 2));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Search> search,
-                       MakeSearch({.kind = SearchKind::kRandom, .fraction = 0.1}, space));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Search> search,
+      MakeSearch({.kind = SearchKind::kRandom, .budget = {.fraction = 0.1}}, space));
   EXPECT_EQ(search->budget(), 10);
 }
 
 TEST(SearchTest, RandomStartsWithTheDefaultAndProposesEachVariantOnce) {
   const SearchSpaceView space = Space(500, 123);
-  const std::vector<int64_t> all = Proposals({.kind = SearchKind::kRandom, .seed = 7}, space, 64);
+  const std::vector<int64_t> all =
+      Proposals({.kind = SearchKind::kRandom, .budget = {}, .seed = 7}, space, 64);
   ASSERT_EQ(all.size(), 500u);
   EXPECT_EQ(all.front(), 123);
   EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 500u);
@@ -81,9 +86,10 @@ TEST(SearchTest, RandomStartsWithTheDefaultAndProposesEachVariantOnce) {
 
 TEST(SearchTest, RandomIsFixedByItsSeedOnEveryMachine) {
   const SearchSpaceView space = Space(10, -1);
-  const std::vector<int64_t> first = Proposals({.kind = SearchKind::kRandom, .seed = 1}, space);
-  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .seed = 1}, space, 3), first);
-  EXPECT_NE(Proposals({.kind = SearchKind::kRandom, .seed = 2}, space), first);
+  const std::vector<int64_t> first =
+      Proposals({.kind = SearchKind::kRandom, .budget = {}, .seed = 1}, space);
+  EXPECT_EQ(Proposals({.kind = SearchKind::kRandom, .budget = {}, .seed = 1}, space, 3), first);
+  EXPECT_NE(Proposals({.kind = SearchKind::kRandom, .budget = {}, .seed = 2}, space), first);
   // SplitMix64 and the rejection sampling fix this order; a change of either
   // (or a std:: distribution, which differs between libraries) shows here.
   EXPECT_THAT(first, ElementsAre(4, 2, 8, 1, 9, 3, 0, 6, 7, 5));
@@ -135,14 +141,38 @@ Outcome RunModel(const SearchOptions& options, const SearchSpaceView& space) {
   return outcome;
 }
 
+TEST(SearchTest, TheBudgetIsTheSmallerOfItsLimitsAndItsTimeEndsOnlyAfterARound) {
+  EXPECT_EQ((SearchBudget{}).Variants(95), 95);
+  EXPECT_EQ((SearchBudget{.count = 7}).Variants(95), 7);
+  EXPECT_EQ((SearchBudget{.fraction = 0.1}).Variants(95), 10);  // rounded up
+  EXPECT_EQ((SearchBudget{.count = 7, .fraction = 0.5}).Variants(95), 7);
+  EXPECT_EQ((SearchBudget{.count = 70, .fraction = 0.5}).Variants(95), 48);
+  EXPECT_EQ((SearchBudget{.fraction = 1e-9}).Variants(95), 1);  // at least one
+  EXPECT_FALSE((SearchBudget{}).OutOfTime(1e9, 5));
+  const SearchBudget timed{.seconds = 90};
+  EXPECT_FALSE(timed.OutOfTime(100, 0));  // the first round always runs
+  EXPECT_FALSE(timed.OutOfTime(89.9, 3));
+  EXPECT_TRUE(timed.OutOfTime(90, 1));
+  EXPECT_OK(timed.Check("options.search", 100, 86400));
+  EXPECT_THAT((SearchBudget{.count = 101}).Check("options.search", 100, 86400),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.search.max_variants is 101, not in 0..100 (0 = no limit)"));
+  EXPECT_THAT((SearchBudget{.seconds = 86401}).Check("options.search", 100, 86400),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "options.search.max_seconds is 86401, not in 0..86400 (0 = no limit)"));
+}
+
 TEST(SearchTest, BadOptionsAndSpacesAreRefusedNamingWhatIsWrong) {
   const SearchSpaceView space = Space(10, -1);
-  EXPECT_THAT(
-      MakeSearch({.max_variants = -1}, space),
-      StatusIs(absl::StatusCode::kInvalidArgument, "the budget of -1 variants is negative"));
-  EXPECT_THAT(
-      MakeSearch({.fraction = 1.5}, space),
-      StatusIs(absl::StatusCode::kInvalidArgument, "the budget's fraction 1.5 is not in [0, 1]"));
+  EXPECT_THAT(MakeSearch({.budget = {.count = -1}}, space),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "search.max_variants is -1, not at least 0 (0 = no limit)"));
+  EXPECT_THAT(MakeSearch({.budget = {.fraction = 1.5}}, space),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "search.max_fraction is 1.5, not in 0..1 (0 = no limit)"));
+  EXPECT_THAT(MakeSearch({.budget = {.seconds = std::nan("")}}, space),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "search.max_seconds is nan, not at least 0 (0 = no limit)"));
   EXPECT_THAT(MakeSearch({}, Space(0, -1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "the search space has no variants"));
   EXPECT_THAT(MakeSearch({}, Space(10, 10)),
@@ -153,7 +183,7 @@ TEST(SearchTest, BadOptionsAndSpacesAreRefusedNamingWhatIsWrong) {
                        "unknown search 'genetic' (exhaustive, random or model)"));
   ASSERT_OK_AND_ASSIGN(SearchKind kind, ParseSearchKind("random"));
   EXPECT_EQ(kind, SearchKind::kRandom);
-  EXPECT_THAT(MakeSearch({.kind = SearchKind::kModel}, Space(10, -1)),
+  EXPECT_THAT(MakeSearch({.kind = SearchKind::kModel, .budget = {}}, Space(10, -1)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "the model search needs each variant's parameter values: 0 features for "
                        "10 variants of 0"));
@@ -167,7 +197,7 @@ TEST(ModelSearchTest, FindsTheMinimumOfASmoothSpaceMeasuringAFewPercent) {
   const SearchSpaceView space = Grid(64, 32);  // 2,048 variants
   for (uint64_t seed : {1, 2, 3}) {
     const Outcome outcome =
-        RunModel({.kind = SearchKind::kModel, .fraction = 0.1, .seed = seed}, space);
+        RunModel({.kind = SearchKind::kModel, .budget = {.fraction = 0.1}, .seed = seed}, space);
     EXPECT_EQ(outcome.best, 10) << "seed " << seed;
     EXPECT_LE(outcome.proposed.size(), 205u);
     const std::set<int64_t> distinct(outcome.proposed.begin(), outcome.proposed.end());
@@ -178,9 +208,12 @@ TEST(ModelSearchTest, FindsTheMinimumOfASmoothSpaceMeasuringAFewPercent) {
 TEST(ModelSearchTest, IsDeterministicForASeedAndDiffersAcrossSeeds) {
   SearchSpaceView space = Grid(64, 32);
   space.default_index = 5;
-  const Outcome a = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 7}, space);
-  const Outcome b = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 7}, space);
-  const Outcome c = RunModel({.kind = SearchKind::kModel, .fraction = 0.05, .seed = 8}, space);
+  const Outcome a =
+      RunModel({.kind = SearchKind::kModel, .budget = {.fraction = 0.05}, .seed = 7}, space);
+  const Outcome b =
+      RunModel({.kind = SearchKind::kModel, .budget = {.fraction = 0.05}, .seed = 7}, space);
+  const Outcome c =
+      RunModel({.kind = SearchKind::kModel, .budget = {.fraction = 0.05}, .seed = 8}, space);
   EXPECT_EQ(a.proposed, b.proposed);
   EXPECT_NE(a.proposed, c.proposed);
   ASSERT_FALSE(a.proposed.empty());
@@ -192,7 +225,7 @@ TEST(ModelSearchTest, MeasuresTheHintsFirstAndKeepsItsBudget) {
   space.default_index = 0;
   space.hints = {23 * 32 + 7, 100};
   const Outcome outcome =
-      RunModel({.kind = SearchKind::kModel, .max_variants = 40, .seed = 1}, space);
+      RunModel({.kind = SearchKind::kModel, .budget = {.count = 40}, .seed = 1}, space);
   ASSERT_GE(outcome.proposed.size(), 3u);
   EXPECT_THAT(std::vector<int64_t>(outcome.proposed.begin(), outcome.proposed.begin() + 3),
               ElementsAre(0, 23 * 32 + 7, 100));
@@ -202,7 +235,7 @@ TEST(ModelSearchTest, MeasuresTheHintsFirstAndKeepsItsBudget) {
 
 TEST(ModelSearchTest, StopsWhenItStopsImprovingWithoutABudget) {
   const SearchSpaceView space = Grid(64, 32);
-  const Outcome outcome = RunModel({.kind = SearchKind::kModel, .seed = 3}, space);
+  const Outcome outcome = RunModel({.kind = SearchKind::kModel, .budget = {}, .seed = 3}, space);
   EXPECT_EQ(outcome.best, 10);
   EXPECT_LT(outcome.proposed.size(), space.variants / 2);
 }
@@ -212,7 +245,8 @@ TEST(ModelSearchTest, AvoidsTheRegionWhereVariantsFail) {
   // a search that learned nothing from failures would propose into it at
   // that rate; the model, after its random start, hardly does.
   const SearchSpaceView space = Grid(64, 32);
-  const Outcome outcome = RunModel({.kind = SearchKind::kModel, .fraction = 0.1, .seed = 5}, space);
+  const Outcome outcome =
+      RunModel({.kind = SearchKind::kModel, .budget = {.fraction = 0.1}, .seed = 5}, space);
   int64_t failed = 0;
   for (int64_t i : outcome.proposed) failed += Landscape(space, i).valid ? 0 : 1;
   EXPECT_LT(failed * 12, static_cast<int64_t>(outcome.proposed.size()));
@@ -223,7 +257,7 @@ TEST(ModelSearchTest, AvoidsTheRegionWhereVariantsFail) {
 // once the model has results to go on, much of each next round was guessed.
 TEST(ModelSearchTest, AheadGuessesTheNextRoundsWithoutChangingThem) {
   const SearchSpaceView space = Grid(48, 16);
-  const SearchOptions options{.kind = SearchKind::kModel, .fraction = 0.15, .seed = 9};
+  const SearchOptions options{.kind = SearchKind::kModel, .budget = {.fraction = 0.15}, .seed = 9};
   const Outcome plain = RunModel(options, space);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Search> search, MakeSearch(options, space));
   std::vector<int64_t> proposed;
@@ -259,7 +293,7 @@ TEST(ModelSearchTest, AheadGuessesTheNextRoundsWithoutChangingThem) {
 TEST(SearchTest, AheadOfAFixedOrderIsWhatComesNextInIt) {
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<Search> search,
-      MakeSearch({.kind = SearchKind::kExhaustive, .max_variants = 6}, Space(10, -1)));
+      MakeSearch({.kind = SearchKind::kExhaustive, .budget = {.count = 6}}, Space(10, -1)));
   EXPECT_THAT(search->Ahead(3), ElementsAre(0, 1, 2));
   EXPECT_THAT(search->Next(4), ElementsAre(0, 1, 2, 3));
   EXPECT_THAT(search->Ahead(3), ElementsAre(4, 5));  // the budget ends there
