@@ -374,7 +374,7 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   job_options.variant_timeout_s = options.variant_timeout_s;
   job_options.quiet_wait = absl::Seconds(options.quiet_wait_s);
   job_options.compile_ahead = options.compile_ahead;
-  job_options.max_variants_per_job = options.max_job_variants;
+  job_options.max_job_variants = options.max_job_variants;
   job_options.max_unfinished_jobs_per_submitter = options.max_jobs_per_submitter;
   job_options.setting_hint = DaemonSettingHint;
   job_options.profile.lease_dir = options.lease_dir == "none" ? "" : options.lease_dir;

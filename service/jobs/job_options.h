@@ -67,7 +67,7 @@ struct JobRunnerOptions {
   // Limits on what one job, and one submitter, may ask for; 0 = none.
   // Errors name them as the daemon's max_job_variants and
   // max_jobs_per_submitter, with `setting_hint`'s word.
-  int64_t max_variants_per_job = kDefaultMaxJobVariants;
+  int64_t max_job_variants = kDefaultMaxJobVariants;
   int max_unfinished_jobs_per_submitter = kDefaultMaxJobsPerSubmitter;
   SettingHint setting_hint = nullptr;
 };

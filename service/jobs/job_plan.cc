@@ -65,7 +65,7 @@ class VariantBound {
       total = kernels::SaturatingAdd(
           total, kernels::SaturatingMultiply(group.problems, AllConfigs(*group.family)));
     }
-    if (target_.max_variants <= 0 || total <= target_.max_variants) return total;
+    if (target_.max_job_variants <= 0 || total <= target_.max_job_variants) return total;
     total = 0;
     for (auto& [key, group] : groups_) {
       if (!group.configs.has_value()) {
@@ -153,11 +153,11 @@ class VariantBound {
 // RESOURCE_EXHAUSTED when `variants`, VariantBound's of `problems`, is over
 // the target's limit.
 absl::Status CheckVariantBound(const PlanTarget& target, int64_t problems, int64_t variants) {
-  if (target.max_variants <= 0 || variants <= target.max_variants) return absl::OkStatus();
+  if (target.max_job_variants <= 0 || variants <= target.max_job_variants) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the job may have ", kernels::CountText(variants), " variants (its ", problems,
       " problems times the configs their families' params and constraints allow), more than the ",
-      target.max_variants, " the daemon's limit ", target.max_variants_setting,
+      target.max_job_variants, " the daemon's limit ", target.max_job_variants_setting,
       " allows; split it into shards (the job's shard_index and shard_count) or narrow the "
       "manifest"));
 }

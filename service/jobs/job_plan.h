@@ -117,8 +117,8 @@ struct PlanTarget {
   kernels::DeviceLimits limits;  // its arch is replaced by `arch` when set
   // Most variants the plan may hold (0 = no limit), and how an error names
   // that limit ("max_job_variants (500000; autotuned --max-job-variants)").
-  int64_t max_variants = 0;
-  std::string max_variants_setting = "max_job_variants";
+  int64_t max_job_variants = 0;
+  std::string max_job_variants_setting = "max_job_variants";
   // Most problems the job's manifest may hold, sharded or not (0 = no limit).
   int64_t max_problems = kDefaultMaxJobProblems;
 };
@@ -163,7 +163,7 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu);
 //
 // The limits are kept by arithmetic before anything is built
 // (kernels::CountManifest): first the manifest's problems against
-// target.max_problems, then its variants against target.max_variants,
+// target.max_problems, then its variants against target.max_job_variants,
 // bounded from above by each problem's family: the configs that pass the
 // constraints reading only params and dtype_bytes (the dims' constraints
 // and the launch limits only remove more). A sharded job's problems are

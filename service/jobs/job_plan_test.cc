@@ -57,13 +57,13 @@ TEST_F(JobPlanTest, TheVariantLimitIsKeptByArithmeticBeforeAnyProblemIsBuilt) {
   // axpy: 24 configs, 21 of them pass its constraint (BLOCK * ELEMS <=
   // 4096), 19 fit a device.
   PlanTarget target = target_;
-  target.max_variants = 72;  // 3 x 24: planned without evaluating a constraint
+  target.max_job_variants = 72;  // 3 x 24: planned without evaluating a constraint
   ASSERT_OK_AND_ASSIGN(JobPlan whole, PlanJob(Spec({1024, 2048, 4096}), families_, target));
   EXPECT_EQ(whole.variants, 57);
-  target.max_variants = 63;  // 3 x 21: the constraint evaluated once
+  target.max_job_variants = 63;  // 3 x 21: the constraint evaluated once
   ASSERT_OK(PlanJob(Spec({1024, 2048, 4096}), families_, target).status());
-  target.max_variants = 62;
-  target.max_variants_setting = "max_job_variants (62)";
+  target.max_job_variants = 62;
+  target.max_job_variants_setting = "max_job_variants (62)";
   EXPECT_THAT(PlanJob(Spec({1024, 2048, 4096}), families_, target),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        "the job may have 63 variants (its 3 problems times the configs their "
@@ -80,7 +80,7 @@ TEST_F(JobPlanTest, TheVariantLimitIsKeptByArithmeticBeforeAnyProblemIsBuilt) {
   families_["axpy"] = narrow;
   EXPECT_THAT(PlanJob(Spec({8, 2048, 4096}), families_, target),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may have 63 variants")));
-  target.max_variants = 0;
+  target.max_job_variants = 0;
   EXPECT_THAT(PlanJob(Spec({8, 2048, 4096}), families_, target),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=8")));
 }
@@ -88,7 +88,7 @@ TEST_F(JobPlanTest, TheVariantLimitIsKeptByArithmeticBeforeAnyProblemIsBuilt) {
 TEST_F(JobPlanTest, AShardIsBoundedByItsOwnProblems) {
   v1::JobSpec spec = Spec({1024, 2048, 4096, 8192, 16384, 32768});
   PlanTarget target = target_;
-  target.max_variants = 5 * 21;  // the whole manifest may have 6 x 21
+  target.max_job_variants = 5 * 21;  // the whole manifest may have 6 x 21
   EXPECT_THAT(PlanJob(spec, families_, target),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("may have 126 variants")));
   spec.mutable_options()->set_shard_count(2);

@@ -171,9 +171,9 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   target.nvrtc_version = pool->nvrtc_version();
   target.limits = LimitsOf(device);
   if (job_id.empty()) {  // a resumed job was admitted before
-    target.max_variants = options_.max_variants_per_job;
-    target.max_variants_setting = NameSetting(
-        "max_job_variants", absl::StrCat(options_.max_variants_per_job), options_.setting_hint);
+    target.max_job_variants = options_.max_job_variants;
+    target.max_job_variants_setting = NameSetting(
+        "max_job_variants", absl::StrCat(options_.max_job_variants), options_.setting_hint);
   }
   ASSIGN_OR_RETURN(work->plan, PlanJob(spec, families, target));
   work->problems = static_cast<int64_t>(work->plan.problems.size());

@@ -76,7 +76,7 @@ class JobRunner {
   // "manifest.items[2].dims[0]" and the like, NOT_FOUND for an unknown
   // family), stores the job and starts it. Returns the QUEUED job.
   // RESOURCE_EXHAUSTED, naming the limit, for a job of more variants than
-  // max_variants_per_job, or when `submitted_by` (not empty) has
+  // max_job_variants, or when `submitted_by` (not empty) has
   // max_unfinished_jobs_per_submitter jobs that have not ended.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& submitted_by = "");
 

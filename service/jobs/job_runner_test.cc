@@ -148,11 +148,11 @@ class ScreenJobTest : public ::testing::Test {
     return last;
   }
 
-  void RestartRunner(const std::string& lease_dir = "", int64_t max_variants = 0,
+  void RestartRunner(const std::string& lease_dir = "", int64_t max_job_variants = 0,
                      int max_unfinished = 0) {
     runner_.reset();
     JobRunnerOptions options;
-    options.max_variants_per_job = max_variants;
+    options.max_job_variants = max_job_variants;
     options.max_unfinished_jobs_per_submitter = max_unfinished;
     options.profile.worker_path = FAKE_PROFILE_WORKER_PATH;
     options.profile.grace = grace_;
