@@ -45,11 +45,7 @@ CompilePhaseOptions JobRunner::CompileOptions(const Work& work) {
 void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
                         CompileQueue* queue) {
   Work& work = *running->work;
-  std::string id;
-  {
-    absl::MutexLock lock(&running->mu);
-    id = running->job.id();
-  }
+  const std::string& id = running->id;
   const auto report = [&](const CompileUnit& unit, const CompileEnd& end) {
     const bool failed = end.status != v1::OK;
     const bool compile_failed = failed && end.store_error.ok();
@@ -66,26 +62,7 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
       last.set_job_id(id);
       last.set_measured_at(Timestamp());
     }
-    {
-      absl::MutexLock lock(&running->mu);
-      v1::JobCounts* counts = running->job.mutable_counts();
-      if (!end.store_error.ok()) {
-        if (running->store_error.empty()) {
-          running->store_error = std::string(end.store_error.message());
-        }
-      } else if (end.cache_hit) {
-        counts->set_compile_cache_hits(counts->compile_cache_hits() + 1);
-      } else if (!failed) {
-        counts->set_compiled(counts->compiled() + 1);
-      }
-      if (compile_failed) {
-        counts->set_compile_errors(counts->compile_errors() + 1);
-        running->compile_errors.Add(FirstErrorLine(end.log), last.detail());
-      }
-      if (end.status == v1::COMPILE_TIMEOUT) {
-        counts->set_compile_timeouts(counts->compile_timeouts() + 1);
-      }
-    }
+    running->CountCompile(end, last.detail());
     Publish(running, compile_failed ? &last : nullptr,
             end.store_error.ok() ? "" : end.store_error.message());
   };
@@ -98,50 +75,14 @@ void JobRunner::Compile(Running* running, const std::vector<CompileUnit>& units,
 
 absl::Status JobRunner::Record(Running* running, const v1::Measurement& measurement, bool count) {
   absl::Status stored = store_->AddMeasurement(measurement);
-  if (count) {
-    absl::MutexLock lock(&running->mu);
-    v1::JobCounts* counts = running->job.mutable_counts();
-    switch (measurement.status()) {
-      case v1::OK:
-        counts->set_ok(counts->ok() + 1);
-        break;
-      case v1::WRONG_RESULT:
-        counts->set_wrong_result(counts->wrong_result() + 1);
-        break;
-      case v1::TIMEOUT:
-        counts->set_timeout(counts->timeout() + 1);
-        break;
-      case v1::FAULT:
-        counts->set_fault(counts->fault() + 1);
-        break;
-      case v1::UNSUPPORTED:
-        counts->set_unsupported(counts->unsupported() + 1);
-        break;
-      default:
-        break;
-    }
-    if (measurement.carried()) {
-      counts->set_carried(counts->carried() + 1);
-    } else if (measurement.phase() != v1::COMPILE) {
-      counts->set_measured(counts->measured() + 1);
-    }
-    if (running->phase == "screen") ++running->phase_done;
-  }
+  if (count) running->CountMeasurement(measurement);
   Publish(running, &measurement, "");
   return stored;
 }
 
 void JobRunner::FailProblem(Running* running, const absl::Status& why, bool store_error) {
-  std::string job_id;
-  {
-    absl::MutexLock lock(&running->mu);
-    job_id = running->job.id();
-    if (running->problems_failed++ == 0) running->first_problem_error = std::string(why.message());
-    if (store_error && running->store_error.empty()) {
-      running->store_error = std::string(why.message());
-    }
-  }
-  spdlog::warn("job {}: {}", job_id, std::string(why.message()));
+  running->FailProblem(why.message(), store_error);
+  spdlog::warn("job {}: {}", running->id, std::string(why.message()));
 }
 
 void JobRunner::OnGpus(const std::atomic<bool>& cancel, size_t gpus,
@@ -164,10 +105,7 @@ void JobRunner::Measure(Running* running) {
   Work& work = *running->work;
   absl::StatusOr<ProfilePool*> gpus = Gpus();
   ScreenJob job;
-  {
-    absl::MutexLock lock(&running->mu);
-    job.job_id = running->job.id();
-  }
+  job.job_id = running->id;
   if (!gpus.ok()) {
     FailProblem(running, gpus.status(), /*store_error=*/false);
     return;

@@ -317,9 +317,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
       if (running->ended || running->submitted_by != submitted_by) continue;
       // By state: a job whose end a watcher has seen has ended, even while
       // its thread is still finishing.
-      absl::MutexLock job_lock(&running->mu);
-      const v1::JobState state = running->job.state();
-      if (state != v1::SUCCEEDED && state != v1::FAILED && state != v1::CANCELLED) ++unfinished;
+      if (!JobFinished(running->state())) ++unfinished;
     }
     if (unfinished >= options_.max_unfinished_jobs_per_submitter) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -367,22 +365,12 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
     if (old->thread.joinable()) old->thread.join();
   }
 
-  auto running = std::make_shared<Running>();
+  job.set_arch(work->plan.arch);
+  auto running = std::make_shared<Running>(std::move(job), work->profile);
   Running* raw = running.get();
-  std::string id;
-  {
-    absl::MutexLock lock(&raw->mu);
-    raw->submitted_by = job.submitted_by();
-    raw->job = std::move(job);
-    raw->job.set_arch(work->plan.arch);
-    raw->latest.set_message("queued");
-    *raw->latest.mutable_job() = raw->job;
-    id = raw->job.id();
-  }
-  raw->measures = work->profile;
   raw->work = std::move(work);
   absl::MutexLock lock(&mu_);
-  running_[id] = std::move(running);
+  running_[raw->id] = std::move(running);
   raw->thread = std::thread([this, raw] { Run(raw); });
 }
 
@@ -403,15 +391,8 @@ JobRunner::Totals JobRunner::totals() {
 
 void JobRunner::Run(Running* running) {
   Work& work = *running->work;
-  std::string id;
-  {
-    absl::MutexLock lock(&running->mu);
-    running->job.set_state(v1::COMPILING);
-    id = running->job.id();
-    for (const v1::ProblemReport& report : work.done_reports) {
-      *running->job.add_results() = report.entry();
-    }
-  }
+  const std::string& id = running->id;
+  running->Begin(work.done_reports);
   const absl::Time started = absl::Now();
   if (work.profile) {
     Measure(running);  // compiles what each search round needs
@@ -423,12 +404,11 @@ void JobRunner::Run(Running* running) {
   if (!work.profile) {
     // A compile-only job still says which problems it covered (a shard's
     // share of the manifest, say).
-    absl::MutexLock lock(&running->mu);
     for (const PlannedProblem& problem : work.plan.problems) {
       v1::ProblemReport report;
       report.set_family(problem.record->family.name());
       *report.mutable_problem() = problem.problem;
-      running->reports.push_back(std::move(report));
+      running->AddReport(std::move(report));
     }
   }
 
@@ -436,17 +416,11 @@ void JobRunner::Run(Running* running) {
     StopWhereItIs(running, id);
     return;
   }
-  const std::string message = Conclude(running, started);
+  const v1::Job finished = running->Finish(work.done_reports, Rates());
+  const std::string message = Conclude(finished, work, started);
   spdlog::info("job {}: {}", id, message);
   // Learned before the end is published: a job submitted by whoever saw
   // this one end estimates with its rates.
-  v1::Job finished;
-  {
-    const PhaseRates rates = Rates();
-    absl::MutexLock lock(&running->mu);
-    running->UpdateTiming(rates);
-    finished = running->job;
-  }
   if (finished.state() == v1::SUCCEEDED) LearnRates(finished);
   {
     absl::MutexLock lock(&rates_mu_);
@@ -465,12 +439,7 @@ void JobRunner::Run(Running* running) {
 
 void JobRunner::StopWhereItIs(Running* running, const std::string& id) {
   // Stored in the state it reached; ResumeUnfinished takes it up.
-  v1::Job left;
-  {
-    absl::MutexLock lock(&running->mu);
-    running->job.set_updated_at(Timestamp());
-    left = running->job;
-  }
+  const v1::Job left = running->Stamped();
   absl::Status stored = store_->UpdateJob(left);
   if (!stored.ok()) {
     spdlog::warn("job {}: cannot store where it stopped: {}", id, std::string(stored.message()));
@@ -481,50 +450,20 @@ void JobRunner::StopWhereItIs(Running* running, const std::string& id) {
   running->ended = true;
 }
 
-std::string JobRunner::Conclude(Running* running, absl::Time started) {
-  const Work& work = *running->work;
-  std::string message;
-  {
-    absl::MutexLock lock(&running->mu);
-    running->EnterPhase("done", 0);
-    // The reports in plan order: the cached problems first, as planned.
-    running->job.clear_reports();
-    for (const v1::ProblemReport& report : work.done_reports) *running->job.add_reports() = report;
-    for (const v1::ProblemReport& report : running->reports) *running->job.add_reports() = report;
-    const v1::JobCounts& counts = running->job.counts();
-    if (running->cancel) {
-      running->job.set_state(v1::CANCELLED);
-      running->job.set_error("cancelled");
-    } else {
-      // Whatever did not go as asked fails the job, so every view of it (the
-      // CLI's exit status, `autotune jobs`, the API, the admin page) says so.
-      std::vector<std::string> errors;
-      if (!running->store_error.empty()) {
-        errors.push_back(absl::StrCat("the store failed: ", running->store_error));
-      }
-      if (counts.compile_errors() > 0) {
-        errors.push_back(running->compile_errors.Describe(counts.compile_errors()));
-      }
-      if (running->problems_failed > 0) {
-        errors.push_back(
-            absl::StrCat(running->problems_failed,
-                         " problems have no valid variant; first: ", running->first_problem_error));
-      }
-      running->job.set_state(errors.empty() ? v1::SUCCEEDED : v1::FAILED);
-      running->job.set_error(absl::StrJoin(errors, "\n"));
-    }
-    message = absl::StrCat("compiled ", counts.compiled(), ", cache hits ",
-                           counts.compile_cache_hits(), ", errors ", counts.compile_errors());
-    if (work.profile) {
-      absl::StrAppend(&message, "; measured ", counts.measured(), ": ok ", counts.ok(),
-                      ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
-                      ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
-                      "; problems tuned ",
-                      running->job.results_size() - static_cast<int>(work.done_reports.size()),
-                      ", already cached ", counts.cached_problems());
-    }
-    absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
+std::string JobRunner::Conclude(const v1::Job& finished, const Work& work, absl::Time started) {
+  const v1::JobCounts& counts = finished.counts();
+  std::string message =
+      absl::StrCat("compiled ", counts.compiled(), ", cache hits ", counts.compile_cache_hits(),
+                   ", errors ", counts.compile_errors());
+  if (work.profile) {
+    absl::StrAppend(&message, "; measured ", counts.measured(), ": ok ", counts.ok(),
+                    ", wrong result ", counts.wrong_result(), ", timeout ", counts.timeout(),
+                    ", fault ", counts.fault(), ", unsupported ", counts.unsupported(),
+                    "; problems tuned ",
+                    finished.results_size() - static_cast<int>(work.done_reports.size()),
+                    ", already cached ", counts.cached_problems());
   }
+  absl::StrAppend(&message, " in ", absl::FormatDuration(absl::Now() - started));
   return message;
 }
 
@@ -661,8 +600,7 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(absl::string_view id) {
     if (it != running_.end()) {
       Running* running = it->second.get();  // alive: mu_ is held
       running->cancel = true;
-      absl::MutexLock job_lock(&running->mu);
-      return running->job;
+      return running->Snapshot();
     }
   }
   return store_->GetJob(std::string(id));

@@ -143,7 +143,7 @@ class JobRunner {
  private:
   // What each job works on and its state as it runs (running_job.h).
   struct Work;
-  struct Running;
+  class Running;
 
   // The run (job_runner.cc).
   // Everything Submit and ResumeUnfinished check and read before a job
@@ -166,9 +166,8 @@ class JobRunner {
   // A job the daemon stopped: stored in the state it reached, for
   // ResumeUnfinished to take up.
   void StopWhereItIs(Running* running, const std::string& id);
-  // A job that ended: its reports in plan order, its state and error, and
-  // the line that sums it up (returned).
-  std::string Conclude(Running* running, absl::Time started);
+  // The line that sums up a job that ended (Running::Finish).
+  static std::string Conclude(const v1::Job& finished, const Work& work, absl::Time started);
 
   // The worker pools, started when first needed (job_runner.cc).
   // The compile pool: the one given, else one options_.start_pool gave.

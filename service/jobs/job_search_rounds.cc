@@ -140,8 +140,7 @@ class JobRunner::SearchRounds {
       s.search = *std::move(search);
       s.report.set_budget(s.search->budget());
     }
-    absl::MutexLock lock(&running_->mu);
-    running_->job.mutable_counts()->set_compiles(0);
+    running_->ClearCompiles();
   }
 
   // The problems whose search proposed a batch this round. A time budget
@@ -185,13 +184,8 @@ class JobRunner::SearchRounds {
     std::sort(needed.begin(), needed.end());
     std::vector<CompileUnit> units;
     for (size_t u : needed) units.push_back(work_.plan.units[u]);
-    {
-      absl::MutexLock lock(&running_->mu);
-      running_->job.set_state(v1::COMPILING);
-      v1::JobCounts* counts = running_->job.mutable_counts();
-      counts->set_compiles(counts->compiles() + static_cast<int64_t>(units.size()));
-      running_->EnterPhase("compile", static_cast<int64_t>(units.size()));
-    }
+    running_->AddCompiles(static_cast<int64_t>(units.size()));
+    running_->EnterStage(JobStage::kCompile, static_cast<int64_t>(units.size()));
     searching_ = round > 1 || batch_variants_ < work_.plan.to_measure;
     runner_.Publish(running_, nullptr,
                     searching_ ? absl::StrCat("search round ", round, ": compiling ", units.size(),
@@ -226,11 +220,7 @@ class JobRunner::SearchRounds {
   }
 
   void ScreenRound(int round, const std::vector<size_t>& proposing) {
-    {
-      absl::MutexLock lock(&running_->mu);
-      running_->job.set_state(v1::SCREENING);
-      running_->EnterPhase("screen", batch_variants_);
-    }
+    running_->EnterStage(JobStage::kScreen, batch_variants_);
     runner_.Publish(running_, nullptr,
                     absl::StrCat("validating and timing the variants of ", proposing.size(),
                                  " problems on ", gpus_, " GPU(s)",

@@ -21,11 +21,7 @@ void JobRunner::SerialStage(Running* running, const ScreenJob& job, size_t gpus,
   Work& work = *running->work;
   int64_t to_validate = 0;
   for (const ScreenResult& screen : screened.screens) to_validate += screen.error.ok() ? 1 : 0;
-  {
-    absl::MutexLock lock(&running->mu);
-    running->job.set_state(v1::VALIDATING);
-    running->EnterPhase("serial", to_validate);
-  }
+  running->EnterStage(JobStage::kSerial, to_validate);
   Publish(running, nullptr,
           absl::StrCat("serial validation of ", to_validate, " problems, one GPU each"));
   SerialJob serial;
@@ -54,21 +50,14 @@ void JobRunner::SerialOne(Running* running, const SerialJob& serial, const Plann
     FailProblem(running, screen->error, screen->store_failed);
     v1::ProblemReport report = MakeProblemReport(problem, *screen, nullptr);
     *report.mutable_search() = search;
-    absl::MutexLock lock(&running->mu);
-    running->reports.push_back(std::move(report));
+    running->AddReport(std::move(report));
     return;
   }
   SerialResult result = RunSerialPhase(problem, *screen, serial);
   v1::ProblemReport report = MakeProblemReport(problem, *screen, &result);
   *report.mutable_search() = search;
   *screen = ScreenResult();  // its images are no longer needed
-  {
-    absl::MutexLock lock(&running->mu);
-    running->reports.push_back(report);
-    running->waited_s += result.waited_s;
-    ++running->phase_done;
-    if (result.entry) *running->job.add_results() = *result.entry;
-  }
+  running->EndProblem(report, result.entry ? &*result.entry : nullptr, result.waited_s);
   if (!result.error.ok()) {
     FailProblem(running, result.error, result.store_failed);
     return;

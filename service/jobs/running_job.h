@@ -1,19 +1,27 @@
 // What JobRunner keeps for each job it runs: the work fixed when the job
-// starts, and the state that changes as it runs (counts, progress, reports).
-// Private to the files that define JobRunner (job_runner.cc, job_phases.cc,
-// job_progress.cc).
-#ifndef AUTOTUNE_SERVICE_RUNNING_JOB_H_
-#define AUTOTUNE_SERVICE_RUNNING_JOB_H_
+// starts, and the job's state as it runs (counts, the stage and its
+// progress, the problems' reports, the messages for watchers), behind the
+// methods the stages and the runner call. Private to the files that define
+// JobRunner (job_runner.cc, job_phases.cc, job_search_rounds.cc,
+// job_serial_stage.cc, job_progress.cc, running_job.cc).
+//
+// Thread-safe: every method takes the job's own lock; the stages call them
+// from the threads of each GPU and of the compile queue at once.
+#ifndef AUTOTUNE_SERVICE_JOBS_RUNNING_JOB_H_
+#define AUTOTUNE_SERVICE_JOBS_RUNNING_JOB_H_
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -26,6 +34,9 @@
 #include "service/jobs/job_text.h"
 
 namespace autotune::service {
+
+// SUCCEEDED, FAILED and CANCELLED: the states a job does not leave.
+bool JobFinished(v1::JobState state);
 
 // What a job works on; fixed once it starts, but for `compiled`, which the
 // compile phase fills before the screen phase reads it.
@@ -43,56 +54,123 @@ struct JobRunner::Work {
   CompileResults compiled;
 };
 
-// A job this runner started: its state, guarded by `mu`, and the thread
-// that runs it.
-struct JobRunner::Running {
-  absl::Mutex mu;
-  v1::Job job ABSL_GUARDED_BY(mu);
-  v1::JobProgress latest ABSL_GUARDED_BY(mu);
-  int64_t version ABSL_GUARDED_BY(mu) = 0;
-  // The last messages published, with their versions: a watcher that woke
-  // after several changes still sends each message once ("measuring again",
-  // "waiting for a quiet GPU"), not only the latest.
-  std::deque<std::pair<int64_t, std::string>> messages ABSL_GUARDED_BY(mu);
-  absl::Time persisted_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  // Problems the job could not give a best entry, and the first reason.
-  int64_t problems_failed ABSL_GUARDED_BY(mu) = 0;
-  std::string first_problem_error ABSL_GUARDED_BY(mu);
-  // The first store error: the job ends FAILED with it.
-  std::string store_error ABSL_GUARDED_BY(mu);
-  // Variants that failed to compile, grouped by the compiler's first error
-  // line, in the order first seen (CompileErrorGroups).
-  CompileErrorGroups compile_errors ABSL_GUARDED_BY(mu);
-  // One per problem measured, as each ends (the cached ones are in Work).
-  std::vector<v1::ProblemReport> reports ABSL_GUARDED_BY(mu);
-  // Progress of the phase running now (JobTiming).
-  absl::Time started ABSL_GUARDED_BY(mu) = absl::Now();
-  absl::Time phase_started ABSL_GUARDED_BY(mu) = absl::Now();
-  std::string phase ABSL_GUARDED_BY(mu) = "compile";
-  int64_t phase_done ABSL_GUARDED_BY(mu) = 0;
-  int64_t phase_total ABSL_GUARDED_BY(mu) = 0;
-  double compile_s ABSL_GUARDED_BY(mu) = 0;
-  double screen_s ABSL_GUARDED_BY(mu) = 0;
-  double serial_s ABSL_GUARDED_BY(mu) = 0;
-  double waited_s ABSL_GUARDED_BY(mu) = 0;
+// A job this runner started: its state and the thread that runs it.
+class JobRunner::Running {
+ public:
+  // `job` as stored (its id and submitter fixed from now on); `measures`:
+  // not compile_only, so a screen and a serial phase follow the compiles.
+  Running(v1::Job job, bool measures);
+
+  const std::string id;
+  const std::string submitted_by;
+  const bool measures;
+
+  // ---- What the stages report ----------------------------------------------
+
+  // The job starts: COMPILING, with the results the cached problems had.
+  void Begin(const std::vector<v1::ProblemReport>& cached);
+  // Ends the stage running now (its time is added up) and starts `stage`,
+  // with `total` units to do (compile: units to compile, which the compile
+  // counts then track; screen: variants; serial: problems). The job's state
+  // follows: COMPILING, SCREENING, VALIDATING.
+  void EnterStage(JobStage stage, int64_t total);
+  // The compiles the searches have asked for so far (a search job's count
+  // grows each round from 0).
+  void AddCompiles(int64_t compiles);
+  void ClearCompiles();
+  // One compile ended: `failure_detail` (the measurement's detail) when it
+  // failed to compile; a store error fails the job at its end.
+  void CountCompile(const CompileEnd& end, const std::string& failure_detail);
+  // One variant measured (or carried), counted by status; a screen's
+  // measurement is a unit of the screen stage.
+  void CountMeasurement(const v1::Measurement& measurement);
+  // A problem ended without a best entry; the first reason is the job's,
+  // a store error fails it.
+  void FailProblem(absl::string_view why, bool store_error);
+  // A problem ended: its report, its entry when it got one, and how long it
+  // waited for a quiet GPU; a unit of the serial stage.
+  void EndProblem(v1::ProblemReport report, const v1::Entry* entry, double waited_s);
+  // A compile-only job's problems, reported as covered.
+  void AddReport(v1::ProblemReport report);
+
+  // ---- What the runner reads and decides -----------------------------------
+
+  v1::JobState state() const;
+  v1::Job Snapshot() const;
+  // The job as it stands, stamped now (to store where a stopped daemon left it).
+  v1::Job Stamped();
+  // The end: the reports in plan order (`cached` first), CANCELLED when
+  // `cancel`, else FAILED naming the store error, the compile errors and the
+  // problems without a valid variant, or SUCCEEDED; the timing updated with
+  // `rates`. Returns the job as it ended.
+  v1::Job Finish(const std::vector<v1::ProblemReport>& cached, const PhaseRates& rates);
+
+  // ---- Progress for watchers -----------------------------------------------
+
+  // A new JobProgress (`last`, `message`, the timing from `rates`) for the
+  // watchers. `store` is called with the job, under the job's lock, when it
+  // has ended (so no watcher sees the end before it is stored), or when the
+  // last store of its progress is older than a second (then `*persist` is
+  // set and the job is to be stored after the call, outside the lock).
+  void Publish(const v1::Measurement* last, absl::string_view message, const PhaseRates& rates,
+               const std::function<void(const v1::Job&)>& store_end, v1::Job* persist);
+  // What a watcher that saw `seen` (-1: nothing yet) has not: waits up to
+  // `wait` for a newer JobProgress.
+  struct Update {
+    bool changed = false;
+    int64_t version = -1;
+    v1::JobProgress progress;
+    std::vector<std::string> missed;  // messages of the versions skipped, in order
+  };
+  Update Await(int64_t seen, absl::Duration wait);
+
   std::atomic<bool> cancel{false};
   // The runner is going away (the daemon stops): `cancel` is set too, but
   // the job is left in its state to resume at the next start, not CANCELLED.
   std::atomic<bool> stopping{false};
-  bool measures = true;  // not compile_only: a screen and a serial phase follow
-
-  // The job's JobTiming from the phase running now; `rates` estimate the
-  // phases still to come.
-  void UpdateTiming(const PhaseRates& rates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Ends the phase running now (its time is added up) and starts `next`.
-  void EnterPhase(const std::string& next, int64_t total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Run() as its last step: the thread can be joined at once.
   std::atomic<bool> ended{false};
-  std::string submitted_by;    // set before the job starts, then read only
   std::shared_ptr<Work> work;  // released when the job ends
   std::thread thread;
+
+ private:
+  // The job's JobTiming from the stage running now; `rates` estimate the
+  // stages still to come.
+  void UpdateTiming(const PhaseRates& rates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterStageLocked(JobStage stage, int64_t total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  v1::Job job_ ABSL_GUARDED_BY(mu_);
+  v1::JobProgress latest_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last messages published, with their versions: a watcher that woke
+  // after several changes still sends each message once ("measuring again",
+  // "waiting for a quiet GPU"), not only the latest.
+  std::deque<std::pair<int64_t, std::string>> messages_ ABSL_GUARDED_BY(mu_);
+  absl::Time persisted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Problems the job could not give a best entry, and the first reason.
+  int64_t problems_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string first_problem_error_ ABSL_GUARDED_BY(mu_);
+  // The first store error: the job ends FAILED with it.
+  std::string store_error_ ABSL_GUARDED_BY(mu_);
+  // Variants that failed to compile, grouped by the compiler's first error
+  // line, in the order first seen (CompileErrorGroups).
+  CompileErrorGroups compile_errors_ ABSL_GUARDED_BY(mu_);
+  // One per problem measured, as each ends (the cached ones are in Work).
+  std::vector<v1::ProblemReport> reports_ ABSL_GUARDED_BY(mu_);
+  // The stage running now and its progress (JobTiming), and the time each
+  // stage took so far.
+  absl::Time started_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time stage_started_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  JobStage stage_ ABSL_GUARDED_BY(mu_) = JobStage::kCompile;
+  int64_t stage_done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stage_total_ ABSL_GUARDED_BY(mu_) = 0;
+  double compile_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double screen_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double serial_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double waited_s_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_RUNNING_JOB_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_RUNNING_JOB_H_
