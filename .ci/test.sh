@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI: installs what is missing, builds everything in build/ (Release, GCC,
 # warnings are errors), checks the layout of the sources
-# (.ci/check-format.sh) and runs every test; then builds build-asan/
+# (.ci/check-format.sh) and the header guards (.ci/check-header-guards.sh)
+# and runs every test; then builds build-asan/
 # (clang: AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer,
 # -Wthread-safety -Werror, the fuzz targets) and runs every test again there,
 # the concurrent parts under ThreadSanitizer (.ci/sanitize.sh thread), and
@@ -56,6 +57,7 @@ total=$SECONDS
 step "dependencies" deploy/install-deps.sh
 step "Release build (GCC)" release_build
 step "format check" .ci/check-format.sh
+step "header guards" .ci/check-header-guards.sh
 step "thread-safety check of bench/, tests/gpu/, client/examples/" \
   .ci/check-thread-safety.sh build bench/ tests/gpu/ client/examples/
 step "Release tests" release_tests

@@ -1,7 +1,7 @@
 // The `autotune` command line: lookups, cache administration and warmup jobs
 // against a running autotuned. `autotune --help` lists the subcommands.
-#ifndef AUTOTUNE_CLIENT_CLI_H_
-#define AUTOTUNE_CLIENT_CLI_H_
+#ifndef AUTOTUNE_CLIENT_CLI_CLI_H_
+#define AUTOTUNE_CLIENT_CLI_CLI_H_
 
 #include <ostream>
 
@@ -22,4 +22,4 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_CLI_H_
+#endif  // AUTOTUNE_CLIENT_CLI_CLI_H_

@@ -8,8 +8,8 @@
 //   command.run = [s, io](Client& client) {
 //     return PrintAnswer(client.Stats(v1::StatsRequest()), s->json, io.out, PrintStats);
 //   };
-#ifndef AUTOTUNE_CLIENT_CLI_COMMANDS_H_
-#define AUTOTUNE_CLIENT_CLI_COMMANDS_H_
+#ifndef AUTOTUNE_CLIENT_CLI_CLI_COMMANDS_H_
+#define AUTOTUNE_CLIENT_CLI_CLI_COMMANDS_H_
 
 #include <functional>
 #include <ostream>
@@ -96,4 +96,4 @@ Command CheckCommand(CLI::App& root, Streams io);  // check
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_CLI_COMMANDS_H_
+#endif  // AUTOTUNE_CLIENT_CLI_CLI_COMMANDS_H_

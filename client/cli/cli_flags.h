@@ -4,8 +4,8 @@
 // check it and build the protobuf messages. Every error is INVALID_ARGUMENT
 // naming the flag and the value ("invalid --dims 'batch=x': dimension 'batch'
 // has value 'x', not an integer"): the CLI reports them as usage errors.
-#ifndef AUTOTUNE_CLIENT_CLI_FLAGS_H_
-#define AUTOTUNE_CLIENT_CLI_FLAGS_H_
+#ifndef AUTOTUNE_CLIENT_CLI_CLI_FLAGS_H_
+#define AUTOTUNE_CLIENT_CLI_CLI_FLAGS_H_
 
 #include <cstdint>
 #include <string>
@@ -55,4 +55,4 @@ absl::StatusOr<v1::Manifest> ParseManifestText(absl::string_view text, absl::str
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_CLI_FLAGS_H_
+#endif  // AUTOTUNE_CLIENT_CLI_CLI_FLAGS_H_

@@ -1,7 +1,7 @@
 // How the `autotune` CLI prints answers for people: aligned tables and
 // short key/value blocks. Machine-readable output is protobuf JSON (PrintJson).
-#ifndef AUTOTUNE_CLIENT_CLI_FORMAT_H_
-#define AUTOTUNE_CLIENT_CLI_FORMAT_H_
+#ifndef AUTOTUNE_CLIENT_CLI_CLI_FORMAT_H_
+#define AUTOTUNE_CLIENT_CLI_CLI_FORMAT_H_
 
 #include <cstdint>
 #include <ostream>
@@ -107,4 +107,4 @@ std::string FormatJobCounts(const v1::JobCounts& counts);
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_CLI_FORMAT_H_
+#endif  // AUTOTUNE_CLIENT_CLI_CLI_FORMAT_H_

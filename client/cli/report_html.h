@@ -12,8 +12,8 @@
 //
 // Thread-safety: RenderReportHtml is a pure function; CollectReportData
 // makes calls on `client`, which is thread-safe.
-#ifndef AUTOTUNE_CLIENT_REPORT_HTML_H_
-#define AUTOTUNE_CLIENT_REPORT_HTML_H_
+#ifndef AUTOTUNE_CLIENT_CLI_REPORT_HTML_H_
+#define AUTOTUNE_CLIENT_CLI_REPORT_HTML_H_
 
 #include <string>
 
@@ -43,4 +43,4 @@ absl::StatusOr<std::string> RenderReportHtml(const v1::ReportPageData& data);
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_REPORT_HTML_H_
+#endif  // AUTOTUNE_CLIENT_CLI_REPORT_HTML_H_

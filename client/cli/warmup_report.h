@@ -17,8 +17,8 @@
 // job.reports. A number the daemon left at 0 means unknown and prints blank.
 //
 // Pure functions of the message: no I/O, thread-safe.
-#ifndef AUTOTUNE_CLIENT_WARMUP_REPORT_H_
-#define AUTOTUNE_CLIENT_WARMUP_REPORT_H_
+#ifndef AUTOTUNE_CLIENT_CLI_WARMUP_REPORT_H_
+#define AUTOTUNE_CLIENT_CLI_WARMUP_REPORT_H_
 
 #include <string>
 
@@ -55,4 +55,4 @@ std::string RenderReportCsv(const v1::Job& job);
 
 }  // namespace autotune::client
 
-#endif  // AUTOTUNE_CLIENT_WARMUP_REPORT_H_
+#endif  // AUTOTUNE_CLIENT_CLI_WARMUP_REPORT_H_

@@ -7,8 +7,8 @@
 //   server.answers().lookup.set_match(v1::EXACT);
 //   ... Client with address server.address() ...
 //   EXPECT_EQ(server.calls().lookup.family(), "flash_attn");
-#ifndef AUTOTUNE_CLIENT_FAKE_AUTOTUNE_SERVER_H_
-#define AUTOTUNE_CLIENT_FAKE_AUTOTUNE_SERVER_H_
+#ifndef AUTOTUNE_CLIENT_TESTING_FAKE_AUTOTUNE_SERVER_H_
+#define AUTOTUNE_CLIENT_TESTING_FAKE_AUTOTUNE_SERVER_H_
 
 #include <map>
 #include <memory>
@@ -91,4 +91,4 @@ class FakeAutotuneServer {
 
 }  // namespace autotune::client::testing
 
-#endif  // AUTOTUNE_CLIENT_FAKE_AUTOTUNE_SERVER_H_
+#endif  // AUTOTUNE_CLIENT_TESTING_FAKE_AUTOTUNE_SERVER_H_

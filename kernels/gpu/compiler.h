@@ -22,8 +22,8 @@
 // the same object; Compile() may run on several threads at once (NVRTC
 // programs are independent), though NVRTC scales poorly on threads: the
 // compile pool uses processes.
-#ifndef AUTOTUNE_KERNELS_COMPILER_H_
-#define AUTOTUNE_KERNELS_COMPILER_H_
+#ifndef AUTOTUNE_KERNELS_GPU_COMPILER_H_
+#define AUTOTUNE_KERNELS_GPU_COMPILER_H_
 
 #include <memory>
 #include <string>
@@ -132,4 +132,4 @@ CompileResult Compile(const Nvrtc& nvrtc, const CompileRequest& request);
 
 }  // namespace autotune::kernels
 
-#endif  // AUTOTUNE_KERNELS_COMPILER_H_
+#endif  // AUTOTUNE_KERNELS_GPU_COMPILER_H_

@@ -20,8 +20,8 @@
 // Thread-safety: Load() may be called from any thread and returns the same
 // object; the driver API itself is thread-safe. The owner types are
 // thread-compatible.
-#ifndef AUTOTUNE_KERNELS_CUDA_DRIVER_H_
-#define AUTOTUNE_KERNELS_CUDA_DRIVER_H_
+#ifndef AUTOTUNE_KERNELS_GPU_CUDA_DRIVER_H_
+#define AUTOTUNE_KERNELS_GPU_CUDA_DRIVER_H_
 
 #include <cuda.h>
 
@@ -302,4 +302,4 @@ class GraphExec : public DriverHandle<CUgraphExec, cuda_internal::GraphExecTrait
 
 }  // namespace autotune::kernels
 
-#endif  // AUTOTUNE_KERNELS_CUDA_DRIVER_H_
+#endif  // AUTOTUNE_KERNELS_GPU_CUDA_DRIVER_H_

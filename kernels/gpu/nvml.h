@@ -16,8 +16,8 @@
 // Thread-safety: NVML is thread-safe and an Nvml object keeps no state that
 // its calls change, so the const methods may be called from any thread at
 // once. Destroying it must not race with them.
-#ifndef AUTOTUNE_KERNELS_NVML_H_
-#define AUTOTUNE_KERNELS_NVML_H_
+#ifndef AUTOTUNE_KERNELS_GPU_NVML_H_
+#define AUTOTUNE_KERNELS_GPU_NVML_H_
 
 #include <cstdint>
 #include <memory>
@@ -98,4 +98,4 @@ class Nvml {
 
 }  // namespace autotune::kernels
 
-#endif  // AUTOTUNE_KERNELS_NVML_H_
+#endif  // AUTOTUNE_KERNELS_GPU_NVML_H_

@@ -6,8 +6,8 @@
 // Include only from kernels/gpu/nvml.cc and the fake library of its test, which
 // defines these functions: a signature that drifts from the one here is a
 // compile error there.
-#ifndef AUTOTUNE_KERNELS_NVML_API_H_
-#define AUTOTUNE_KERNELS_NVML_API_H_
+#ifndef AUTOTUNE_KERNELS_GPU_NVML_API_H_
+#define AUTOTUNE_KERNELS_GPU_NVML_API_H_
 
 extern "C" {
 
@@ -93,4 +93,4 @@ inline constexpr unsigned long long kNvmlValueNotAvailable = ~0ull;
 
 static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_v2_t is 24 bytes");
 
-#endif  // AUTOTUNE_KERNELS_NVML_API_H_
+#endif  // AUTOTUNE_KERNELS_GPU_NVML_API_H_

@@ -10,9 +10,10 @@
 // carries its median per round. The fastest (the leader) is the lowest
 // median over its rounds; every other candidate is compared with it round by
 // round (kernels/round_compare.h: a bootstrap over rounds within each
-// process, widened to each process's own median ratio) and is slower beyond
-// doubt, within the band of it (the interval inside 1 +- band), or
-// unresolved (the rounds' time cap came first).
+// process, widened to each process's own median ratio) and is within the
+// band of it (the interval inside 1 +- band, even when it is slower beyond
+// doubt by less than that: a gap another run may reverse), slower beyond
+// doubt, or unresolved (the rounds' time cap came first).
 //
 // The winner, in this order:
 //  - The current entry's config (a re-tune) stays while it is within the
@@ -34,8 +35,8 @@
 //
 // Before that, SelectCandidates picks from a screen the variants worth the
 // serial phase: the screen's short timings only rank.
-#ifndef AUTOTUNE_SERVICE_CHOICE_H_
-#define AUTOTUNE_SERVICE_CHOICE_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_CHOICE_H_
+#define AUTOTUNE_SERVICE_JOBS_CHOICE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -113,4 +114,4 @@ bool SameConfig(const v1::Config& a, const v1::Config& b);
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_CHOICE_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_CHOICE_H_

@@ -70,9 +70,23 @@ INSTANTIATE_TEST_SUITE_P(
         ChoiceCase{"one_candidate", {Timed(0, 10)}, -1, 0, false, {0}},
         // 3 % faster in every round: a clear winner.
         ChoiceCase{"clear_winner", {Timed(0, 10.3), Timed(1, 10)}, -1, 1, false, {1}},
-        // 0.3 % faster in every round, steadily: separated, the fastest wins.
-        ChoiceCase{
-            "a_small_steady_gap_is_separated", {Timed(0, 10.03), Timed(1, 10)}, -1, 1, false, {1}},
+        // 0.3 % faster in every round, steadily: faster beyond doubt, but by
+        // less than the band, so a tie (another run may order them the other
+        // way), and the first in parameter order wins it.
+        ChoiceCase{"a_small_steady_gap_inside_the_band_is_a_tie",
+                   {Timed(0, 10.03), Timed(1, 10)},
+                   -1,
+                   0,
+                   true,
+                   {0, 1}},
+        // 0.8 % faster in every round: separated beyond the band, the
+        // fastest wins.
+        ChoiceCase{"a_steady_gap_beyond_the_band_is_separated",
+                   {Timed(0, 10.08), Timed(1, 10)},
+                   -1,
+                   1,
+                   false,
+                   {1}},
         // Equal within +-0.2 %: a tie, the first in parameter order wins.
         ChoiceCase{
             "within_the_band_is_a_tie", {Timed(3, 10, kJitter), Timed(1, 10)}, -1, 1, true, {0, 1}},
@@ -112,7 +126,7 @@ INSTANTIATE_TEST_SUITE_P(
                    0,
                    0,
                    true,
-                   {1}},
+                   {0, 1}},
         // ...but not when the leader is faster beyond the band.
         ChoiceCase{"current_entry_beyond_the_band_is_replaced",
                    {Timed(0, 10.2), Timed(1, 10)},

@@ -11,8 +11,8 @@
 // is cached, so a rerun tries again. A store that fails to answer or to
 // keep a result is a store error on that unit, never a cache miss or a
 // compile error: the problems that need the unit fail with it.
-#ifndef AUTOTUNE_SERVICE_COMPILE_PHASE_H_
-#define AUTOTUNE_SERVICE_COMPILE_PHASE_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_COMPILE_PHASE_H_
+#define AUTOTUNE_SERVICE_JOBS_COMPILE_PHASE_H_
 
 #include <atomic>
 #include <functional>
@@ -86,4 +86,4 @@ CompileResults RunCompilePhase(
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_COMPILE_PHASE_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_COMPILE_PHASE_H_

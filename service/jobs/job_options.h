@@ -9,8 +9,8 @@
 // the worker resolves, kernels/profile_task.h). compile_only, retune and the
 // shard are not settings: they shape the plan and are read where the plan
 // is made (job_plan.h, JobRunner::Prepare).
-#ifndef AUTOTUNE_SERVICE_JOB_OPTIONS_H_
-#define AUTOTUNE_SERVICE_JOB_OPTIONS_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_JOB_OPTIONS_H_
+#define AUTOTUNE_SERVICE_JOBS_JOB_OPTIONS_H_
 
 #include <cstdint>
 #include <functional>
@@ -115,4 +115,4 @@ ResolvedJobOptions ResolveJobOptions(const v1::JobOptions& job, const JobRunnerO
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_JOB_OPTIONS_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_JOB_OPTIONS_H_

@@ -11,8 +11,8 @@
 // A compile is keyed by kernels::CompileKey (source, name expression,
 // options, arch, NVRTC version), so variants that compile the same way in
 // several problems (the same config at another size) are compiled once.
-#ifndef AUTOTUNE_SERVICE_JOB_PLAN_H_
-#define AUTOTUNE_SERVICE_JOB_PLAN_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_JOB_PLAN_H_
+#define AUTOTUNE_SERVICE_JOBS_JOB_PLAN_H_
 
 #include <cstdint>
 #include <map>
@@ -193,4 +193,4 @@ void KeepProblems(const std::set<size_t>& keep, JobPlan* plan);
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_JOB_PLAN_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_JOB_PLAN_H_

@@ -2,8 +2,8 @@
 // screen and the serial phase found, the entry chosen, and how it compares
 // with the family's default config and with the entry the cache held
 // before. Pure: built from the phases' results, nothing is read or stored.
-#ifndef AUTOTUNE_SERVICE_JOB_REPORT_H_
-#define AUTOTUNE_SERVICE_JOB_REPORT_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_JOB_REPORT_H_
+#define AUTOTUNE_SERVICE_JOBS_JOB_REPORT_H_
 
 #include "proto/autotune.pb.h"
 #include "service/jobs/job_plan.h"
@@ -24,4 +24,4 @@ v1::ProblemReport MakeProblemReport(const PlannedProblem& problem, const ScreenR
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_JOB_REPORT_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_JOB_REPORT_H_

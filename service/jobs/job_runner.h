@@ -32,8 +32,8 @@
 // Thread-safe. The destructor cancels running jobs and waits for them.
 // Ended jobs are kept in memory until the next job starts, then read from
 // the store.
-#ifndef AUTOTUNE_SERVICE_JOB_RUNNER_H_
-#define AUTOTUNE_SERVICE_JOB_RUNNER_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_JOB_RUNNER_H_
+#define AUTOTUNE_SERVICE_JOBS_JOB_RUNNER_H_
 
 #include <atomic>
 #include <functional>
@@ -244,4 +244,4 @@ class JobRunner {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_JOB_RUNNER_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_JOB_RUNNER_H_

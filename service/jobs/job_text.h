@@ -1,6 +1,6 @@
 // Small texts the job phases write into measurements, entries and jobs.
-#ifndef AUTOTUNE_SERVICE_JOB_TEXT_H_
-#define AUTOTUNE_SERVICE_JOB_TEXT_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_JOB_TEXT_H_
+#define AUTOTUNE_SERVICE_JOBS_JOB_TEXT_H_
 
 #include <string>
 #include <vector>
@@ -110,4 +110,4 @@ inline std::string DescribeDeviceState(const worker::v1::DeviceState& state) {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_JOB_TEXT_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_JOB_TEXT_H_

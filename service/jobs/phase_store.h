@@ -5,8 +5,8 @@
 //   PhaseStore store(job.record);
 //   store.Record(measurement, /*count=*/true);  // every variant is recorded...
 //   if (!store.error().ok()) ...                // ...then the phase fails once
-#ifndef AUTOTUNE_SERVICE_PHASE_STORE_H_
-#define AUTOTUNE_SERVICE_PHASE_STORE_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_PHASE_STORE_H_
+#define AUTOTUNE_SERVICE_JOBS_PHASE_STORE_H_
 
 #include <functional>
 
@@ -41,4 +41,4 @@ v1::Device DeviceOf(const worker::v1::DeviceInfo& info);
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_PHASE_STORE_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_PHASE_STORE_H_

@@ -22,8 +22,8 @@
 // `carried`; faults and timeouts are measured again), so only the new
 // variants are screened. The serial phase validates its candidates again
 // either way.
-#ifndef AUTOTUNE_SERVICE_SCREEN_PHASE_H_
-#define AUTOTUNE_SERVICE_SCREEN_PHASE_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_SCREEN_PHASE_H_
+#define AUTOTUNE_SERVICE_JOBS_SCREEN_PHASE_H_
 
 #include <cstdint>
 #include <functional>
@@ -116,4 +116,4 @@ void FinishScreens(const std::string& context, ScreenResult* all);
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_SCREEN_PHASE_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_SCREEN_PHASE_H_

@@ -30,8 +30,8 @@
 // store error fails the problem and flags it (the job then fails).
 //
 // Thread-safe for distinct problems.
-#ifndef AUTOTUNE_SERVICE_SERIAL_PHASE_H_
-#define AUTOTUNE_SERVICE_SERIAL_PHASE_H_
+#ifndef AUTOTUNE_SERVICE_JOBS_SERIAL_PHASE_H_
+#define AUTOTUNE_SERVICE_JOBS_SERIAL_PHASE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -92,4 +92,4 @@ SerialResult RunSerialPhase(const PlannedProblem& problem, const ScreenResult& s
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_SERIAL_PHASE_H_
+#endif  // AUTOTUNE_SERVICE_JOBS_SERIAL_PHASE_H_

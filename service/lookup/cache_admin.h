@@ -2,8 +2,8 @@
 // collect the cache. Checks every request before touching the store and
 // answers INVALID_ARGUMENT naming the field, NOT_FOUND for unknown families.
 // Safe to call while lookups and tuning go on (the store serialises writes).
-#ifndef AUTOTUNE_SERVICE_CACHE_ADMIN_H_
-#define AUTOTUNE_SERVICE_CACHE_ADMIN_H_
+#ifndef AUTOTUNE_SERVICE_LOOKUP_CACHE_ADMIN_H_
+#define AUTOTUNE_SERVICE_LOOKUP_CACHE_ADMIN_H_
 
 #include <cstdint>
 #include <functional>
@@ -137,4 +137,4 @@ class CacheAdmin {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_CACHE_ADMIN_H_
+#endif  // AUTOTUNE_SERVICE_LOOKUP_CACHE_ADMIN_H_

@@ -53,8 +53,8 @@
 // when the store's family generation moves; entries found by exact key are
 // kept until the store's entry generation moves (up to kMaxCachedEntries),
 // so a repeated EXACT lookup reads nothing from SQLite.
-#ifndef AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
-#define AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
+#ifndef AUTOTUNE_SERVICE_LOOKUP_LOOKUP_RESOLVER_H_
+#define AUTOTUNE_SERVICE_LOOKUP_LOOKUP_RESOLVER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -258,4 +258,4 @@ class LookupResolver {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_LOOKUP_RESOLVER_H_
+#endif  // AUTOTUNE_SERVICE_LOOKUP_LOOKUP_RESOLVER_H_

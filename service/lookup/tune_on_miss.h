@@ -15,8 +15,8 @@
 // names. A store error fails the call (never read as "not tuned").
 //
 // Thread-safe.
-#ifndef AUTOTUNE_SERVICE_TUNE_ON_MISS_H_
-#define AUTOTUNE_SERVICE_TUNE_ON_MISS_H_
+#ifndef AUTOTUNE_SERVICE_LOOKUP_TUNE_ON_MISS_H_
+#define AUTOTUNE_SERVICE_LOOKUP_TUNE_ON_MISS_H_
 
 #include <deque>
 #include <functional>
@@ -65,4 +65,4 @@ class TuneOnMiss {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_TUNE_ON_MISS_H_
+#endif  // AUTOTUNE_SERVICE_LOOKUP_TUNE_ON_MISS_H_

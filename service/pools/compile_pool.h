@@ -13,8 +13,8 @@
 // fork of the daemon).
 //
 // Thread-safe: Compile() blocks until a worker is free.
-#ifndef AUTOTUNE_SERVICE_COMPILE_POOL_H_
-#define AUTOTUNE_SERVICE_COMPILE_POOL_H_
+#ifndef AUTOTUNE_SERVICE_POOLS_COMPILE_POOL_H_
+#define AUTOTUNE_SERVICE_POOLS_COMPILE_POOL_H_
 
 #include <atomic>
 #include <memory>
@@ -95,4 +95,4 @@ class CompilePool {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_COMPILE_POOL_H_
+#endif  // AUTOTUNE_SERVICE_POOLS_COMPILE_POOL_H_

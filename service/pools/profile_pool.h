@@ -22,8 +22,8 @@
 //
 // Thread-safe: Profile() and Reserve() take a free GPU, waiting for one; the
 // waiters are served in the order they came (several jobs take turns).
-#ifndef AUTOTUNE_SERVICE_PROFILE_POOL_H_
-#define AUTOTUNE_SERVICE_PROFILE_POOL_H_
+#ifndef AUTOTUNE_SERVICE_POOLS_PROFILE_POOL_H_
+#define AUTOTUNE_SERVICE_POOLS_PROFILE_POOL_H_
 
 #include <atomic>
 #include <functional>
@@ -164,4 +164,4 @@ class ProfilePool {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_PROFILE_POOL_H_
+#endif  // AUTOTUNE_SERVICE_POOLS_PROFILE_POOL_H_

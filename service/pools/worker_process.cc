@@ -109,12 +109,12 @@ absl::StatusOr<wv1::Hello> WorkerProcess::Start(const std::string& path,
 
 absl::Status WorkerProcess::Send(const wv1::WorkerRequest& request) {
   if (to_worker_ < 0) return absl::AbortedError("the worker is not running");
-  return WriteDelimited(to_worker_, request);
+  return kernel_worker::WriteDelimited(to_worker_, request);
 }
 
 absl::Status WorkerProcess::Receive(absl::Time deadline, wv1::WorkerResponse* response) {
   if (from_worker_ < 0) return absl::AbortedError("the worker is not running");
-  return ReadDelimited(from_worker_, deadline, response);
+  return kernel_worker::ReadDelimited(from_worker_, deadline, response);
 }
 
 std::string WorkerProcess::ExitReason() {

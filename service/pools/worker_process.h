@@ -11,8 +11,8 @@
 //   if (absl::IsDeadlineExceeded(read)) worker.Kill();
 //
 // Thread-compatible: one thread at a time uses a WorkerProcess.
-#ifndef AUTOTUNE_SERVICE_WORKER_PROCESS_H_
-#define AUTOTUNE_SERVICE_WORKER_PROCESS_H_
+#ifndef AUTOTUNE_SERVICE_POOLS_WORKER_PROCESS_H_
+#define AUTOTUNE_SERVICE_POOLS_WORKER_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -77,4 +77,4 @@ class WorkerProcess {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_WORKER_PROCESS_H_
+#endif  // AUTOTUNE_SERVICE_POOLS_WORKER_PROCESS_H_

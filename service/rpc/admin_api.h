@@ -39,8 +39,8 @@
 // browser's behalf.
 //
 // Thread-safe; the objects given must outlive it.
-#ifndef AUTOTUNE_SERVICE_ADMIN_API_H_
-#define AUTOTUNE_SERVICE_ADMIN_API_H_
+#ifndef AUTOTUNE_SERVICE_RPC_ADMIN_API_H_
+#define AUTOTUNE_SERVICE_RPC_ADMIN_API_H_
 
 #include <string>
 
@@ -82,4 +82,4 @@ class AdminApi {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_ADMIN_API_H_
+#endif  // AUTOTUNE_SERVICE_RPC_ADMIN_API_H_

@@ -9,8 +9,8 @@
 // source; `code` is the gRPC status name. Lines are appended with one
 // write(2) each to a file kept owner-only (0600), so concurrent calls
 // never interleave within a line. Thread-safe.
-#ifndef AUTOTUNE_SERVICE_AUDIT_LOG_H_
-#define AUTOTUNE_SERVICE_AUDIT_LOG_H_
+#ifndef AUTOTUNE_SERVICE_RPC_AUDIT_LOG_H_
+#define AUTOTUNE_SERVICE_RPC_AUDIT_LOG_H_
 
 #include <memory>
 #include <string>
@@ -47,4 +47,4 @@ class AuditLog {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_AUDIT_LOG_H_
+#endif  // AUTOTUNE_SERVICE_RPC_AUDIT_LOG_H_

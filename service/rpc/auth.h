@@ -38,8 +38,8 @@
 // A caller with no role is UNAUTHENTICATED; one whose role is below the
 // method's is PERMISSION_DENIED, naming the method, the role it needs, the
 // caller and its role.
-#ifndef AUTOTUNE_SERVICE_AUTH_H_
-#define AUTOTUNE_SERVICE_AUTH_H_
+#ifndef AUTOTUNE_SERVICE_RPC_AUTH_H_
+#define AUTOTUNE_SERVICE_RPC_AUTH_H_
 
 #include <sys/types.h>
 
@@ -190,4 +190,4 @@ class Authenticator {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_AUTH_H_
+#endif  // AUTOTUNE_SERVICE_RPC_AUTH_H_

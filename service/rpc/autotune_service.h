@@ -9,8 +9,8 @@
 // inference servers hit at start-up); SubmitJob the raw callback API (its
 // request is counted before it is parsed: submit_job_call.h); the rest the
 // synchronous API.
-#ifndef AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
-#define AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
+#ifndef AUTOTUNE_SERVICE_RPC_AUTOTUNE_SERVICE_H_
+#define AUTOTUNE_SERVICE_RPC_AUTOTUNE_SERVICE_H_
 
 #include <atomic>
 #include <functional>
@@ -120,4 +120,4 @@ class AutotuneService final : public AutotuneServiceBase {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_AUTOTUNE_SERVICE_H_
+#endif  // AUTOTUNE_SERVICE_RPC_AUTOTUNE_SERVICE_H_

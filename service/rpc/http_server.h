@@ -29,8 +29,8 @@
 //
 // Thread-safe: handlers run on the server's threads, several at once.
 // The destructor stops listening and waits for the requests in flight.
-#ifndef AUTOTUNE_SERVICE_HTTP_SERVER_H_
-#define AUTOTUNE_SERVICE_HTTP_SERVER_H_
+#ifndef AUTOTUNE_SERVICE_RPC_HTTP_SERVER_H_
+#define AUTOTUNE_SERVICE_RPC_HTTP_SERVER_H_
 
 #include <functional>
 #include <map>
@@ -99,4 +99,4 @@ class HttpServer {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_HTTP_SERVER_H_
+#endif  // AUTOTUNE_SERVICE_RPC_HTTP_SERVER_H_

@@ -6,8 +6,8 @@
 // TCP is served only with TLS, or without it when the operator passed
 // --insecure and the host is a loopback address: a cache that hands out
 // binaries to be loaded into GPU processes must not be open to the network.
-#ifndef AUTOTUNE_SERVICE_LISTEN_ADDRESS_H_
-#define AUTOTUNE_SERVICE_LISTEN_ADDRESS_H_
+#ifndef AUTOTUNE_SERVICE_RPC_LISTEN_ADDRESS_H_
+#define AUTOTUNE_SERVICE_RPC_LISTEN_ADDRESS_H_
 
 #include <string>
 #include <string_view>
@@ -37,4 +37,4 @@ bool IsLoopbackHost(absl::string_view host);
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_LISTEN_ADDRESS_H_
+#endif  // AUTOTUNE_SERVICE_RPC_LISTEN_ADDRESS_H_

@@ -19,8 +19,8 @@
 // asks for no role (scrapers present none): bind the HTTP port where only
 // the monitoring system and the admins reach it (a loopback or
 // cluster-internal address).
-#ifndef AUTOTUNE_SERVICE_METRICS_H_
-#define AUTOTUNE_SERVICE_METRICS_H_
+#ifndef AUTOTUNE_SERVICE_RPC_METRICS_H_
+#define AUTOTUNE_SERVICE_RPC_METRICS_H_
 
 #include <memory>
 #include <string>
@@ -66,4 +66,4 @@ class Metrics {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_METRICS_H_
+#endif  // AUTOTUNE_SERVICE_RPC_METRICS_H_

@@ -15,8 +15,8 @@
 // connection got its number would be judged by the new peer. gRPC reads a
 // call's metadata before it hands the call over, so that call would have to
 // wait in the daemon's queue past its connection's end.
-#ifndef AUTOTUNE_SERVICE_UNIX_LISTENER_H_
-#define AUTOTUNE_SERVICE_UNIX_LISTENER_H_
+#ifndef AUTOTUNE_SERVICE_RPC_UNIX_LISTENER_H_
+#define AUTOTUNE_SERVICE_RPC_UNIX_LISTENER_H_
 
 #include <sys/un.h>
 
@@ -66,4 +66,4 @@ class UnixListener {
 
 }  // namespace autotune::service
 
-#endif  // AUTOTUNE_SERVICE_UNIX_LISTENER_H_
+#endif  // AUTOTUNE_SERVICE_RPC_UNIX_LISTENER_H_

@@ -68,8 +68,8 @@ namespace {
 
 namespace v1 = ::autotune::v1;
 namespace wv1 = ::autotune::worker::v1;
-using ::autotune::service::ReadDelimited;
-using ::autotune::service::WriteDelimited;
+using ::autotune::kernel_worker::ReadDelimited;
+using ::autotune::kernel_worker::WriteDelimited;
 
 int Mode(const std::string& label) {
   const size_t at = label.find("MODE=");

@@ -36,7 +36,7 @@
 #define SYS_landlock_restrict_self 446
 #endif
 
-namespace autotune::service {
+namespace autotune::kernel_worker {
 namespace {
 
 // struct landlock_ruleset_attr as of ABI 6; the kernel reads only the
@@ -183,4 +183,4 @@ absl::Status LimitMemory(int64_t bytes) {
   return absl::OkStatus();
 }
 
-}  // namespace autotune::service
+}  // namespace autotune::kernel_worker

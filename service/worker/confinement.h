@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "base/sanitizers.h"
 
-namespace autotune::service {
+namespace autotune::kernel_worker {
 
 struct Confinement {
   // For logs and the worker's Hello: "Landlock ABI 7: read-only beneath
@@ -61,6 +61,6 @@ using ::autotune::kSanitizerBuild;
 // host's memory. INVALID_ARGUMENT for bytes <= 0.
 absl::Status LimitMemory(int64_t bytes);
 
-}  // namespace autotune::service
+}  // namespace autotune::kernel_worker
 
 #endif  // AUTOTUNE_SERVICE_WORKER_CONFINEMENT_H_

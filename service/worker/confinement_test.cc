@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace autotune::service {
+namespace autotune::kernel_worker {
 namespace {
 
 using ::autotune::testing::StatusIs;
@@ -138,4 +138,4 @@ TEST(LimitMemoryTest, CapsTheDataSegment) {
 }
 
 }  // namespace
-}  // namespace autotune::service
+}  // namespace autotune::kernel_worker

@@ -6,16 +6,16 @@
 
 #include "kernels/gpu/cuda_driver.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 DriverFailure ClassifyDriverFailure(const absl::Status& status, DriverCallOrigin origin) {
-  const std::optional<CUresult> rc = CudaResultOf(status);
+  const std::optional<CUresult> rc = kernels::CudaResultOf(status);
   if (!rc.has_value()) {
     // Our own checks; DEADLINE_EXCEEDED only comes from a wait.
     if (status.code() == absl::StatusCode::kDeadlineExceeded) return {v1::TIMEOUT, true};
     return {v1::UNSUPPORTED, false};
   }
-  if (IsStickyError(*rc)) return {v1::FAULT, true};
+  if (kernels::IsStickyError(*rc)) return {v1::FAULT, true};
   if (*rc == CUDA_ERROR_OUT_OF_MEMORY) return {v1::UNSUPPORTED, false};
   switch (origin) {
     case DriverCallOrigin::kLoad:
@@ -24,7 +24,7 @@ DriverFailure ClassifyDriverFailure(const absl::Status& status, DriverCallOrigin
       // A launch the driver refuses for its shape or resources leaves the
       // context intact; anything else after a launch cannot be trusted.
       if (*rc == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || *rc == CUDA_ERROR_INVALID_VALUE ||
-          IsImageError(*rc)) {
+          kernels::IsImageError(*rc)) {
         return {v1::UNSUPPORTED, false};
       }
       return {v1::FAULT, true};
@@ -37,4 +37,4 @@ DriverFailure ClassifyDriverFailure(const absl::Status& status, DriverCallOrigin
   return {v1::FAULT, true};  // not reached: every origin is handled above
 }
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

@@ -23,13 +23,13 @@
 // (CudaDriver::Abandon) and the worker exits.
 //
 // Pure code; safe from any thread.
-#ifndef AUTOTUNE_KERNELS_DRIVER_FAILURE_H_
-#define AUTOTUNE_KERNELS_DRIVER_FAILURE_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_DRIVER_FAILURE_H_
+#define AUTOTUNE_SERVICE_WORKER_DRIVER_FAILURE_H_
 
 #include "absl/status/status.h"
 #include "proto/autotune.pb.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 // Where a failed driver call was made, which decides what its error means.
 enum class DriverCallOrigin {
@@ -48,6 +48,6 @@ struct DriverFailure {
 // `status` must not be OK.
 DriverFailure ClassifyDriverFailure(const absl::Status& status, DriverCallOrigin origin);
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker
 
-#endif  // AUTOTUNE_KERNELS_DRIVER_FAILURE_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_DRIVER_FAILURE_H_

@@ -15,19 +15,20 @@
 #include "gtest/gtest.h"
 #include "kernels/gpu/cuda_driver.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 namespace {
 
 using Origin = DriverCallOrigin;
 
 // No entry points at all: CudaStatus names codes as "CUresult N", which is
 // all a classification may depend on (the attached CUresult, not the text).
-const CudaDriver& FakeDriver() {
-  static const CudaDriver* const driver = new CudaDriver(CudaDriver::Api{}, CUDA_VERSION);
+const kernels::CudaDriver& FakeDriver() {
+  static const kernels::CudaDriver* const driver =
+      new kernels::CudaDriver(kernels::CudaDriver::Api{}, CUDA_VERSION);
   return *driver;
 }
 
-absl::Status Driver(CUresult rc) { return CudaStatus(FakeDriver(), rc, "cuSomething"); }
+absl::Status Driver(CUresult rc) { return kernels::CudaStatus(FakeDriver(), rc, "cuSomething"); }
 
 constexpr Origin kOrigins[] = {Origin::kSetup, Origin::kLoad, Origin::kLaunch, Origin::kWait};
 
@@ -153,7 +154,7 @@ TEST(ClassifyDriverFailure, StickyErrorsLoseTheContextFromEveryOrigin) {
                                         CUDA_ERROR_DEINITIALIZED,
                                         CUDA_ERROR_UNKNOWN};
   for (const CUresult rc : sticky) {
-    EXPECT_TRUE(IsStickyError(rc)) << rc;
+    EXPECT_TRUE(kernels::IsStickyError(rc)) << rc;
     for (const Origin origin : kOrigins) {
       const DriverFailure failure = ClassifyDriverFailure(Driver(rc), origin);
       EXPECT_EQ(failure.status, v1::FAULT) << rc << " at " << OriginName(origin);
@@ -175,8 +176,8 @@ TEST(ClassifyDriverFailure, ImageErrorsAreTheVariantsOnlyAtLoadAndLaunch) {
                                        CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
                                        CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND};
   for (const CUresult rc : image) {
-    EXPECT_TRUE(IsImageError(rc)) << rc;
-    EXPECT_FALSE(IsStickyError(rc)) << rc;
+    EXPECT_TRUE(kernels::IsImageError(rc)) << rc;
+    EXPECT_FALSE(kernels::IsStickyError(rc)) << rc;
     for (const Origin origin : kOrigins) {
       const bool variants = origin == Origin::kLoad || origin == Origin::kLaunch;
       const DriverFailure failure = ClassifyDriverFailure(Driver(rc), origin);
@@ -188,4 +189,4 @@ TEST(ClassifyDriverFailure, ImageErrorsAreTheVariantsOnlyAtLoadAndLaunch) {
 }
 
 }  // namespace
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

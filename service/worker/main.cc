@@ -70,7 +70,7 @@ std::optional<int> NextRequest(
     wv1::WorkerRequest::KindCase expected, wv1::WorkerRequest* request,
     wv1::WorkerRequest::KindCase also = wv1::WorkerRequest::KIND_NOT_SET) {
   absl::Status read =
-      autotune::service::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), request);
+      autotune::kernel_worker::ReadDelimited(STDIN_FILENO, absl::InfiniteFuture(), request);
   if (absl::IsAborted(read)) return 0;
   if (!read.ok()) {
     std::fprintf(stderr, "autotune-worker: %s\n", std::string(read.message()).c_str());
@@ -138,7 +138,7 @@ int ServeCompile(const CompileFlags& flags) {
   said.set_pid(getpid());
   auto refuse = [&](std::string why) {
     said.set_error(std::move(why));
-    (void)autotune::service::WriteDelimited(STDOUT_FILENO, hello);
+    (void)autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, hello);
     return 1;
   };
   auto nvrtc = autotune::kernels::Nvrtc::Load();
@@ -150,8 +150,9 @@ int ServeCompile(const CompileFlags& flags) {
 
   // Confined before its first compile, while NVRTC has started no thread
   // of its own (Landlock binds the calling thread and those it starts).
-  absl::StatusOr<autotune::service::Confinement> confined =
-      autotune::service::ConfineToReadOnly({(*nvrtc)->include_dir(), (*nvrtc)->library_dir()});
+  absl::StatusOr<autotune::kernel_worker::Confinement> confined =
+      autotune::kernel_worker::ConfineToReadOnly(
+          {(*nvrtc)->include_dir(), (*nvrtc)->library_dir()});
   if (confined.ok()) {
     said.set_confinement(confined->description);
   } else if (flags.allow_unconfined) {
@@ -174,15 +175,16 @@ int ServeCompile(const CompileFlags& flags) {
   }
   if (flags.memory_limit_mb <= 0) {
     said.set_memory_limit("none: no limit given");
-  } else if (autotune::service::kSanitizerBuild) {
+  } else if (autotune::kSanitizerBuild) {
     said.set_memory_limit("none: a sanitizer build (its shadow memory would count)");
-  } else if (absl::Status limited = autotune::service::LimitMemory(flags.memory_limit_mb << 20);
+  } else if (absl::Status limited =
+                 autotune::kernel_worker::LimitMemory(flags.memory_limit_mb << 20);
              !limited.ok()) {
     return refuse(std::string(limited.message()));
   } else {
     said.set_memory_limit(absl::StrCat(flags.memory_limit_mb, " MiB (RLIMIT_DATA)"));
   }
-  if (!autotune::service::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
+  if (!autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
 
   while (true) {
     wv1::WorkerRequest request;
@@ -209,7 +211,7 @@ int ServeCompile(const CompileFlags& flags) {
     outcome->set_lowered_name(std::move(result.lowered_name));
     outcome->set_log(std::move(result.log));
     outcome->set_compile_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-    if (!autotune::service::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
+    if (!autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
   }
 }
 
@@ -220,7 +222,7 @@ constexpr int kContextLostExit = 3;
 // Writes an answer of a task in flight to the daemon; exits when nobody
 // listens any more (the GPU work in flight dies with the process).
 void Answer(const wv1::WorkerResponse& response) {
-  if (absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
+  if (absl::Status written = autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, response);
       !written.ok()) {
     std::fprintf(stderr, "autotune-worker: %s\n", std::string(written.message()).c_str());
     _exit(1);
@@ -230,16 +232,16 @@ void Answer(const wv1::WorkerResponse& response) {
 int ServeProfile(int ordinal) {
   wv1::WorkerResponse hello;
   hello.mutable_hello()->set_pid(getpid());
-  auto profiler = autotune::kernels::Profiler::Open(ordinal);
+  auto profiler = autotune::kernel_worker::Profiler::Open(ordinal);
   if (!profiler.ok()) {
     const std::string reason(profiler.status().message());
     std::fprintf(stderr, "autotune-worker: device %d: %s\n", ordinal, reason.c_str());
     hello.mutable_hello()->set_error(reason);
-    (void)autotune::service::WriteDelimited(STDOUT_FILENO, hello);
+    (void)autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, hello);
     return 1;
   }
   *hello.mutable_hello()->mutable_device() = (*profiler)->device();
-  if (!autotune::service::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
+  if (!autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, hello).ok()) return 1;
 
   while (true) {
     wv1::WorkerRequest request;
@@ -250,7 +252,7 @@ int ServeProfile(int ordinal) {
     if (request.has_probe()) {
       wv1::WorkerResponse response;
       *response.mutable_device_state() = (*profiler)->Probe();
-      if (!autotune::service::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
+      if (!autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, response).ok()) return 1;
       continue;
     }
     const wv1::ProfileDone done = (*profiler)->Run(
@@ -267,7 +269,7 @@ int ServeProfile(int ordinal) {
         });
     wv1::WorkerResponse response;
     *response.mutable_profile_done() = done;
-    const absl::Status written = autotune::service::WriteDelimited(STDOUT_FILENO, response);
+    const absl::Status written = autotune::kernel_worker::WriteDelimited(STDOUT_FILENO, response);
     if (!(*profiler)->usable()) {
       std::fprintf(stderr, "autotune-worker: device %d unusable, exiting: %s\n", ordinal,
                    done.detail().c_str());

@@ -24,7 +24,7 @@
 #include "service/worker/profiler_gpu.h"
 #include "service/worker/task_run.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 // service/worker/device_kernels.cu compiled to PTX at build time (a generated
 // source, see kernels/CMakeLists.txt).
@@ -33,16 +33,16 @@ extern const char kDeviceKernelsPtx[];
 namespace {
 
 namespace wv1 = ::autotune::worker::v1;
-using profiler_internal::Bytes;
-using profiler_internal::DeviceStateOf;
-using profiler_internal::Emit;
-using profiler_internal::Gpu;
-using profiler_internal::kAlignment;
-using profiler_internal::kEventCount;
-using profiler_internal::kTimingBase;
-using profiler_internal::kUtilityTimeoutS;
-using profiler_internal::LaunchLimits;
-using profiler_internal::TaskRun;
+using internal::Bytes;
+using internal::DeviceStateOf;
+using internal::Emit;
+using internal::Gpu;
+using internal::kAlignment;
+using internal::kEventCount;
+using internal::kTimingBase;
+using internal::kUtilityTimeoutS;
+using internal::LaunchLimits;
+using internal::TaskRun;
 
 class ProfilerImpl final : public Profiler {
  public:
@@ -64,7 +64,7 @@ class ProfilerImpl final : public Profiler {
       state.set_nvml_error(gpu_.info.nvml_error());
       return state;
     }
-    absl::StatusOr<NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
+    absl::StatusOr<kernels::NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
     if (!snapshot.ok()) {
       state.set_nvml_error(std::string(snapshot.status().message()));
       return state;
@@ -90,8 +90,10 @@ absl::StatusOr<double> MeasureCopyBandwidth(Gpu& gpu) {
     return absl::ResourceExhaustedError(
         absl::StrCat("only ", Bytes(static_cast<int64_t>(free_bytes)), " free"));
   }
-  ASSIGN_OR_RETURN(DeviceBuffer source, DeviceBuffer::Allocate(*gpu.driver, bytes));
-  ASSIGN_OR_RETURN(DeviceBuffer target, DeviceBuffer::Allocate(*gpu.driver, bytes));
+  ASSIGN_OR_RETURN(kernels::DeviceBuffer source,
+                   kernels::DeviceBuffer::Allocate(*gpu.driver, bytes));
+  ASSIGN_OR_RETURN(kernels::DeviceBuffer target,
+                   kernels::DeviceBuffer::Allocate(*gpu.driver, bytes));
   RETURN_IF_ERROR(gpu.driver->Check(
       gpu.cu().memset_d8_async(source.get(), 0x3c, bytes, gpu.stream.get()), "cuMemsetD8Async"));
   constexpr int kCopies = 12;  // the first two warm up
@@ -129,15 +131,17 @@ std::string FormatUuid(const CUuuid& uuid) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
-  ASSIGN_OR_RETURN(const CudaDriver* driver, CudaDriver::Load());
-  const CudaDriver::Api& cu = driver->api();
+  ASSIGN_OR_RETURN(const kernels::CudaDriver* driver, kernels::CudaDriver::Load());
+  const kernels::CudaDriver::Api& cu = driver->api();
   if (CUresult rc = cu.init(0); rc != CUDA_SUCCESS) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot initialise the CUDA driver: ",
-                                                      CudaStatus(*driver, rc, "cuInit").message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot initialise the CUDA driver: ",
+                     kernels::CudaStatus(*driver, rc, "cuInit").message()));
   }
   int count = 0;
   if (CUresult rc = cu.device_get_count(&count); rc != CUDA_SUCCESS) {
-    return absl::FailedPreconditionError(CudaStatus(*driver, rc, "cuDeviceGetCount").message());
+    return absl::FailedPreconditionError(
+        kernels::CudaStatus(*driver, rc, "cuDeviceGetCount").message());
   }
   if (ordinal < 0 || ordinal >= count) {
     return absl::FailedPreconditionError(
@@ -207,14 +211,14 @@ absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
     ASSIGN_OR_RETURN(limits.max_block[d], attribute(block[d], "MAX_BLOCK_DIM"));
   }
 
-  ASSIGN_OR_RETURN(gpu.context, PrimaryContext::Retain(*driver, gpu.device));
+  ASSIGN_OR_RETURN(gpu.context, kernels::PrimaryContext::Retain(*driver, gpu.device));
   RETURN_IF_ERROR(gpu.context.MakeCurrent());
-  ASSIGN_OR_RETURN(gpu.stream, Stream::Create(*driver));
+  ASSIGN_OR_RETURN(gpu.stream, kernels::Stream::Create(*driver));
   for (int i = 0; i < kEventCount; ++i) {
-    ASSIGN_OR_RETURN(Event event, Event::Create(*driver));
+    ASSIGN_OR_RETURN(kernels::Event event, kernels::Event::Create(*driver));
     gpu.events.push_back(std::move(event));
   }
-  absl::StatusOr<Module> utility = Module::Load(*driver, kDeviceKernelsPtx);
+  absl::StatusOr<kernels::Module> utility = kernels::Module::Load(*driver, kDeviceKernelsPtx);
   if (!utility.ok()) {
     return absl::Status(utility.status().code(),
                         absl::StrCat("loading the profiler's own kernels (PTX for compute_75): ",
@@ -228,16 +232,16 @@ absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
   // NVML, for the processes and clocks around serial rounds. This process
   // holds a context now, so NVML must list it: otherwise its pids are of
   // another namespace and no process could be told apart from ours.
-  absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::Open(info.uuid());
+  absl::StatusOr<std::unique_ptr<kernels::Nvml>> nvml = kernels::Nvml::Open(info.uuid());
   if (!nvml.ok()) {
     info.set_nvml_error(std::string(nvml.status().message()));
   } else {
-    absl::StatusOr<NvmlSnapshot> snapshot = (*nvml)->Snapshot();
+    absl::StatusOr<kernels::NvmlSnapshot> snapshot = (*nvml)->Snapshot();
     const uint32_t self = static_cast<uint32_t>(getpid());
     if (!snapshot.ok()) {
       info.set_nvml_error(std::string(snapshot.status().message()));
     } else if (std::none_of(snapshot->processes.begin(), snapshot->processes.end(),
-                            [self](const NvmlProcess& p) { return p.pid == self; })) {
+                            [self](const kernels::NvmlProcess& p) { return p.pid == self; })) {
       info.set_nvml_error(absl::StrCat(
           "NVML does not list this worker (pid ", self, ") among the ", snapshot->processes.size(),
           " compute processes of the GPU (another pid namespace?): foreign processes cannot be "
@@ -258,4 +262,4 @@ absl::StatusOr<std::unique_ptr<Profiler>> Profiler::Open(int ordinal) {
   return std::make_unique<ProfilerImpl>(std::move(gpu));
 }
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

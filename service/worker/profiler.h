@@ -69,8 +69,8 @@
 // pool_bytes in an outcome is sets * touched bytes per launch.
 //
 // Thread-compatibility: one Run at a time.
-#ifndef AUTOTUNE_KERNELS_PROFILER_H_
-#define AUTOTUNE_KERNELS_PROFILER_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_PROFILER_H_
+#define AUTOTUNE_SERVICE_WORKER_PROFILER_H_
 
 #include <cstdint>
 #include <functional>
@@ -85,7 +85,7 @@
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 // ---- Pure parts, testable without a GPU ------------------------------------
 
@@ -130,7 +130,7 @@ struct RoundsVerdict {
   std::optional<std::string> stop;
 };
 RoundsVerdict JudgeRounds(const std::vector<std::vector<double>>& round_medians, int rounds,
-                          double gpu_seconds, const SerialRule& rule);
+                          double gpu_seconds, const kernels::SerialRule& rule);
 
 // A round ran throttled when the lowest SM clock read around it is below
 // `fraction` of the default clock; never when either clock is unknown (0).
@@ -162,6 +162,6 @@ class Profiler {
   virtual worker::v1::DeviceState Probe() const = 0;
 };
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker
 
-#endif  // AUTOTUNE_KERNELS_PROFILER_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_PROFILER_H_

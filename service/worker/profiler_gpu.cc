@@ -17,7 +17,7 @@
 #include "kernels/gpu/nvml.h"
 #include "proto/worker.pb.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 namespace {
 
 constexpr unsigned kUtilityBlock = 256;
@@ -72,7 +72,7 @@ absl::Status Gpu::Wait(int slot, double timeout_s, const std::string& what) cons
     const CUresult rc = cu().event_query(event(slot));
     if (rc == CUDA_SUCCESS) return absl::OkStatus();
     if (rc != CUDA_ERROR_NOT_READY) {
-      return CudaStatus(*driver, rc, absl::StrCat("cuEventQuery, waiting for ", what));
+      return kernels::CudaStatus(*driver, rc, absl::StrCat("cuEventQuery, waiting for ", what));
     }
     const double waited = SecondsSince(start);
     if (waited > timeout_s) {
@@ -135,11 +135,11 @@ absl::Status Gpu::Compare(CUdeviceptr checked, CUdeviceptr reference, const Buff
   return Launch(compare_finish, one, finish_params, "autotune_compare_finish");
 }
 
-wv1::DeviceState DeviceStateOf(const NvmlSnapshot& snapshot, int default_clock_mhz) {
+wv1::DeviceState DeviceStateOf(const kernels::NvmlSnapshot& snapshot, int default_clock_mhz) {
   wv1::DeviceState state;
   const uint32_t self = static_cast<uint32_t>(getpid());
   static const std::string* const own_executable = new std::string(ExecutableOf("/proc/self/exe"));
-  for (const NvmlProcess& process : snapshot.processes) {
+  for (const kernels::NvmlProcess& process : snapshot.processes) {
     if (process.pid == self) continue;
     if (!own_executable->empty() &&
         ExecutableOf(absl::StrCat("/proc/", process.pid, "/exe")) == *own_executable) {
@@ -160,4 +160,4 @@ wv1::DeviceState DeviceStateOf(const NvmlSnapshot& snapshot, int default_clock_m
   return state;
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

@@ -5,8 +5,8 @@
 // timing, and waits that give up instead of blocking on a hung kernel.
 //
 // Thread-compatibility: a Gpu is used by one thread at a time.
-#ifndef AUTOTUNE_KERNELS_PROFILER_GPU_H_
-#define AUTOTUNE_KERNELS_PROFILER_GPU_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_PROFILER_GPU_H_
+#define AUTOTUNE_SERVICE_WORKER_PROFILER_GPU_H_
 
 #include <cuda.h>
 
@@ -25,7 +25,7 @@
 #include "proto/autotune.pb.h"
 #include "proto/worker.pb.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 namespace wv1 = ::autotune::worker::v1;
 using Clock = std::chrono::steady_clock;
@@ -101,21 +101,21 @@ struct LaunchLimits {
 // The device and what the profiler keeps on it between tasks. Members are
 // destroyed in reverse order: the context goes last.
 struct Gpu {
-  const CudaDriver* driver = nullptr;
+  const kernels::CudaDriver* driver = nullptr;
   CUdevice device = 0;
-  PrimaryContext context;
-  Stream stream;
-  Module utility;
+  kernels::PrimaryContext context;
+  kernels::Stream stream;
+  kernels::Module utility;
   CUfunction fill = nullptr;
   CUfunction compare = nullptr;
   CUfunction compare_finish = nullptr;
-  std::vector<Event> events;
+  std::vector<kernels::Event> events;
   LaunchLimits limits;
   wv1::DeviceInfo info;
   // Null when NVML cannot be used (info.nvml_error says why).
-  std::unique_ptr<Nvml> nvml;
+  std::unique_ptr<kernels::Nvml> nvml;
 
-  const CudaDriver::Api& cu() const { return driver->api(); }
+  const kernels::CudaDriver::Api& cu() const { return driver->api(); }
   CUevent event(int slot) const { return events[slot].get(); }
 
   absl::Status Launch(CUfunction function, const LaunchShape& shape, void** params,
@@ -148,8 +148,8 @@ struct Gpu {
 // are the other profile workers of this executable (other daemons' idle
 // workers keep a context open): they touch the GPU only while they hold its
 // lease (base/gpu_lease.h), which excludes this worker's own task.
-wv1::DeviceState DeviceStateOf(const NvmlSnapshot& snapshot, int default_clock_mhz);
+wv1::DeviceState DeviceStateOf(const kernels::NvmlSnapshot& snapshot, int default_clock_mhz);
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal
 
-#endif  // AUTOTUNE_KERNELS_PROFILER_GPU_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_PROFILER_GPU_H_

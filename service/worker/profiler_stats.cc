@@ -15,7 +15,7 @@
 #include "proto/autotune.pb.h"
 #include "service/worker/profiler.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 InputPoolPlan PlanInputPool(double bytes_per_call, int64_t set_bytes, int64_t l2_bytes,
                             v1::CacheState cache_state, int64_t memory_budget) {
@@ -97,7 +97,7 @@ std::string Percent(double fraction) {
 }  // namespace
 
 RoundsVerdict JudgeRounds(const std::vector<std::vector<double>>& round_medians, int rounds,
-                          double gpu_seconds, const SerialRule& rule) {
+                          double gpu_seconds, const kernels::SerialRule& rule) {
   RoundsVerdict verdict;
   const std::string after = absl::StrCat(" after ", rounds, rounds == 1 ? " round" : " rounds");
   // Those still re-timed: timed in the last round.
@@ -109,16 +109,17 @@ RoundsVerdict JudgeRounds(const std::vector<std::vector<double>>& round_medians,
   if (rounds >= rule.min_rounds && active.size() > 1) {
     std::vector<std::vector<double>> timed;
     for (size_t i : active) timed.push_back(round_medians[i]);
-    const size_t leader = Leader(timed);
+    const size_t leader = kernels::Leader(timed);
     for (size_t k = 0; k < active.size(); ++k) {
       if (k == leader) continue;
-      switch (Classify(CompareRounds(timed[k], timed[leader], {}), rule.target_noise)) {
-        case Versus::kSlower:
+      switch (kernels::Classify(kernels::CompareRounds(timed[k], timed[leader], {}),
+                                rule.target_noise)) {
+        case kernels::Versus::kSlower:
           verdict.separated.push_back(active[k]);
           break;
-        case Versus::kWithinBand:
+        case kernels::Versus::kWithinBand:
           break;
-        case Versus::kUnresolved:
+        case kernels::Versus::kUnresolved:
           ++unresolved;
           break;
       }
@@ -147,4 +148,4 @@ bool RoundThrottled(int min_clock_mhz, int default_clock_mhz, double fraction) {
   return min_clock_mhz < fraction * default_clock_mhz;
 }
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -202,7 +202,7 @@ TEST(RoundOrderTest, RotatesByOneEachRound) {
 }
 
 TEST(JudgeRoundsTest, StopsWhenEveryCandidateIsSeparatedOrWithinTheBand) {
-  SerialRule rule;
+  kernels::SerialRule rule;
   rule.target_noise = 0.005;
   rule.min_rounds = 3;
   rule.max_seconds = 1;
@@ -234,7 +234,7 @@ TEST(JudgeRoundsTest, StopsWhenEveryCandidateIsSeparatedOrWithinTheBand) {
 }
 
 TEST(JudgeRoundsTest, AnUnresolvedCandidateKeepsTheRoundsGoingUntilTheCap) {
-  SerialRule rule;
+  kernels::SerialRule rule;
   rule.target_noise = 0.005;
   rule.min_rounds = 3;
   rule.max_seconds = 1;
@@ -261,7 +261,7 @@ TEST(JudgeRoundsTest, AnUnresolvedCandidateKeepsTheRoundsGoingUntilTheCap) {
 
 TEST(ResolveSerialRuleTest, DefaultsForUnsetAndOutOfRange) {
   worker::v1::SerialOptions options;
-  SerialRule rule = ResolveSerialRule(options);
+  kernels::SerialRule rule = kernels::ResolveSerialRule(options);
   EXPECT_DOUBLE_EQ(rule.target_noise, 0.005);
   EXPECT_EQ(rule.min_rounds, 5);
   EXPECT_DOUBLE_EQ(rule.max_seconds, 2);
@@ -271,7 +271,7 @@ TEST(ResolveSerialRuleTest, DefaultsForUnsetAndOutOfRange) {
   options.set_min_rounds(8);
   options.set_max_seconds(0.5);
   options.set_throttle_fraction(1.5);  // out of range: the default stays
-  rule = ResolveSerialRule(options);
+  rule = kernels::ResolveSerialRule(options);
   EXPECT_DOUBLE_EQ(rule.target_noise, 0.01);
   EXPECT_EQ(rule.min_rounds, 8);
   EXPECT_DOUBLE_EQ(rule.max_seconds, 0.5);
@@ -287,4 +287,4 @@ TEST(RoundThrottledTest, BelowTheFractionOfTheDefaultClock) {
 }
 
 }  // namespace
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 namespace {
 
 // Enough digits to tell neighbouring fp32 values apart in a message.
@@ -128,4 +128,4 @@ absl::StatusOr<EncodedScalar> EncodeScalar(v1::DType dtype, double value) {
   return out;
 }
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

@@ -31,8 +31,8 @@
 // (2^63 - 1024): a double cannot hold 2^63 - 1.
 //
 // Pure code: no driver, no state; safe from any thread.
-#ifndef AUTOTUNE_KERNELS_SCALAR_ENCODING_H_
-#define AUTOTUNE_KERNELS_SCALAR_ENCODING_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_SCALAR_ENCODING_H_
+#define AUTOTUNE_SERVICE_WORKER_SCALAR_ENCODING_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +40,7 @@
 #include "absl/status/statusor.h"
 #include "proto/autotune.pb.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 
 // A scalar argument: its `size` bytes (the dtype's C size) at the start of
 // an 8-byte slot, in host byte order, the rest of the slot zero.
@@ -54,6 +54,6 @@ struct EncodedScalar {
 // dtype with no scalar form (DTYPE_UNSPECIFIED, unknown numbers).
 absl::StatusOr<EncodedScalar> EncodeScalar(v1::DType dtype, double value);
 
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker
 
-#endif  // AUTOTUNE_KERNELS_SCALAR_ENCODING_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_SCALAR_ENCODING_H_

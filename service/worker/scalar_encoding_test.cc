@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace autotune::kernels {
+namespace autotune::kernel_worker {
 namespace {
 
 using ::autotune::testing::StatusIs;
@@ -265,4 +265,4 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 }  // namespace
-}  // namespace autotune::kernels
+}  // namespace autotune::kernel_worker

@@ -18,11 +18,11 @@
 #include "service/worker/profiler.h"
 #include "service/worker/task_run.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 bool TaskRun::Watch(wv1::DeviceState* state) {
   if (gpu_.nvml == nullptr) return false;
-  absl::StatusOr<NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
+  absl::StatusOr<kernels::NvmlSnapshot> snapshot = gpu_.nvml->Snapshot();
   if (!snapshot.ok()) {
     state->set_nvml_error(std::string(snapshot.status().message()));
     return false;
@@ -34,7 +34,7 @@ bool TaskRun::Watch(wv1::DeviceState* state) {
 wv1::ProfileDone TaskRun::RunSerial(
     const std::function<wv1::ProfileDone(const std::optional<Failure>&, const std::string&)>&
         finish) {
-  const SerialRule rule = ResolveSerialRule(task_.serial());
+  const kernels::SerialRule rule = kernels::ResolveSerialRule(task_.serial());
   struct Candidate {
     const wv1::KernelImage* image = nullptr;
     LoadedKernel kernel;
@@ -193,7 +193,7 @@ wv1::ProfileDone TaskRun::RunSerial(
       Candidate& c = *candidates[static_cast<size_t>(i)];
       std::vector<double>& timed = round[static_cast<size_t>(i)];
       c.samples.insert(c.samples.end(), timed.begin(), timed.end());
-      c.round_medians.push_back(c.active ? RoundsMedian(timed) : 0);
+      c.round_medians.push_back(c.active ? kernels::RoundsMedian(timed) : 0);
       medians.push_back(c.round_medians);
     }
     ++rounds;
@@ -207,7 +207,7 @@ wv1::ProfileDone TaskRun::RunSerial(
     timing->set_variant_id(c->image->id());
     *timing->mutable_timing() =
         SummarizeTimes(c->samples, c->image->bytes_per_call(), c->image->flops_per_call());
-    timing->set_noise(RoundsNoise(c->round_medians));
+    timing->set_noise(kernels::RoundsNoise(c->round_medians));
     for (double median : c->round_medians) timing->add_round_median_us(median);
     timing->set_launches_per_sample(c->graph.launches);
     timing->set_pool_sets(c->graph.sets);
@@ -228,7 +228,7 @@ wv1::ProfileDone TaskRun::RunSerial(
   report.set_power_limit_mw(power_limit_mw);
   report.set_max_temperature_c(max_temperature_c);
   report.set_clocks_event_reasons(clocks_events);
-  report.set_clocks_events(DescribeClocksEvents(clocks_events));
+  report.set_clocks_events(kernels::DescribeClocksEvents(clocks_events));
 
   absl::Status status = gpu_.Record(kSpanBegin);
   if (status.ok()) status = gpu_.Wait(kSpanBegin, kUtilityTimeoutS, "the end of the task");
@@ -247,4 +247,4 @@ wv1::ProfileDone TaskRun::RunSerial(
                                  : ""));
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

@@ -18,7 +18,7 @@
 #include "service/worker/scalar_encoding.h"
 #include "service/worker/task_run.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 namespace {
 
 DeviceFill ResolveFill(const v1::Fill& fill) {
@@ -40,8 +40,9 @@ DeviceFill ResolveFill(const v1::Fill& fill) {
 
 }  // namespace
 
-absl::StatusOr<DeviceBuffer> TaskRun::Allocate(size_t bytes, const std::string& what) {
-  absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(*gpu_.driver, bytes);
+absl::StatusOr<kernels::DeviceBuffer> TaskRun::Allocate(size_t bytes, const std::string& what) {
+  absl::StatusOr<kernels::DeviceBuffer> buffer =
+      kernels::DeviceBuffer::Allocate(*gpu_.driver, bytes);
   if (!buffer.ok()) {
     absl::Status status(
         buffer.status().code(),
@@ -76,8 +77,8 @@ absl::StatusOr<KernelArgs> TaskRun::ArgsForSet(size_t set, const LoadedKernel& k
   for (const BufferSlot& buffer : buffers_) pointers.push_back(SetPointer(set, buffer));
   std::vector<CUtensorMap> maps;
   for (const v1::TensorMapLayout& layout : kernel.tensor_maps) {
-    absl::StatusOr<CUtensorMap> map =
-        EncodeTensorMap(*gpu_.driver, layout, pointers[static_cast<size_t>(layout.buffer())]);
+    absl::StatusOr<CUtensorMap> map = kernels::EncodeTensorMap(
+        *gpu_.driver, layout, pointers[static_cast<size_t>(layout.buffer())]);
     if (!map.ok()) {
       return absl::Status(map.status().code(),
                           absl::StrCat("tensor map over '", buffers_[layout.buffer()].name,
@@ -101,9 +102,9 @@ std::optional<Failure> TaskRun::Prepare() {
   auto invalid = [](std::string message) {
     return Failure{v1::UNSUPPORTED, "task", absl::StrCat("invalid task: ", message)};
   };
-  if (task_.seeds() < kMinSeeds || !(task_.launch_timeout_s() > 0) ||
+  if (task_.seeds() < kernels::kMinSeeds || !(task_.launch_timeout_s() > 0) ||
       !(task_.timing_budget_s() > 0) || task_.min_samples() <= 0) {
-    return invalid(absl::StrCat("seeds (", task_.seeds(), ", at least ", kMinSeeds,
+    return invalid(absl::StrCat("seeds (", task_.seeds(), ", at least ", kernels::kMinSeeds,
                                 "), launch_timeout_s (", Num(task_.launch_timeout_s()),
                                 "), timing_budget_s (", Num(task_.timing_budget_s()),
                                 ") and min_samples (", task_.min_samples(), ") must be set"));
@@ -203,20 +204,20 @@ std::optional<Failure> TaskRun::AllocateProblem() {
                      seeds_, " seeds of ", Bytes(static_cast<int64_t>(output_bytes_)),
                      " each; the budget is ", Bytes(budget_bytes_), " (", budget_origin_, ")")};
   }
-  absl::StatusOr<DeviceBuffer> set = Allocate(set_bytes_, "the problem's buffers");
+  absl::StatusOr<kernels::DeviceBuffer> set = Allocate(set_bytes_, "the problem's buffers");
   if (!set.ok()) return Fail(set.status(), Origin::kSetup, phase);
   sets_.push_back(*std::move(set));
   if (absl::Status zeroed = ZeroScratch(0); !zeroed.ok()) {
     return Fail(zeroed, Origin::kSetup, phase);
   }
   for (int i = 0; i < seeds_; ++i) {
-    absl::StatusOr<DeviceBuffer> reference =
+    absl::StatusOr<kernels::DeviceBuffer> reference =
         Allocate(output_bytes_, absl::StrCat("the reference outputs of seed ",
                                              task_.base_seed() + static_cast<uint64_t>(i)));
     if (!reference.ok()) return Fail(reference.status(), Origin::kSetup, phase);
     references_.push_back(*std::move(reference));
   }
-  absl::StatusOr<DeviceBuffer> results = Allocate(results_bytes, "comparison results");
+  absl::StatusOr<kernels::DeviceBuffer> results = Allocate(results_bytes, "comparison results");
   if (!results.ok()) return Fail(results.status(), Origin::kSetup, phase);
   results_ = *std::move(results);
   return std::nullopt;
@@ -243,4 +244,4 @@ absl::Status TaskRun::FillSet(size_t set, uint64_t seed, bool poison_outputs) {
   return absl::OkStatus();
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

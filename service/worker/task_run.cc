@@ -11,7 +11,7 @@
 #include "proto/worker.pb.h"
 #include "service/worker/driver_failure.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 Failure TaskRun::Fail(const absl::Status& status, Origin origin, const std::string& phase) {
   const DriverFailure classified = ClassifyDriverFailure(status, origin);
@@ -151,4 +151,4 @@ wv1::ProfileDone TaskRun::Execute() {
                                            absl::StrJoin(tally, ", ")));
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

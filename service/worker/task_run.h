@@ -6,8 +6,8 @@
 //
 // Thread-compatibility: a TaskRun is used by one thread, the one in
 // Profiler::Run.
-#ifndef AUTOTUNE_KERNELS_TASK_RUN_H_
-#define AUTOTUNE_KERNELS_TASK_RUN_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_TASK_RUN_H_
+#define AUTOTUNE_SERVICE_WORKER_TASK_RUN_H_
 
 #include <cuda.h>
 
@@ -30,7 +30,7 @@
 #include "service/worker/driver_failure.h"
 #include "service/worker/profiler_gpu.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 using Emit = std::function<void(const wv1::VariantOutcome&)>;
 
@@ -121,7 +121,7 @@ using Origin = DriverCallOrigin;
 
 // A kernel under test, loaded and checked against the device.
 struct LoadedKernel {
-  Module module;
+  kernels::Module module;
   CUfunction function = nullptr;
   LaunchShape shape;
   int registers = 0;
@@ -154,7 +154,7 @@ struct BufferVerdict {
 
 // A variant's graph, captured over the timing pool and warmed up.
 struct TimedGraph {
-  GraphExec exec;
+  kernels::GraphExec exec;
   int launches = 0;  // per replay (one sample)
   int sets = 0;
   int64_t pool_bytes = 0;
@@ -187,7 +187,7 @@ class TaskRun {
   // guessed at.
   std::optional<Failure> Prepare();
   std::optional<Failure> AllocateProblem();
-  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes, const std::string& what);
+  absl::StatusOr<kernels::DeviceBuffer> Allocate(size_t bytes, const std::string& what);
   // Fills the inputs of set `set` from `seed`; poisons its outputs too when
   // asked (validation), not for the timing pool.
   // SCRATCH is left alone: it is zeroed once, by ZeroScratch, when its set
@@ -230,7 +230,7 @@ class TaskRun {
   std::optional<Failure> Time(const LoadedKernel& kernel, const wv1::KernelImage& image,
                               double estimate_us, wv1::VariantOutcome* outcome,
                               std::string* summary);
-  absl::StatusOr<Graph> Capture(const LoadedKernel& kernel, int sets, int launches);
+  absl::StatusOr<kernels::Graph> Capture(const LoadedKernel& kernel, int sets, int launches);
   // Replays `exec` until both `min_samples` samples and `budget_s` of GPU
   // time are reached (at most kMaxSamples).
   std::optional<Failure> Measure(CUgraphExec exec, int launches, double estimate_us,
@@ -288,9 +288,9 @@ class TaskRun {
   int64_t problem_bytes_ = 0;  // set 0, reference outputs, comparison results
   int64_t allocated_bytes_ = 0;
   int64_t peak_bytes_ = 0;
-  std::vector<DeviceBuffer> sets_;        // [0]: validation; all: timing pool
-  std::vector<DeviceBuffer> references_;  // reference outputs, one per seed
-  DeviceBuffer results_;                  // one DeviceCompareResult per output
+  std::vector<kernels::DeviceBuffer> sets_;        // [0]: validation; all: timing pool
+  std::vector<kernels::DeviceBuffer> references_;  // reference outputs, one per seed
+  kernels::DeviceBuffer results_;                  // one DeviceCompareResult per output
   int max_pool_sets_ = 0;
   int64_t max_pool_bytes_ = 0;
 
@@ -304,6 +304,6 @@ class TaskRun {
   wv1::SerialReport serial_report_;
 };
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal
 
-#endif  // AUTOTUNE_KERNELS_TASK_RUN_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_TASK_RUN_H_

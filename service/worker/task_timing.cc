@@ -14,7 +14,7 @@
 #include "service/worker/profiler.h"
 #include "service/worker/task_run.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 std::optional<Failure> TaskRun::AllocatePool() {
   const std::string phase = "pool";
@@ -30,7 +30,7 @@ std::optional<Failure> TaskRun::AllocatePool() {
   absl::Status status = gpu_.Record(kSpanBegin);
   if (!status.ok()) return Fail(status, Origin::kSetup, phase);
   for (int s = 1; s < sets; ++s) {
-    absl::StatusOr<DeviceBuffer> set =
+    absl::StatusOr<kernels::DeviceBuffer> set =
         Allocate(set_bytes_, absl::StrCat("input set ", s, " of ", sets, " of the timing pool"));
     if (!set.ok()) return Fail(set.status(), Origin::kSetup, phase);
     sets_.push_back(*std::move(set));
@@ -54,7 +54,8 @@ std::optional<Failure> TaskRun::AllocatePool() {
   return std::nullopt;
 }
 
-absl::StatusOr<Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets, int launches) {
+absl::StatusOr<kernels::Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets,
+                                                int launches) {
   std::vector<KernelArgs> args;
   args.reserve(static_cast<size_t>(sets));
   for (int s = 0; s < sets; ++s) {
@@ -75,7 +76,7 @@ absl::StatusOr<Graph> TaskRun::Capture(const LoadedKernel& kernel, int sets, int
   // capturing refuses all later work.
   CUgraph raw = nullptr;
   const CUresult ended = gpu_.cu().stream_end_capture(gpu_.stream.get(), &raw);
-  Graph graph(*gpu_.driver, raw);
+  kernels::Graph graph(*gpu_.driver, raw);
   RETURN_IF_ERROR(launched);
   RETURN_IF_ERROR(gpu_.driver->Check(ended, "cuStreamEndCapture"));
   if (!graph) return absl::InternalError("cuStreamEndCapture returned no graph");
@@ -167,9 +168,9 @@ std::optional<Failure> TaskRun::PrepareGraph(const LoadedKernel& kernel,
   // later launches see data earlier ones wrote: accepted, since the timing
   // only needs realistic memory traffic, not valid results.
   Clock::time_point stage = Clock::now();
-  absl::StatusOr<Graph> graph = Capture(kernel, sets, launches);
+  absl::StatusOr<kernels::Graph> graph = Capture(kernel, sets, launches);
   if (!graph.ok()) return Fail(graph.status(), Origin::kLaunch, phase);
-  absl::StatusOr<GraphExec> exec = GraphExec::Instantiate(*gpu_.driver, *graph);
+  absl::StatusOr<kernels::GraphExec> exec = kernels::GraphExec::Instantiate(*gpu_.driver, *graph);
   if (!exec.ok()) return Fail(exec.status(), Origin::kLaunch, phase);
   timeline_.set_graph_s(timeline_.graph_s() + SecondsSince(stage));
   stage = Clock::now();
@@ -260,4 +261,4 @@ std::optional<Failure> TaskRun::Time(const LoadedKernel& kernel, const wv1::Kern
   return std::nullopt;
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

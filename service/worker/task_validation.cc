@@ -16,7 +16,7 @@
 #include "proto/problem.h"
 #include "service/worker/task_run.h"
 
-namespace autotune::kernels::profiler_internal {
+namespace autotune::kernel_worker::internal {
 
 absl::StatusOr<std::vector<BufferVerdict>> TaskRun::CompareOutputs(
     const std::vector<CUdeviceptr>& checked, const std::vector<CUdeviceptr>& reference) {
@@ -67,7 +67,7 @@ std::optional<std::string> TaskRun::CheckTensorMaps(
       return absl::StrCat(which, " is ", DTypeName(layout.dtype()), "; buffer '", buffer.name,
                           "' is ", DTypeName(buffer.dtype));
     }
-    if (absl::Status status = CheckTensorMapLayout(layout); !status.ok()) {
+    if (absl::Status status = kernels::CheckTensorMapLayout(layout); !status.ok()) {
       return absl::StrCat(which, " over '", buffer.name, "': ", status.message());
     }
     int64_t elements = 1;
@@ -133,14 +133,15 @@ std::optional<Failure> TaskRun::LoadKernel(const wv1::KernelImage& image,
   }
   // The proto's bytes are a std::string: NUL-terminated, as the driver
   // wants a PTX image to be.
-  absl::StatusOr<Module> module = Module::Load(*gpu_.driver, image.cubin().data());
+  absl::StatusOr<kernels::Module> module =
+      kernels::Module::Load(*gpu_.driver, image.cubin().data());
   if (!module.ok()) return Fail(module.status(), Origin::kLoad, load_phase);
   kernel->module = *std::move(module);
   absl::StatusOr<CUfunction> function = kernel->module.Function(image.lowered_name());
   if (!function.ok()) return Fail(function.status(), Origin::kLoad, load_phase);
   kernel->function = *function;
 
-  const CudaDriver::Api& cu = gpu_.cu();
+  const kernels::CudaDriver::Api& cu = gpu_.cu();
   struct {
     CUfunction_attribute attribute;
     int* value;
@@ -354,4 +355,4 @@ std::optional<Failure> TaskRun::Validate(const LoadedKernel& kernel, wv1::Varian
   return std::nullopt;
 }
 
-}  // namespace autotune::kernels::profiler_internal
+}  // namespace autotune::kernel_worker::internal

@@ -12,7 +12,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
-namespace autotune::service {
+namespace autotune::kernel_worker {
 namespace {
 
 // Reads exactly `size` bytes into `out` before `deadline`.
@@ -93,4 +93,4 @@ absl::Status ReadDelimited(int fd, absl::Time deadline, google::protobuf::Messag
   return absl::OkStatus();
 }
 
-}  // namespace autotune::service
+}  // namespace autotune::kernel_worker

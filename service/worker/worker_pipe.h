@@ -2,14 +2,14 @@
 // autotune-worker exchange them: a varint size, then the message bytes.
 // Reads take a deadline, so a worker that hangs costs its deadline and no
 // more.
-#ifndef AUTOTUNE_SERVICE_WORKER_PIPE_H_
-#define AUTOTUNE_SERVICE_WORKER_PIPE_H_
+#ifndef AUTOTUNE_SERVICE_WORKER_WORKER_PIPE_H_
+#define AUTOTUNE_SERVICE_WORKER_WORKER_PIPE_H_
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 
-namespace autotune::service {
+namespace autotune::kernel_worker {
 
 // Largest message either side accepts (a cubin plus its log).
 inline constexpr size_t kMaxWorkerMessageBytes = size_t{256} << 20;
@@ -22,6 +22,6 @@ absl::Status WriteDelimited(int fd, const google::protobuf::MessageLite& message
 // ABORTED on end of stream, DATA_LOSS for a malformed message.
 absl::Status ReadDelimited(int fd, absl::Time deadline, google::protobuf::MessageLite* message);
 
-}  // namespace autotune::service
+}  // namespace autotune::kernel_worker
 
-#endif  // AUTOTUNE_SERVICE_WORKER_PIPE_H_
+#endif  // AUTOTUNE_SERVICE_WORKER_WORKER_PIPE_H_

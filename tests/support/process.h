@@ -3,8 +3,8 @@
 // started it (PR_SET_PDEATHSIG): when the test process dies, crashed or
 // killed by a ctest timeout, its daemons and commands die with it rather
 // than run on. Start a Daemon from a thread that outlives it (the test's).
-#ifndef AUTOTUNE_TESTS_PROCESS_H_
-#define AUTOTUNE_TESTS_PROCESS_H_
+#ifndef AUTOTUNE_TESTS_SUPPORT_PROCESS_H_
+#define AUTOTUNE_TESTS_SUPPORT_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -110,4 +110,4 @@ std::string MakeSamplePath();
 
 }  // namespace autotune::testing
 
-#endif  // AUTOTUNE_TESTS_PROCESS_H_
+#endif  // AUTOTUNE_TESTS_SUPPORT_PROCESS_H_

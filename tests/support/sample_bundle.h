@@ -11,8 +11,8 @@
 // entry is marked phase IMPORTED with no sample count, never as measured.
 // Synthetic cubins are deterministic filler bytes for code that only stores
 // and moves binaries; they are not ELF and cannot be loaded.
-#ifndef AUTOTUNE_TESTS_SAMPLE_BUNDLE_H_
-#define AUTOTUNE_TESTS_SAMPLE_BUNDLE_H_
+#ifndef AUTOTUNE_TESTS_SUPPORT_SAMPLE_BUNDLE_H_
+#define AUTOTUNE_TESTS_SUPPORT_SAMPLE_BUNDLE_H_
 
 #include <compare>
 #include <cstdint>
@@ -104,4 +104,4 @@ absl::Status CorruptEveryStoredBinary(const std::string& db_path);
 
 }  // namespace autotune::testing
 
-#endif  // AUTOTUNE_TESTS_SAMPLE_BUNDLE_H_
+#endif  // AUTOTUNE_TESTS_SUPPORT_SAMPLE_BUNDLE_H_

@@ -25,10 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::Status read;
       if (side == 0) {
         autotune::worker::v1::WorkerResponse response;
-        read = autotune::service::ReadDelimited(fds[0], deadline, &response);
+        read = autotune::kernel_worker::ReadDelimited(fds[0], deadline, &response);
       } else {
         autotune::worker::v1::WorkerRequest request;
-        read = autotune::service::ReadDelimited(fds[0], deadline, &request);
+        read = autotune::kernel_worker::ReadDelimited(fds[0], deadline, &request);
       }
       if (!read.ok()) break;
     }
