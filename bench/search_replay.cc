@@ -222,8 +222,9 @@ service::SearchSpaceView ViewOf(const Screens& screens) {
   return view;
 }
 
+// With `trace`, prints each round: its size, its best and the best so far.
 absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceView& view,
-                           const service::SearchOptions& options, double best) {
+                           const service::SearchOptions& options, double best, bool trace) {
   ASSIGN_OR_RETURN(std::unique_ptr<service::Search> search, service::MakeSearch(options, view));
   Run run;
   run.budget = search->budget();
@@ -246,14 +247,33 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
     for (int64_t i :
          search->Ahead(service::kDefaultCompileAhead * static_cast<int64_t>(batch.size())))
       guessed.insert(i);
+    double round_best = std::numeric_limits<double>::infinity();
+    int64_t round_best_index = -1;
     for (int64_t i : batch) {
       const ScreenedVariant& variant = screens.variants[static_cast<size_t>(i)];
+      if (variant.median_us > 0 && variant.median_us < round_best) {
+        round_best = variant.median_us;
+        round_best_index = i;
+      }
       ++measured;
       const bool valid = variant.median_us > 0;
       search->Record(i, {.valid = valid, .median_us = variant.median_us});
       if (valid) found = std::min(found, variant.median_us);
       if (run.to_within_1pct == 0 && found <= best * 1.01) run.to_within_1pct = measured;
       if (run.to_best == 0 && found <= best) run.to_best = measured;
+    }
+    if (trace) {
+      std::vector<std::string> config;
+      if (round_best_index >= 0) {
+        const ScreenedVariant& variant = screens.variants[static_cast<size_t>(round_best_index)];
+        for (size_t p = 0; p < screens.params.size(); ++p) {
+          config.push_back(absl::StrCat(screens.params[p], "=", variant.values[p]));
+        }
+      }
+      std::printf(
+          "  seed %llu: %zu measured, the round's best %s (%.2f us), the best so far %.2f us\n",
+          static_cast<unsigned long long>(options.seed), batch.size(),
+          config.empty() ? "none valid" : absl::StrJoin(config, ",").c_str(), round_best, found);
     }
   }
   run.measured = measured;
@@ -270,7 +290,8 @@ double Median(std::vector<double> values) {
 }
 
 int RunCommand(const std::vector<std::string>& files, const std::string& search_name,
-               int64_t max_variants, double fraction, int seeds, double floor) {
+               int64_t max_variants, double fraction, int first_seed, int seeds, double floor,
+               bool trace) {
   absl::StatusOr<service::SearchKind> kind = service::ParseSearchKind(search_name);
   if (!kind.ok()) {
     std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
@@ -299,11 +320,14 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
     int64_t budget = 0;
     int reached = 0, exact = 0;
     int64_t later = 0, later_guessed = 0, guesses = 0, unused = 0;
-    for (int seed = 1; seed <= seeds; ++seed) {
+    int worst_seed = 0;
+    double worst_gap = -1;
+    int64_t worst_measured = 0;
+    for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
       service::SearchOptions options{.kind = *kind,
                                      .budget = {.count = max_variants, .fraction = fraction},
                                      .seed = static_cast<uint64_t>(seed)};
-      absl::StatusOr<Run> run = Replay(*screens, view, options, best);
+      absl::StatusOr<Run> run = Replay(*screens, view, options, best, trace);
       if (!run.ok()) {
         std::cerr << "autotune-search-replay: " << file << ": " << run.status().message() << "\n";
         return 2;
@@ -319,6 +343,11 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
         found.push_back(static_cast<double>(run->to_best));
       }
       gaps.push_back(run->final_gap);
+      if (run->final_gap > worst_gap) {
+        worst_gap = run->final_gap;
+        worst_seed = seed;
+        worst_measured = run->measured;
+      }
       later += run->later;
       later_guessed += run->later_guessed;
       guesses += run->guesses;
@@ -339,6 +368,10 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
                 cell(reached, within).c_str(), cell(exact, found).c_str(), 100 * Median(gaps),
                 100 * *std::max_element(gaps.begin(), gaps.end()),
                 share(later_guessed, later).c_str(), share(unused, guesses).c_str());
+    if (worst_gap > 0.01) {
+      std::printf("  worst run: seed %d, %.2f%% from the best after %lld measured\n", worst_seed,
+                  100 * worst_gap, static_cast<long long>(worst_measured));
+    }
     if (reached < floor * seeds) below_floor = true;
   }
   std::printf(
@@ -383,7 +416,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   run->add_option("--fraction", fraction, "Budget: at most this fraction of the space (0: all)")
       ->check(CLI::Range(0.0, 1.0));
-  run->add_option("--seeds", seeds, "Runs per problem, seeds 1..N")->check(CLI::Range(1, 100000));
+  run->add_option("--seeds", seeds, "Runs per problem, seeds F..F+N-1")
+      ->check(CLI::Range(1, 100000));
+  int first_seed = 1;
+  run->add_option("--first-seed", first_seed, "F, the first seed (default 1)")
+      ->check(CLI::Range(1, 1000000));
+  bool trace = false;
+  run->add_flag("--trace", trace, "Print each round of each run: its size and best");
   run->add_option("--floor-within-1pct", floor,
                   "Exit 1 when fewer of a problem's runs than this fraction end within 1%")
       ->check(CLI::Range(0.0, 1.0));
@@ -397,5 +436,6 @@ int main(int argc, char** argv) {
     std::cout << autotune::ToTsv(*screens);
     return 0;
   }
-  return autotune::RunCommand(files, search, max_variants, fraction, seeds, floor);
+  return autotune::RunCommand(files, search, max_variants, fraction, first_seed, seeds, floor,
+                              trace);
 }

@@ -40,6 +40,14 @@ grep -q "0/3 .* 8.00%" "$work/out" || { cat "$work/out"; exit 1; }
   --floor-within-1pct 0.625 >"$work/out" || { cat "$work/out"; exit 1; }
 cat "$work/out"
 
+# A plateau that single steps cannot leave (seed 198 at M=256: the model
+# settles on the WGMMA=0 path, WN=4, 37.6% from the best, and the best's
+# counterpart on the TMA path needs WN=1 too): the coverage round before the
+# search stops moves the best to every other value of each parameter, the
+# fewest other parameters changed, and the search ends at the best.
+"$replay" run "$data"/gemm_bf16_K_4096_M_256_N_4096.tsv --search model --fraction 0.05 \
+  --first-seed 198 --seeds 1 --floor-within-1pct 1 >"$work/out" || { cat "$work/out"; exit 1; }
+
 # The small built-in spaces, real H200 screens too (rmsnorm and softmax: 48
 # to 62 variants a problem; gla_decode: 93 to 103): with half the space the
 # model ends within 1% of the exhaustive best in at least 4 of 8 seeds of

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,9 +28,15 @@ constexpr double kFailurePenalty = 2;
 constexpr int kTrees = 60;
 constexpr int kDepth = 6;
 // The search stops after this many model rounds in a row that did not
-// improve the best by at least kImprovement (relative).
+// improve the best by at least kImprovement (relative)...
 constexpr int kPatience = 3;
 constexpr double kImprovement = 1e-3;
+// ...and a coverage round that did not either: before it stops, a search
+// measures, for each value of each parameter, the unseen variant with that
+// value the model ranks fastest (a region the model has seen too little of
+// gets one more look). At most this many per search: a coverage round that
+// improves the best starts the count of rounds without gain again.
+constexpr int kCoverageRounds = 2;
 
 // A fitted XGBoost regressor; nullopt from Fit when XGBoost fails.
 class Model {
@@ -127,6 +134,10 @@ class ModelSearch final : public Search {
       for (int64_t hint : space_.hints) Take(hint, room, &batch);
       const int64_t initial = std::min(room, InitialSize());
       TakeRandom(initial - static_cast<int64_t>(batch.size()), &batch);
+    } else if (coverage_next_) {
+      coverage_next_ = false;
+      coverage_round_ = true;
+      Coverage(std::min(room, RoundSize()), &batch);
     } else {
       FromModel(std::min(room, RoundSize()), &batch);
     }
@@ -150,8 +161,21 @@ class ModelSearch final : public Search {
     // A round ended: did it improve the best? The first round sets it.
     if (rounds_ > 1) {
       const bool improved = best_ < best_before_round_ * (1 - kImprovement);
+      if (coverage_round_) {
+        coverage_round_ = false;
+        if (!improved) stopped_ = true;
+        no_gain_ = 0;
+        return;
+      }
       no_gain_ = improved ? 0 : no_gain_ + 1;
-      if (no_gain_ >= kPatience) stopped_ = true;
+      if (no_gain_ >= kPatience) {
+        if (coverages_ < kCoverageRounds) {
+          ++coverages_;
+          coverage_next_ = true;
+        } else {
+          stopped_ = true;
+        }
+      }
     }
   }
 
@@ -251,6 +275,45 @@ class ModelSearch final : public Search {
     TakeRandom(size - static_cast<int64_t>(batch->size()), batch);
   }
 
+  // A coverage round, a coordinate move from the best measured: for each
+  // parameter and each of its other values, the unseen variant with that
+  // value nearest the best (fewest other parameters changed: a constraint
+  // may tie two parameters), the model's fastest prediction among equals;
+  // up to `size` of them, the nearest first. So a search stuck where single
+  // steps lead nowhere (another instruction path needs another warp layout,
+  // say) measures the best's counterpart on every other path once.
+  void Coverage(int64_t size, std::vector<int64_t>* batch) {
+    int64_t base = -1;
+    for (int64_t i : measured_) {
+      if (state_[i] == State::kValid && (base < 0 || median_[i] < median_[base])) base = i;
+    }
+    std::vector<int64_t> unseen = Unseen();
+    std::optional<std::vector<float>> predicted = Predicted(unseen);
+    if (base < 0 || !predicted) {
+      TakeRandom(size, batch);
+      return;
+    }
+    const std::vector<float> from = Row(base);
+    // (column, value) -> (parameters changed, prediction, variant), the least.
+    using Pick = std::tuple<int64_t, float, int64_t>;
+    std::map<std::pair<int64_t, float>, Pick> best;
+    for (size_t k = 0; k < unseen.size(); ++k) {
+      const std::vector<float> row = Row(unseen[k]);
+      int64_t changed = 0;
+      for (int64_t c = 0; c < columns_; ++c) changed += row[c] != from[c] ? 1 : 0;
+      const Pick pick = {changed, (*predicted)[k], unseen[k]};
+      for (int64_t c = 0; c < columns_; ++c) {
+        if (row[c] == from[c]) continue;
+        auto [it, inserted] = best.emplace(std::make_pair(c, row[c]), pick);
+        if (!inserted && pick < it->second) it->second = pick;
+      }
+    }
+    std::vector<Pick> picks;
+    for (const auto& [key, pick] : best) picks.push_back(pick);
+    std::sort(picks.begin(), picks.end());
+    for (const Pick& pick : picks) Take(std::get<2>(pick), size, batch);
+  }
+
   // Up to `size` unseen variants, no one twice: first up to `polish`
   // untried neighbours of the three best measured, the model's best first,
   // then the model's fastest predictions. nullopt without a model (nothing
@@ -335,6 +398,9 @@ class ModelSearch final : public Search {
   int64_t pending_ = 0;  // proposed, not yet recorded
   int rounds_ = 0;
   int no_gain_ = 0;
+  int coverages_ = 0;            // coverage rounds proposed
+  bool coverage_next_ = false;   // the next round is one
+  bool coverage_round_ = false;  // the round being measured is one
   bool stopped_ = false;
   double best_ = std::numeric_limits<double>::infinity();
   double best_before_round_ = std::numeric_limits<double>::infinity();

@@ -7,7 +7,11 @@
 // variants the model ranks fastest, a few random ones (so that a wrong model
 // is found out) and the untried neighbours of the best (one parameter one
 // value away). It stops at its budget, or when several rounds in a row have
-// not improved the best.
+// not improved the best and neither has a coverage round: the best measured
+// moved to each other value of each parameter (the unseen variant nearest
+// it with that value), so that a search stuck where single steps lead
+// nowhere looks once at the best's counterpart on every other path, stage
+// count or layout before it gives up (at most twice a search).
 //
 // The model: gradient-boosted trees (XGBoost) regressing the log of the
 // screen median on the parameter values. Trees suit a GEMM-like space (tile
