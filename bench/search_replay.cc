@@ -43,6 +43,8 @@
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/family_loader.h"
+#include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
@@ -205,6 +207,62 @@ struct Run {
   int64_t guesses_unused = 0;
 };
 
+// The launch features (service::LaunchFeatures) of each screened variant,
+// from `family` expanded for the screens' problem ("gemm_bf16
+// K=4096,M=1024,N=4096 bf16 on ..."), on a GPU of `sms` SMs: as a job
+// computes them. INVALID_ARGUMENT when the problem line does not parse or
+// a screened config is not in the family's space.
+absl::StatusOr<std::vector<float>> DerivedOf(const Screens& screens,
+                                             const std::vector<v1::KernelFamily>& families,
+                                             int64_t sms) {
+  std::vector<std::string> words = absl::StrSplit(screens.problem, ' ');
+  if (words.size() < 3) {
+    return absl::InvalidArgumentError(absl::StrCat("problem '", screens.problem, "': no dims"));
+  }
+  const v1::KernelFamily* family = nullptr;
+  for (const v1::KernelFamily& f : families) {
+    if (f.name() == words[0]) family = &f;
+  }
+  if (family == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no family ", words[0], " in --kernels"));
+  }
+  v1::Problem problem;
+  ASSIGN_OR_RETURN(const auto dims, ParseDims(words[1]));
+  for (const auto& [name, value] : dims) (*problem.mutable_dims())[name] = value;
+  ASSIGN_OR_RETURN(const v1::DType dtype, ParseDType(words[2]));
+  problem.set_dtype(dtype);
+  kernels::DeviceLimits limits;
+  limits.arch = "sm_90a";
+  ASSIGN_OR_RETURN(const kernels::SearchSpace space,
+                   kernels::ExpandSearchSpace(*family, problem, limits));
+  std::map<std::vector<int64_t>, const kernels::Variant*> by_values;
+  for (const kernels::Variant& variant : space.variants) {
+    std::vector<int64_t> values;
+    for (const std::string& param : screens.params) {
+      values.push_back(variant.config.params().at(param));
+    }
+    by_values[values] = &variant;
+  }
+  std::vector<float> derived;
+  for (const ScreenedVariant& screened : screens.variants) {
+    auto it = by_values.find(screened.values);
+    if (it == by_values.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(screens.problem,
+                                                     ": a screened config is not in ",
+                                                     family->name(), "'s space for sm_90a"));
+    }
+    const v1::LaunchDims& launch = it->second->launch;
+    int64_t blocks = 1;
+    int64_t threads = 1;
+    for (int64_t g : launch.grid()) blocks *= g;
+    for (int64_t b : launch.block()) threads *= b;
+    const std::vector<float> features =
+        service::LaunchFeatures(blocks, threads, launch.dynamic_shared_bytes(), sms);
+    derived.insert(derived.end(), features.begin(), features.end());
+  }
+  return derived;
+}
+
 // The space as a search sees it: its size, each variant's param values and
 // where the default config is.
 service::SearchSpaceView ViewOf(const Screens& screens) {
@@ -289,9 +347,16 @@ double Median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// The model's launch features (--derived): the families and the GPU's SMs;
+// sms 0 = none.
+struct Derived {
+  std::vector<v1::KernelFamily> families;
+  int64_t sms = 0;
+};
+
 int RunCommand(const std::vector<std::string>& files, const std::string& search_name,
                int64_t max_variants, double fraction, int first_seed, int seeds, double floor,
-               bool trace) {
+               bool trace, const Derived& derived) {
   absl::StatusOr<service::SearchKind> kind = service::ParseSearchKind(search_name);
   if (!kind.ok()) {
     std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
@@ -315,7 +380,18 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       std::cerr << "autotune-search-replay: " << file << ": no variant validated\n";
       return 2;
     }
-    const service::SearchSpaceView view = ViewOf(*screens);
+    service::SearchSpaceView view = ViewOf(*screens);
+    if (derived.sms > 0) {
+      absl::StatusOr<std::vector<float>> features =
+          DerivedOf(*screens, derived.families, derived.sms);
+      if (!features.ok()) {
+        std::cerr << "autotune-search-replay: " << file << ": " << features.status().message()
+                  << "\n";
+        return 2;
+      }
+      view.derived = *std::move(features);
+      view.derived_count = service::kLaunchFeatures;
+    }
     std::vector<double> within, found, gaps, measured;
     int64_t budget = 0;
     int reached = 0, exact = 0;
@@ -423,6 +499,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   bool trace = false;
   run->add_flag("--trace", trace, "Print each round of each run: its size and best");
+  int64_t derived_sms = 0;
+  run->add_option("--derived-sms", derived_sms,
+                  "Give the model each variant's launch features (blocks, waves, ...) on a GPU "
+                  "of this many SMs (132: H100, H200), from the families of --kernels")
+      ->check(CLI::Range(0, 1000));
+  std::string kernels_dir = AUTOTUNE_REPLAY_KERNELS_DIR;
+  run->add_option("--kernels", kernels_dir, "The folder of the screens' families (--derived-sms)")
+      ->capture_default_str();
   run->add_option("--floor-within-1pct", floor,
                   "Exit 1 when fewer of a problem's runs than this fraction end within 1%")
       ->check(CLI::Range(0.0, 1.0));
@@ -436,6 +520,17 @@ int main(int argc, char** argv) {
     std::cout << autotune::ToTsv(*screens);
     return 0;
   }
+  autotune::Derived derived;
+  derived.sms = derived_sms;
+  if (derived_sms > 0) {
+    absl::StatusOr<std::vector<autotune::v1::KernelFamily>> families =
+        autotune::kernels::LoadFamilyDirectory(kernels_dir);
+    if (!families.ok()) {
+      std::cerr << "autotune-search-replay: " << families.status().message() << "\n";
+      return 2;
+    }
+    derived.families = *std::move(families);
+  }
   return autotune::RunCommand(files, search, max_variants, fraction, first_seed, seeds, floor,
-                              trace);
+                              trace, derived);
 }

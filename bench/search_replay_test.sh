@@ -30,14 +30,15 @@ grep -q "0/3 .* 8.00%" "$work/out" || { cat "$work/out"; exit 1; }
 
 # The floor on the model's quality, over real exhaustive screens of the
 # GEMM family (five shapes, all 7,296 configs of each, on an H100): with 5%
-# of the space, at least 5 of 8 seeds end within 1% of the exhaustive best at
-# every shape. Set from 256 seeds a shape (bench/RESULTS.md: 248 to 256 of
-# 256 within 1%): a change that leaves the search as good as it is, but
-# draws other proposals, fails this less than once in 1,000 (7.9e-4 at the
-# low ends of the 95% intervals, 6e-5 at the measured rates); 7 of 8 would
-# fail about once in 40.
+# of the space, at least 6 of 8 seeds end within 1% of the exhaustive best at
+# every shape. Set from 256 seeds a shape (bench/RESULTS.md: 256 of 256
+# within 1% at every shape since the coverage round, whose 95% intervals
+# reach down to 98.5%): a change that leaves the search as good as it is,
+# but draws other proposals, fails this less than once in 1,000 (8.5e-4
+# over the five shapes at the low ends of the intervals); 7 of 8 would fail
+# about once in 35.
 "$replay" run "$data"/gemm_bf16_*.tsv --search model --fraction 0.05 --seeds 8 \
-  --floor-within-1pct 0.625 >"$work/out" || { cat "$work/out"; exit 1; }
+  --floor-within-1pct 0.75 >"$work/out" || { cat "$work/out"; exit 1; }
 cat "$work/out"
 
 # A plateau that single steps cannot leave (seed 198 at M=256: the model
@@ -47,6 +48,12 @@ cat "$work/out"
 # fewest other parameters changed, and the search ends at the best.
 "$replay" run "$data"/gemm_bf16_K_4096_M_256_N_4096.tsv --search model --fraction 0.05 \
   --first-seed 198 --seeds 1 --floor-within-1pct 1 >"$work/out" || { cat "$work/out"; exit 1; }
+
+# With the launch features (blocks, waves, ... from the family's launch
+# expressions) the model still ends within 1% (RESULTS.md: no gain, so jobs
+# do not pass them; the replay keeps the option to measure them again).
+"$replay" run "$data"/gemm_bf16_K_4096_M_16_N_4096.tsv --search model --fraction 0.05 --seeds 2 \
+  --derived-sms 132 --floor-within-1pct 0.5 >"$work/out" || { cat "$work/out"; exit 1; }
 
 # The small built-in spaces, real H200 screens too (rmsnorm and softmax: 48
 # to 62 variants a problem; gla_decode: 93 to 103): with half the space the

@@ -206,6 +206,14 @@ class ModelSearch final : public Search {
     const auto begin = space_.features.begin() + variant * columns_;
     return std::vector<float>(begin, begin + columns_);
   }
+  // What the model sees of a variant: its parameters, then its derived features.
+  std::vector<float> ModelRow(int64_t variant) const {
+    std::vector<float> row = Row(variant);
+    const int64_t derived = space_.derived_count;
+    const auto begin = space_.derived.begin() + variant * derived;
+    row.insert(row.end(), begin, begin + derived);
+    return row;
+  }
   static std::string Key(const std::vector<float>& row) {
     std::string key(row.size() * sizeof(float), '\0');
     std::memcpy(key.data(), row.data(), key.size());
@@ -369,19 +377,20 @@ class ModelSearch final : public Search {
     std::vector<float> labels;
     const double failed = std::log(slowest_ * kFailurePenalty);
     for (int64_t i : measured_) {
-      const std::vector<float> row = Row(i);
+      const std::vector<float> row = ModelRow(i);
       rows.insert(rows.end(), row.begin(), row.end());
       labels.push_back(
           static_cast<float>(state_[i] == State::kValid ? std::log(median_[i]) : failed));
     }
-    std::optional<Model> model = Model::Fit(rows, labels, columns_, seed_);
+    const int64_t model_columns = columns_ + space_.derived_count;
+    std::optional<Model> model = Model::Fit(rows, labels, model_columns, seed_);
     if (!model) return std::nullopt;
     rows.clear();
     for (int64_t i : variants) {
-      const std::vector<float> row = Row(i);
+      const std::vector<float> row = ModelRow(i);
       rows.insert(rows.end(), row.begin(), row.end());
     }
-    return model->Predict(rows, columns_);
+    return model->Predict(rows, model_columns);
   }
 
   const SearchSpaceView space_;

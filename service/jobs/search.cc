@@ -80,6 +80,26 @@ absl::Status SearchBudget::Check(absl::string_view field, int64_t max_count,
   return absl::OkStatus();
 }
 
+std::vector<float> LaunchFeatures(int64_t blocks, int64_t threads, int64_t shared_bytes,
+                                  int64_t sms) {
+  constexpr int64_t kThreadsPerSm = 2048;
+  constexpr int64_t kSharedPerSm = 228 * 1024;
+  constexpr int64_t kReservedPerBlock = 1024;
+  constexpr int64_t kBlocksPerSm = 32;
+  int64_t resident = std::min(kBlocksPerSm, kThreadsPerSm / std::max<int64_t>(threads, 1));
+  resident = std::min(resident, kSharedPerSm / (shared_bytes + kReservedPerBlock));
+  resident = std::max<int64_t>(resident, 1);
+  const double slots = static_cast<double>(std::max<int64_t>(sms, 1) * resident);
+  const double waves = static_cast<double>(blocks) / slots;
+  const double last = waves - std::floor(waves);
+  return {static_cast<float>(blocks),
+          static_cast<float>(threads),
+          static_cast<float>(shared_bytes),
+          static_cast<float>(resident),
+          static_cast<float>(waves),
+          static_cast<float>(last == 0 ? 1.0 : last)};
+}
+
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name) {
   for (SearchKind kind : {SearchKind::kExhaustive, SearchKind::kRandom, SearchKind::kModel}) {
     if (name == SearchKindName(kind)) return kind;
@@ -120,6 +140,12 @@ absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
   }
   const int64_t budget = options.budget.Variants(space.variants);
   if (options.kind == SearchKind::kModel) {
+    if (space.derived_count < 0 ||
+        static_cast<int64_t>(space.derived.size()) != space.variants * space.derived_count) {
+      return absl::InvalidArgumentError(absl::StrCat("the model search's derived features: ",
+                                                     space.derived.size(), " for ", space.variants,
+                                                     " variants of ", space.derived_count));
+    }
     if (space.feature_count <= 0 ||
         static_cast<int64_t>(space.features.size()) != space.variants * space.feature_count) {
       return absl::InvalidArgumentError(absl::StrCat(

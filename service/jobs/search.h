@@ -86,7 +86,22 @@ struct SearchSpaceView {
   // Variants to measure early: the winners of the nearest tuned problems
   // (kModel measures them first, after the default).
   std::vector<int64_t> hints;
+  // Further features the model learns from but does not search along (its
+  // neighbours and coverage rounds move over the parameters only): for each
+  // variant derived_count values, row-major; empty = none (LaunchFeatures).
+  std::vector<float> derived;
+  int64_t derived_count = 0;
 };
+
+// What a variant's launch says about how it fills the GPU, for the model
+// (SearchSpaceView.derived): its blocks, threads per block and dynamic
+// shared bytes; the blocks an SM holds at once (by threads, at most 2048,
+// and shared memory, 228 KiB with 1 KiB reserved a block; at most 32); the
+// waves of `sms` SMs that many blocks take; and how full the last wave is
+// (1 = full). kLaunchFeatures values.
+inline constexpr int64_t kLaunchFeatures = 6;
+std::vector<float> LaunchFeatures(int64_t blocks, int64_t threads, int64_t shared_bytes,
+                                  int64_t sms);
 
 // The outcome of measuring one variant, as the search sees it.
 struct SearchResult {

@@ -162,6 +162,24 @@ TEST(SearchTest, TheBudgetIsTheSmallerOfItsLimitsAndItsTimeEndsOnlyAfterARound) 
                        "options.search.max_seconds is 86401, not in 0..86400 (0 = no limit)"));
 }
 
+TEST(SearchTest, LaunchFeaturesSayHowTheBlocksFillTheGpu) {
+  // 256 blocks of 128 threads and 100 KiB of shared memory: 2 fit an SM by
+  // shared memory, so 264 at once on 132 SMs: one wave, 97% full.
+  const std::vector<float> a = LaunchFeatures(256, 128, 100 * 1024, 132);
+  ASSERT_EQ(a.size(), static_cast<size_t>(kLaunchFeatures));
+  EXPECT_EQ(a[0], 256);
+  EXPECT_EQ(a[1], 128);
+  EXPECT_EQ(a[2], 100 * 1024);
+  EXPECT_EQ(a[3], 2);
+  EXPECT_NEAR(a[4], 256.0 / 264, 1e-6);
+  EXPECT_NEAR(a[5], 256.0 / 264, 1e-6);
+  // 1024 threads a block: 2 by threads; 528 blocks are exactly two full waves.
+  const std::vector<float> b = LaunchFeatures(528, 1024, 0, 132);
+  EXPECT_EQ(b[3], 2);
+  EXPECT_NEAR(b[4], 2, 1e-6);
+  EXPECT_EQ(b[5], 1);
+}
+
 TEST(SearchTest, BadOptionsAndSpacesAreRefusedNamingWhatIsWrong) {
   const SearchSpaceView space = Space(10, -1);
   EXPECT_THAT(MakeSearch({.budget = {.count = -1}}, space),
@@ -299,6 +317,17 @@ TEST(SearchTest, AheadOfAFixedOrderIsWhatComesNextInIt) {
   EXPECT_THAT(search->Ahead(3), ElementsAre(4, 5));  // the budget ends there
   EXPECT_THAT(search->Next(4), ElementsAre(4, 5));
   EXPECT_THAT(search->Ahead(3), ::testing::IsEmpty());
+}
+
+TEST(SearchTest, TheModelLearnsFromDerivedFeaturesGivenForEveryVariant) {
+  SearchSpaceView space = Grid(5, 2);
+  space.derived_count = 2;
+  space.derived.assign(19, 1.0F);  // one short
+  EXPECT_THAT(MakeSearch({.kind = SearchKind::kModel, .budget = {}}, space),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "the model search's derived features: 19 for 10 variants of 2"));
+  space.derived.assign(20, 1.0F);
+  EXPECT_OK(MakeSearch({.kind = SearchKind::kModel, .budget = {}}, space));
 }
 
 }  // namespace
