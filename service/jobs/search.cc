@@ -92,12 +92,9 @@ std::vector<float> LaunchFeatures(int64_t blocks, int64_t threads, int64_t share
   const double slots = static_cast<double>(std::max<int64_t>(sms, 1) * resident);
   const double waves = static_cast<double>(blocks) / slots;
   const double last = waves - std::floor(waves);
-  return {static_cast<float>(blocks),
-          static_cast<float>(threads),
-          static_cast<float>(shared_bytes),
-          static_cast<float>(resident),
-          static_cast<float>(waves),
-          static_cast<float>(last == 0 ? 1.0 : last)};
+  return {static_cast<float>(blocks),       static_cast<float>(threads),
+          static_cast<float>(shared_bytes), static_cast<float>(resident),
+          static_cast<float>(waves),        static_cast<float>(last == 0 ? 1.0 : last)};
 }
 
 absl::StatusOr<SearchKind> ParseSearchKind(absl::string_view name) {
@@ -142,9 +139,9 @@ absl::StatusOr<std::unique_ptr<Search>> MakeSearch(const SearchOptions& options,
   if (options.kind == SearchKind::kModel) {
     if (space.derived_count < 0 ||
         static_cast<int64_t>(space.derived.size()) != space.variants * space.derived_count) {
-      return absl::InvalidArgumentError(absl::StrCat("the model search's derived features: ",
-                                                     space.derived.size(), " for ", space.variants,
-                                                     " variants of ", space.derived_count));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model search's derived features: ", space.derived.size(), " for ",
+                       space.variants, " variants of ", space.derived_count));
     }
     if (space.feature_count <= 0 ||
         static_cast<int64_t>(space.features.size()) != space.variants * space.feature_count) {
