@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -87,6 +88,37 @@ std::string CompareArguments(const std::vector<int64_t>& sizes,
   return "";
 }
 
+// The names of the __global__ functions `source` defines, in order: the
+// identifier before the first '(' after each "__global__" that is not an
+// attribute such as __launch_bounds__(256) (a lexical look, enough for a
+// hint).
+std::vector<std::string> GlobalFunctions(absl::string_view source) {
+  std::vector<std::string> names;
+  for (size_t at = source.find("__global__"); at != source.npos;
+       at = source.find("__global__", at + 1)) {
+    size_t from = at + 10;
+    while (true) {
+      const size_t paren = source.find('(', from);
+      if (paren == source.npos) return names;
+      size_t end = paren;
+      while (end > from && absl::ascii_isspace(source[end - 1])) --end;
+      size_t begin = end;
+      while (begin > from && (absl::ascii_isalnum(source[begin - 1]) || source[begin - 1] == '_')) {
+        --begin;
+      }
+      const absl::string_view name = source.substr(begin, end - begin);
+      if (!absl::StartsWith(name, "__")) {
+        if (!name.empty()) names.emplace_back(name);
+        break;
+      }
+      const size_t close = source.find(')', paren);  // the attribute's arguments
+      if (close == source.npos) return names;
+      from = close + 1;
+    }
+  }
+  return names;
+}
+
 // The compiler's messages, without blank lines and the closing count, cut
 // to kMaxLogLines; with a hint for a header that is not shipped.
 std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& compile,
@@ -121,9 +153,17 @@ std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& c
   for (const v1::SourceHeader& header : family.headers()) {
     named = named || absl::StrContains(header.text(), unqualified);
   }
+  const char* field = compile.reference ? "reference.kernel_name" : "kernel_name";
   if (!named) {
-    hint = absl::StrCat(compile.reference ? "reference.kernel_name" : "kernel_name", " '", name,
-                        "' does not appear in ", ProgramName(family));
+    hint = absl::StrCat(field, " '", name, "' does not appear in ", ProgramName(family));
+  } else if (absl::StrContains(log, "__nv_name_map") || absl::StrContains(log, "name expression")) {
+    // The name is in the source, but not as a kernel NVRTC can find ("layernorm"
+    // where the kernel is "layernorm_fwd").
+    const std::vector<std::string> kernels = GlobalFunctions(family.source());
+    hint = absl::StrCat(field, " '", name, "' names no kernel of ", ProgramName(family),
+                        kernels.empty() ? ""
+                                        : absl::StrCat("; its __global__ functions: ",
+                                                       absl::StrJoin(kernels, ", ")));
   }
   std::string message = absl::StrCat("does not compile:\n  ", absl::StrJoin(lines, "\n  "));
   if (!hint.empty()) absl::StrAppend(&message, "\n  (", hint, ")");

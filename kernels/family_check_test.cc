@@ -142,6 +142,16 @@ TEST_F(FamilyCheckTest, AScalarTheKernelDoesNotTakeIsCounted) {
                                  "4 B")));
 }
 
+TEST_F(FamilyCheckTest, AKernelNameThatIsOnlyPartOfAKernelsNameNamesTheKernels) {
+  v1::KernelFamily family = Axpy();
+  family.set_kernel_name("axp");  // in the source, as part of "axpy"
+  EXPECT_THAT(Check(family),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("does not compile"),
+                             HasSubstr("(kernel_name 'axp' names no kernel of axpy.cu; its "
+                                       "__global__ functions: axpy, axpy_reference)"))));
+}
+
 TEST_F(FamilyCheckTest, AKernelNameNotInTheSourceIsSaidSoInTheUsersFileName) {
   v1::KernelFamily family = Axpy();
   family.set_kernel_name("saxpy");

@@ -478,8 +478,29 @@ class FamilyChecker {
       if (scalar.value().empty()) return Error(absl::StrCat(field, ".value"), "must be set");
       RETURN_IF_ERROR(
           CheckExpression(absl::StrCat(field, ".value"), scalar.value(), config_names_));
+      RETURN_IF_ERROR(CheckIntegerConstant(field, scalar));
     }
     return absl::OkStatus();
+  }
+
+  // An integer scalar whose value is a constant must be a whole number: a
+  // '1e-5' for an INT32 would reach the kernel as 0 (or fail every job's
+  // warmup), so it is refused here, with the fix.
+  absl::Status CheckIntegerConstant(const std::string& field,
+                                    const v1::ScalarArgument& scalar) const {
+    const v1::DType dtype = scalar.dtype();
+    if (declarations_failed_ ||
+        (dtype != v1::INT8 && dtype != v1::INT32 && dtype != v1::INT64 && dtype != v1::UINT8)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<Expression> expression = Expression::Parse(scalar.value(), config_names_);
+    if (!expression.ok() || !expression->variables().empty()) return absl::OkStatus();
+    absl::StatusOr<double> value = expression->Evaluate({});
+    if (!value.ok() || std::nearbyint(*value) == *value) return absl::OkStatus();
+    return Error(
+        absl::StrCat(field, ".value"),
+        absl::StrCat("'", scalar.value(), "' = ", *value, " is not an integer, and ", scalar.name(),
+                     " is ", DTypeName(dtype), " (a fraction needs dtype: FLOAT32)"));
   }
 
   absl::Status CheckLaunch(const std::string& field, bool present, const v1::LaunchGeometry& launch,

@@ -271,6 +271,13 @@ INSTANTIATE_TEST_SUITE_P(
         MutationCase{"ScalarClashesWithBuffer",
                      [](v1::KernelFamily& f) { f.mutable_scalars(0)->set_name("x"); },
                      "scalars[0].name: 'x' is also the name of buffers[0]"},
+        MutationCase{"AFractionForAnIntegerScalar",
+                     [](v1::KernelFamily& f) {
+                       f.mutable_scalars(0)->set_dtype(v1::INT32);
+                       f.mutable_scalars(0)->set_value("1e-5");
+                     },
+                     "scalars[0].value: '1e-5' = 1e-05 is not an integer, and alpha is int32 (a "
+                     "fraction needs dtype: FLOAT32)"},
         MutationCase{"TooManyConfigs",
                      [](v1::KernelFamily& f) {
                        for (const char* name : {"A", "B", "C"}) {

@@ -170,9 +170,21 @@ absl::Status ValidateProblem(const v1::KernelFamily& family, const v1::Problem& 
   for (const v1::ProblemDimension& dim : family.dims()) {
     const auto it = problem.dims().find(dim.name());
     if (it == problem.dims().end()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".dims: missing '", dim.name(),
-                                                     "' (family '", family.name(),
-                                                     "' has dims: ", known, ")"));
+      // A misspelt dim is both missing and unknown: name the one given too.
+      std::vector<std::string> unknown;
+      for (const auto& [name, value] : problem.dims()) {
+        if (std::find(dim_names.begin(), dim_names.end(), name) == dim_names.end()) {
+          unknown.push_back(absl::StrCat("'", name, "'"));
+        }
+      }
+      std::sort(unknown.begin(), unknown.end());
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".dims: missing '", dim.name(), "' (family '", family.name(),
+          "' has dims: ", known, ")",
+          unknown.empty()
+              ? ""
+              : absl::StrCat("; ", absl::StrJoin(unknown, ", "),
+                             unknown.size() == 1 ? " is not one of them" : " are not among them")));
     }
     const std::string dim_field = absl::StrCat(field, ".dims['", dim.name(), "']");
     const int64_t value = it->second;

@@ -214,6 +214,11 @@ TEST(ValidateProblemTest, NamesTheFieldAndTheRule) {
   EXPECT_THAT(ValidateProblem(family, MakeProblem({{"batch", 2}}, v1::FLOAT32)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "problem.dims: missing 'n' (family 'axpy' has dims: n, batch)"));
+  // A misspelt dim: missing, and the name given is named too.
+  EXPECT_THAT(ValidateProblem(family, MakeProblem({{"batch", 2}, {"nn", 8}}, v1::FLOAT32)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "problem.dims: missing 'n' (family 'axpy' has dims: n, batch); 'nn' is "
+                       "not one of them"));
   EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 0}, {"batch", 2}}, v1::FLOAT32)),
               StatusIs(absl::StatusCode::kInvalidArgument, "problem.dims['n']: 0 is not positive"));
   EXPECT_THAT(ValidateProblem(family, MakeProblem({{"n", 5000}, {"batch", 2}}, v1::FLOAT32)),

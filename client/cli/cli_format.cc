@@ -498,6 +498,9 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
     if (response.has_default_config()) {
       Field(out, "default", FormatConfig(response.default_config()));
     }
+    if (response.has_default_launch()) {
+      Field(out, "default launch", LaunchText(response.default_launch()));
+    }
     return;
   }
   for (const v1::DimDistance& distance : response.distance()) {

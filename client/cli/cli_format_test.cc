@@ -139,6 +139,18 @@ TEST(PrintLookupResponseTest, MissShowsTheReasonAndNoConfig) {
   EXPECT_THAT(out.str(), HasSubstr("why          other-device ("));
   EXPECT_THAT(out.str(), HasSubstr("reason       no entry for fp16 on NVIDIA H200"));
   EXPECT_THAT(out.str(), Not(HasSubstr("config")));
+
+  // With the family's default, its config and launch for this problem (what
+  // a caller runs on a MISS), as the JSON has them.
+  (*response.mutable_default_config()->mutable_params())["BLOCK_M"] = 64;
+  response.mutable_default_launch()->add_grid(8);
+  response.mutable_default_launch()->add_block(128);
+  response.mutable_default_launch()->set_dynamic_shared_bytes(4096);
+  std::ostringstream with_default;
+  PrintLookupResponse(request, response, with_default);
+  EXPECT_THAT(with_default.str(), HasSubstr("default      BLOCK_M=64\n"));
+  EXPECT_THAT(with_default.str(),
+              HasSubstr("default launch grid 8, block 128, 4096 B dynamic shared memory\n"));
 }
 
 v1::Measurement* AddMeasurement(v1::GetEntryResponse& response, v1::Phase phase,

@@ -1,5 +1,11 @@
 #include "service/rpc/http_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <set>
 #include <string>
@@ -90,6 +96,36 @@ std::string HostName(absl::string_view header) {
     return absl::AsciiStrToLower(header.substr(1, close == header.npos ? header.npos : close - 1));
   }
   return absl::AsciiStrToLower(header.substr(0, header.find(':')));
+}
+
+// Why the socket of `address` ("host:port", "[v6]:port" or "port") cannot
+// be bound, by binding it as civetweb would ("address already in use"); empty
+// when it can be (civetweb failed for another reason) or the address does
+// not resolve.
+std::string WhyCannotBind(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  const std::string port = colon == std::string::npos ? address : address.substr(colon + 1);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return "";
+  }
+  std::string why;
+  for (addrinfo* a = found; a != nullptr && why.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) why = absl::AsciiStrToLower(strerror(errno));
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
 }
 
 }  // namespace
@@ -210,8 +246,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   try {
     server->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {
+    // civetweb says only "null context when constructing CivetServer"; the
+    // bind says why ("address already in use").
+    const std::string why = WhyCannotBind(address);
     return absl::UnavailableError(
-        absl::StrCat("--http-listen ", address, ": cannot listen (", e.what(), ")"));
+        absl::StrCat("--http-listen ", address, ": cannot listen",
+                     why.empty() ? absl::StrCat(" (", e.what(), ")") : absl::StrCat(": ", why)));
   }
   server->server_->addHandler("/", server->routes_.front().get());
   const std::vector<int> ports = server->server_->getListeningPorts();
