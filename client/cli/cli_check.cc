@@ -4,7 +4,12 @@
 // reference and the default config in each dtype and the compiled kernels'
 // parameters are compared with what the service passes them
 // (kernels/family_check.h).
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -27,6 +32,40 @@
 #include "service/defaults.h"
 
 namespace autotune::client {
+
+// While it lives, the process works in a new empty folder under $TMPDIR
+// (removed after): NVRTC looks for a quoted #include in the working
+// directory too, and the daemon's compile workers have none to look in, so
+// `check` compiles from an empty one to pass or fail as `register` does
+// wherever it is run. INTERNAL when the folder cannot be made or entered.
+class EmptyWorkingDirectory {
+ public:
+  static absl::StatusOr<std::unique_ptr<EmptyWorkingDirectory>> Enter() {
+    std::unique_ptr<char, decltype(&free)> previous(getcwd(nullptr, 0), &free);
+    if (previous == nullptr) return absl::InternalError("check: cannot read the working directory");
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/autotune-check-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr || chdir(pattern.c_str()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("check: cannot make an empty folder to compile in: ", strerror(errno)));
+    }
+    return std::unique_ptr<EmptyWorkingDirectory>(
+        new EmptyWorkingDirectory(previous.get(), pattern));
+  }
+  ~EmptyWorkingDirectory() {
+    (void)chdir(previous_.c_str());
+    rmdir(empty_.c_str());
+  }
+  EmptyWorkingDirectory(const EmptyWorkingDirectory&) = delete;
+  EmptyWorkingDirectory& operator=(const EmptyWorkingDirectory&) = delete;
+
+ private:
+  EmptyWorkingDirectory(std::string previous, std::string empty)
+      : previous_(std::move(previous)), empty_(std::move(empty)) {}
+  std::string previous_;
+  std::string empty_;
+};
 
 Command CheckCommand(CLI::App& root, Streams io) {
   struct State {
@@ -58,6 +97,8 @@ Command CheckCommand(CLI::App& root, Streams io) {
                      kernels::CheckCompiles(family, s->arch));
     const auto start = std::chrono::steady_clock::now();
     std::vector<kernels::CheckFinding> findings;
+    ASSIGN_OR_RETURN(const std::unique_ptr<EmptyWorkingDirectory> empty,
+                     EmptyWorkingDirectory::Enter());
     for (const kernels::CheckCompile& compile : compiles) {
       const kernels::CompileResult result = kernels::Compile(*nvrtc, compile.request);
       kernels::CompileOutput output{.compiled = result.status == kernels::CompileStatus::kOk,

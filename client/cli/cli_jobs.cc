@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -444,8 +445,16 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     ClientOptions options;
     options.address = daemon->address();
     ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
-    const absl::Status tuned = run(*client);
-    if (!s->bundle.empty()) {
+    absl::Status tuned = run(*client);
+    if (!tuned.ok() && absl::StrContains(tuned.message(), "cannot measure on a GPU")) {
+      tuned = absl::Status(tuned.code(), absl::StrCat(tuned.message(),
+                                                      "; with --local, add --compile-only to "
+                                                      "compile every variant without measuring"));
+    }
+    // A bundle of a job that failed would hold nothing it was asked for.
+    if (!s->bundle.empty() && !tuned.ok()) {
+      progress_out << "bundle " << s->bundle << ": not written, the warmup failed\n";
+    } else if (!s->bundle.empty()) {
       absl::StatusOr<v1::CacheBundle> bundle = client->Export(v1::ExportRequest());
       absl::Status written = bundle.ok() ? WriteBundleFile(s->bundle, *bundle) : bundle.status();
       if (!written.ok()) return written;

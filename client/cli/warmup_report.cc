@@ -341,7 +341,18 @@ std::string RenderReportMarkdown(const v1::Job& job) {
   out << "## Warmup job " << MarkdownText(job.id()) << ": " << v1::JobState_Name(job.state())
       << "\n\n"
       << MarkdownText(FormatJobCounts(job.counts())) << "\n";
-  if (!job.error().empty()) out << "\n**Error:** " << MarkdownText(job.error()) << "\n";
+  if (!job.error().empty()) {
+    // Verbatim, lines kept (compile errors come grouped over several lines),
+    // in a fence longer than any run of backticks inside.
+    size_t longest = 0;
+    size_t run = 0;
+    for (char c : job.error()) {
+      run = c == '`' ? run + 1 : 0;
+      longest = std::max(longest, run);
+    }
+    const std::string fence(std::max<size_t>(3, longest + 1), '`');
+    out << "\n**Error:**\n\n" << fence << "\n" << job.error() << "\n" << fence << "\n";
+  }
   const Table summary = SummaryTable(job);
   out << "\n";
   if (job.spec().options().compile_only()) {

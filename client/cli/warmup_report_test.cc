@@ -246,7 +246,13 @@ TEST(WarmupReportTest, AJobWithoutReportsStillSaysItsStateAndTime) {
             "\u00b7 total 1 min 29 s\n");
   const std::string markdown = RenderReportMarkdown(job);
   EXPECT_THAT(markdown, HasSubstr("## Warmup job job-42: FAILED\n"));
-  EXPECT_THAT(markdown, HasSubstr("**Error:** no GPU found\n"));
+  EXPECT_THAT(markdown, HasSubstr("**Error:**\n\n```\nno GPU found\n```\n"));
+  // A compile error's lines are kept, verbatim, in a fence no backtick run
+  // inside can close.
+  job.set_error("2 variants failed to compile:\n  axpy.cu(3): error: `x` undefined\n  ```");
+  EXPECT_THAT(RenderReportMarkdown(job),
+              HasSubstr("**Error:**\n\n````\n2 variants failed to compile:\n  axpy.cu(3): "
+                        "error: `x` undefined\n  ```\n````\n"));
   EXPECT_THAT(markdown, HasSubstr("No per-problem reports.\n"));
   EXPECT_EQ(RenderReportCsv(job),
             "family,dims,dtype,config,median_us,gbps,limit_pct,tflops,speedup,tie,tied,contended,"

@@ -237,6 +237,24 @@ TEST_F(WarmupEndToEndTest, RegisterRefusesASourceThatDoesNotCompileOrTakesOtherA
   EXPECT_THAT(registered.err, HasSubstr("warning: default_config: not set"));
 }
 
+// `check` passes or fails as `register` does wherever it is run: a header
+// that lies beside the source but is not shipped in `headers` is found by
+// neither, even when check runs in its folder.
+TEST_F(WarmupEndToEndTest, CheckAgreesWithRegisterFromAnyWorkingDirectory) {
+  WriteText(Path("axpy_helper.h"), "#define AXPY_HELPER 1\n");
+  WriteText(Path("axpy.cu"), "#include \"axpy_helper.h\"\n" + ReadText(Path("axpy.cu")));
+  CommandResult here = RunCommand(
+      {"/bin/bash", "-c",
+       absl::StrCat("cd '", Path(""), "' && '", AutotuneCliPath(), "' check axpy.textproto")},
+      absl::Minutes(5));
+  EXPECT_EQ(here.exit_code, 1) << here.out;
+  const std::string refused = "#include \"axpy_helper.h\" is neither a header of the family's";
+  EXPECT_THAT(here.err, HasSubstr(refused));
+  CommandResult registered = Cli({"register", Path("axpy.textproto")});
+  EXPECT_EQ(registered.exit_code, 1);
+  EXPECT_THAT(registered.err, HasSubstr(refused));
+}
+
 // A variant that does not compile fails alone; the job says so with the log.
 TEST_F(WarmupEndToEndTest, AVariantThatDoesNotCompileFailsTheRunWithTheLog) {
   WriteText(Path("axpy.cu"),
@@ -371,6 +389,19 @@ TEST_F(WarmupEndToEndTest, TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon) {
       tuned.out.substr(tuned.out.find("local daemon in ") + 16, tuned.out.find('\n') - 16);
   EXPECT_FALSE(std::filesystem::exists(folder)) << folder;
   EXPECT_THAT(Cli({"kernels"}).out, Not(HasSubstr("axpy")));
+
+  // Measuring needs a GPU: where there is none (CI), the run fails, says to
+  // add --compile-only, and writes no bundle (it would hold nothing asked for).
+  CommandResult measured =
+      RunCommand({AutotuneCliPath(), "tune", "--local", Path("axpy.manifest"), "--kernels",
+                  Path("mine"), "--compile-workers", "2", "--bundle", Path("measured.bundle.json")},
+                 absl::Minutes(5));
+  if (measured.exit_code != 0) {
+    EXPECT_THAT(measured.err, HasSubstr("cannot measure on a GPU"));
+    EXPECT_THAT(measured.err, HasSubstr("add --compile-only"));
+    EXPECT_THAT(measured.out, HasSubstr("not written, the warmup failed"));
+    EXPECT_FALSE(std::filesystem::exists(Path("measured.bundle.json")));
+  }
 
   // A family that does not compile fails the run with the warmup's status.
   WriteText(Path("mine/axpy.cu"),
