@@ -4,7 +4,28 @@
 # line and changes nothing when everything is present. Runs apt-get directly
 # as root, through sudo otherwise. The CUDA toolkit (/usr/local/cuda) is not
 # a Debian package and is not installed here.
+#
+#   deploy/install-deps.sh                # building and every test (CI)
+#   deploy/install-deps.sh --build-only   # building and running (the quick
+#                                         # start): no browser, clang, linters
+#   deploy/install-deps.sh [--build-only] --print   # the selection, one a line
+#
+# apt-get's own output goes to $TMPDIR/autotune-install-deps.log; its last
+# lines are shown when it fails.
 set -euo pipefail
+
+build_only=0
+print=0
+for arg in "$@"; do
+  case "$arg" in
+    --build-only) build_only=1 ;;
+    --print) print=1 ;;
+    *)
+      echo "install-deps: unknown argument '$arg' (--build-only, --print)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 packages=(
   build-essential      # g++, make
@@ -26,6 +47,12 @@ packages=(
   libxxhash-dev        # xxhash.h: the check of the client's local cache packs
   libxgboost-dev       # the cost model of the model-guided search (service/jobs/)
   prometheus-cpp-dev   # the daemon's metrics over HTTP
+  python3              # the Python client and the tests that read exported configs
+  python3-grpcio       # the Python client (client/python)
+  python3-protobuf
+)
+# Only the tests and CI's checks need these.
+test_packages=(
   openssl              # the TLS end-to-end test makes its own certificates
   clang-14             # clang++-14: .ci/check-thread-safety.sh, .ci/fuzz.sh
   libclang-rt-14-dev   # libFuzzer and the sanitizers runtimes (.ci/fuzz.sh)
@@ -33,13 +60,16 @@ packages=(
   lld                  # ld.lld, for GCC: links the Release tree in CI (.ci/test.sh)
   jq                   # reads compile_commands.json for that check
   clang-format-14      # .ci/check-format.sh
-  python3              # the Python client and the tests that read exported configs
-  python3-grpcio       # the Python client (client/python)
-  python3-protobuf
   python3-yaml         # deploy/test_deploy.py reads the Kubernetes manifests
   systemd              # systemd-analyze verifies deploy/autotuned.service
   chromium             # the browser tests of the report and the admin page (web/tests)
 )
+
+((build_only)) || packages+=("${test_packages[@]}")
+if ((print)); then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -57,7 +87,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: all ${#packages[@]} build and test packages, node and npm are already installed"
+  echo "install-deps: all ${#packages[@]} packages$( ((build_only)) && echo " to build and run" || echo " to build and test"), node and npm are already installed"
   exit 0
 fi
 
@@ -70,7 +100,13 @@ else
   exit 1
 fi
 
-echo "install-deps: installing ${missing[*]}"
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+log=${TMPDIR:-/tmp}/autotune-install-deps.log
+echo "install-deps: installing ${missing[*]} (apt-get's output: $log)"
+if ! { "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "install-deps: apt-get failed; its output is in $log" >&2
+  exit 1
+fi
+echo "install-deps: installed ${#missing[@]} packages"

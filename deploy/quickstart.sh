@@ -33,8 +33,8 @@ fail() {
   exit 1
 }
 
-say "dependencies"
-deploy/install-deps.sh
+say "dependencies (to build and run; the tests' are installed by .ci/test.sh)"
+deploy/install-deps.sh --build-only
 
 say "build (Release, build/): autotuned, autotune, autotune-worker"
 build_start=$SECONDS

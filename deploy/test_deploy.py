@@ -751,5 +751,31 @@ class ExampleConfig(unittest.TestCase):
                           f"{CONFIG} and {UNIT} differ on {flag}")
 
 
+class InstallDeps(unittest.TestCase):
+    """deploy/install-deps.sh: the quick start installs only what it builds
+    and runs; CI everything the tests need too."""
+
+    def selection(self, *args):
+        out = subprocess.run(["bash", os.path.join(DEPLOY, "install-deps.sh"), *args, "--print"],
+                             check=True, capture_output=True, text=True).stdout
+        return out.split()
+
+    def test_the_quick_start_installs_no_test_tools(self):
+        build = self.selection("--build-only")
+        for package in ("cmake", "libgrpc++-dev", "libgtest-dev", "python3-grpcio"):
+            self.assertIn(package, build)
+        for package in ("chromium", "clang-14", "clang-format-14", "jq", "systemd"):
+            self.assertNotIn(package, build)
+        everything = self.selection()
+        self.assertTrue(set(build) < set(everything))
+        self.assertIn("chromium", everything)
+
+    def test_a_bad_argument_is_refused_naming_it(self):
+        run = subprocess.run(["bash", os.path.join(DEPLOY, "install-deps.sh"), "--fast"],
+                             capture_output=True, text=True)
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("unknown argument '--fast'", run.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
