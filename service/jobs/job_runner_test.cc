@@ -1028,6 +1028,9 @@ TEST_F(ScreenJobTest, TheEtaCoversEveryPhaseOnceAJobHasRunThem) {
       return true;
     }));
     EXPECT_EQ(timings.back().phase(), "done");
+    // The end counts the job's problems, all done (not "done 0/0").
+    EXPECT_GT(timings.back().total(), 0);
+    EXPECT_EQ(timings.back().done(), timings.back().total());
     return timings.front();  // after "queued", which has none
   };
   const v1::JobTiming fresh = first_timing(Spec());

@@ -179,7 +179,9 @@ v1::Job JobRunner::Running::Stamped() {
 v1::Job JobRunner::Running::Finish(const std::vector<v1::ProblemReport>& cached,
                                    const PhaseRates& rates) {
   absl::MutexLock lock(&mu_);
-  EnterStageLocked(JobStage::kDone, 0);
+  // The end's progress counts the job's problems, all of them done.
+  EnterStageLocked(JobStage::kDone, job_.counts().problems());
+  stage_done_ = stage_total_;
   // The reports in plan order: the cached problems first, as planned.
   job_.clear_reports();
   for (const v1::ProblemReport& report : cached) *job_.add_reports() = report;
