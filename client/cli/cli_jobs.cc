@@ -11,7 +11,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -445,12 +444,7 @@ Command WarmupCommand(CLI::App& root, Streams io) {
     ClientOptions options;
     options.address = daemon->address();
     ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
-    absl::Status tuned = run(*client);
-    if (!tuned.ok() && absl::StrContains(tuned.message(), "cannot measure on a GPU")) {
-      tuned = absl::Status(tuned.code(), absl::StrCat(tuned.message(),
-                                                      "; with --local, add --compile-only to "
-                                                      "compile every variant without measuring"));
-    }
+    const absl::Status tuned = run(*client);
     // A bundle of a job that failed would hold nothing it was asked for.
     if (!s->bundle.empty() && !tuned.ok()) {
       progress_out << "bundle " << s->bundle << ": not written, the warmup failed\n";

@@ -137,7 +137,8 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
   const auto cannot_measure = [](absl::string_view why) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot measure on a GPU: ", why,
-                     "; submit with JobOptions.compile_only to compile without measuring"));
+                     "; add --compile-only (JobOptions.compile_only) to compile without "
+                     "measuring"));
   };
   // Known without starting anything, so said first.
   if (!options.compile_only() && options_.profile.worker_path.empty()) {
