@@ -50,13 +50,14 @@
 #include "cache/store.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "kernels/compile_request.h"
 #include "kernels/profile_task.h"
 #include "kernels/round_compare.h"
 #include "kernels/search_space.h"
 #include "proto/autotune.pb.h"
 #include "proto/problem.h"
 #include "proto/worker.pb.h"
+#include "service/jobs/choice.h"
+#include "service/jobs/job_plan.h"
 #include "service/pools/profile_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -100,23 +101,6 @@ struct Pair {
   std::string notes;  // throttled or contended rounds seen
 };
 
-bool SameConfig(const v1::Config& a, const v1::Config& b) {
-  if (a.params_size() != b.params_size()) return false;
-  for (const auto& [name, value] : a.params()) {
-    auto it = b.params().find(name);
-    if (it == b.params().end() || it->second != value) return false;
-  }
-  return true;
-}
-
-std::vector<kernels::SourceHeader> HeadersOf(const v1::KernelFamily& family) {
-  std::vector<kernels::SourceHeader> headers;
-  for (const v1::SourceHeader& header : family.headers()) {
-    headers.push_back({header.name(), header.text()});
-  }
-  return headers;
-}
-
 // The stored cubin of a compile, by its key.
 absl::StatusOr<kernels::CompiledKernel> StoredKernel(const cache::Store& store,
                                                      const std::string& key,
@@ -136,7 +120,7 @@ const v1::Measurement* FastestOther(const std::vector<v1::Measurement>& measurem
   const v1::Measurement* best = nullptr;
   for (const v1::Measurement& m : measurements) {
     if (m.job_id() != entry.job_id() || m.phase() != phase || m.status() != v1::OK) continue;
-    if (SameConfig(m.config(), entry.config()) || m.timing().median_us() <= 0) continue;
+    if (service::SameConfig(m.config(), entry.config()) || m.timing().median_us() <= 0) continue;
     if (best == nullptr || m.timing().median_us() < best->timing().median_us()) best = &m;
   }
   return best;
@@ -148,7 +132,7 @@ double OwnMedian(const std::vector<v1::Measurement>& measurements, const v1::Ent
   double best = 0;
   for (const v1::Measurement& m : measurements) {
     if (m.job_id() != entry.job_id() || m.phase() != phase || m.status() != v1::OK) continue;
-    if (!SameConfig(m.config(), entry.config())) continue;
+    if (!service::SameConfig(m.config(), entry.config())) continue;
     if (best == 0 || m.timing().median_us() < best) best = m.timing().median_us();
   }
   return best;
@@ -190,10 +174,10 @@ absl::StatusOr<std::optional<Pair>> PairOf(const cache::Store& store, const v1::
   bool found_other = false;
   for (size_t i = 0; i < pair.space.variants.size(); ++i) {
     const v1::Config& config = pair.space.variants[i].config;
-    if (!found_chosen && SameConfig(config, entry.config())) {
+    if (!found_chosen && service::SameConfig(config, entry.config())) {
       pair.chosen_index = i;
       found_chosen = true;
-    } else if (!found_other && SameConfig(config, other->config())) {
+    } else if (!found_other && service::SameConfig(config, other->config())) {
       pair.other_index = i;
       found_other = true;
     }
@@ -203,25 +187,23 @@ absl::StatusOr<std::optional<Pair>> PairOf(const cache::Store& store, const v1::
                                             found_chosen ? pair.other_label : pair.chosen_label,
                                             " is not in the family's space for ", entry.arch()));
   }
-  const kernels::CompileKeyer keyer(pair.family.source(), entry.arch(), entry.nvrtc_version(),
-                                    HeadersOf(pair.family));
-  const std::string& reference_source = pair.family.reference().source();
-  const kernels::CompileKeyer reference_keyer(
-      reference_source.empty() ? pair.family.source() : reference_source, entry.arch(),
-      entry.nvrtc_version(), HeadersOf(pair.family));
+  // Keyed as the job that tuned it keyed them.
+  const service::FamilyKeyers keyers =
+      service::KeyersOf(pair.family, entry.arch(), entry.nvrtc_version());
   ASSIGN_OR_RETURN(pair.reference,
                    StoredKernel(store,
-                                reference_keyer.Key(pair.space.reference_name,
-                                                    pair.space.reference_compile_options),
+                                keyers.reference.Key(pair.space.reference_name,
+                                                     pair.space.reference_compile_options),
                                 absl::StrCat(pair.context, " reference")));
   const kernels::Variant& chosen = pair.space.variants[pair.chosen_index];
   const kernels::Variant& runner_up = pair.space.variants[pair.other_index];
-  ASSIGN_OR_RETURN(pair.chosen_kernel,
-                   StoredKernel(store, keyer.Key(chosen.name_expression, chosen.compile_options),
-                                absl::StrCat(pair.context, " ", pair.chosen_label)));
+  ASSIGN_OR_RETURN(
+      pair.chosen_kernel,
+      StoredKernel(store, keyers.variants.Key(chosen.name_expression, chosen.compile_options),
+                   absl::StrCat(pair.context, " ", pair.chosen_label)));
   ASSIGN_OR_RETURN(
       pair.other_kernel,
-      StoredKernel(store, keyer.Key(runner_up.name_expression, runner_up.compile_options),
+      StoredKernel(store, keyers.variants.Key(runner_up.name_expression, runner_up.compile_options),
                    absl::StrCat(pair.context, " ", pair.other_label)));
   return pair;
 }

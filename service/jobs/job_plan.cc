@@ -299,6 +299,16 @@ worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit) {
   return task;
 }
 
+FamilyKeyers KeyersOf(const v1::KernelFamily& family, const std::string& arch,
+                      const std::string& nvrtc_version) {
+  const std::string& reference_source = family.reference().source();
+  return FamilyKeyers{
+      .variants = kernels::CompileKeyer(family.source(), arch, nvrtc_version, HeadersOf(family)),
+      .reference =
+          kernels::CompileKeyer(reference_source.empty() ? family.source() : reference_source, arch,
+                                nvrtc_version, HeadersOf(family))};
+}
+
 absl::StatusOr<CompileUnit> ConfigCompileUnit(std::shared_ptr<const cache::FamilyRecord> record,
                                               const v1::Problem& problem, const v1::Config& config,
                                               const std::string& arch,
@@ -399,22 +409,14 @@ class PlanBuilder {
     PlannedProblem planned;
     planned.record = record;
     planned.problem = std::move(item.problem);
-    // Each family's source is hashed once per problem, not once per variant.
-    const kernels::CompileKeyer keyer(record->family.source(), target_.arch, target_.nvrtc_version,
-                                      HeadersOf(record->family));
-    // A reference with a source of its own is keyed by that source.
-    const std::string& reference_source = record->family.reference().source();
-    planned.reference_key =
-        Unit(record,
-             reference_source.empty()
-                 ? keyer
-                 : kernels::CompileKeyer(reference_source, target_.arch, target_.nvrtc_version,
-                                         HeadersOf(record->family)),
-             planned.problem, space->reference_name, space->reference_compile_options, nullptr);
+    const FamilyKeyers keyers = KeyersOf(record->family, target_.arch, target_.nvrtc_version);
+    planned.reference_key = Unit(record, keyers.reference, planned.problem, space->reference_name,
+                                 space->reference_compile_options, nullptr);
     planned.variant_keys.reserve(space->variants.size());
     for (const kernels::Variant& variant : space->variants) {
-      planned.variant_keys.push_back(Unit(record, keyer, planned.problem, variant.name_expression,
-                                          variant.compile_options, &variant.config));
+      planned.variant_keys.push_back(Unit(record, keyers.variants, planned.problem,
+                                          variant.name_expression, variant.compile_options,
+                                          &variant.config));
     }
     const v1::ManifestItem& from = spec_.manifest().items(item.item);
     const int64_t size = static_cast<int64_t>(space->variants.size());

@@ -63,6 +63,17 @@ worker::v1::CompileTask CompileTaskOf(const CompileUnit& unit);
 worker::v1::CompileTask CompileTaskOf(const kernels::CompileRequest& request,
                                       const std::string& task_id);
 
+// How a job keys the compiles of a family for one arch and NVRTC version:
+// its variants' by the family's source, its reference's by the reference's
+// own source when it has one. Each source is hashed once here, not once per
+// variant. What the compile records in the store are found by.
+struct FamilyKeyers {
+  kernels::CompileKeyer variants;
+  kernels::CompileKeyer reference;
+};
+FamilyKeyers KeyersOf(const v1::KernelFamily& family, const std::string& arch,
+                      const std::string& nvrtc_version);
+
 // The unit that compiles `config` of `record` for `problem` on `arch` with
 // NVRTC `nvrtc_version`: the key and task a job's plan gives that variant,
 // so the compile cache answers for both. INVALID_ARGUMENT as
