@@ -50,7 +50,7 @@ bundle_check_size() {
   echo "$libs" | tr '\n' ' '
   echo
   if [ "$size_kb" -gt $((max_mb * 1024)) ]; then
-    echo "error: the bundle is larger than $max_mb MB ($((size_kb / 1024)) MB)" >&2
+    echo "error: the bundle is larger than the $max_mb MB left beside the checkout ($((size_kb / 1024)) MB); leave optional binaries out with BUNDLE_OPTIONAL" >&2
     return 1
   fi
 }
