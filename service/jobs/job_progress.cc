@@ -109,7 +109,8 @@ void JobRunner::LearnRates(const v1::Job& finished) {
   rates_ = known.Updated(learned);
 }
 
-void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::string_view message) {
+void JobRunner::Publish(RunningJob* running, const v1::Measurement* last,
+                        absl::string_view message) {
   v1::Job snapshot;
   running->Publish(
       last, message, Rates(),
@@ -133,7 +134,7 @@ void JobRunner::Publish(Running* running, const v1::Measurement* last, absl::str
 absl::Status JobRunner::Watch(absl::string_view id,
                               const std::function<bool(const v1::JobProgress&)>& on_progress,
                               const std::function<bool()>& stop) {
-  std::shared_ptr<Running> running;
+  std::shared_ptr<RunningJob> running;
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(std::string(id));
@@ -148,7 +149,7 @@ absl::Status JobRunner::Watch(absl::string_view id,
   }
   int64_t seen = -1;
   while (true) {
-    Running::Update update = running->Await(seen, absl::Milliseconds(250));
+    RunningJob::Update update = running->Await(seen, absl::Milliseconds(250));
     if (!update.changed) {
       if (stop && stop()) return absl::CancelledError("the watcher went away");
       if (running->ended && running->stopping) {

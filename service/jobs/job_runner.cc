@@ -21,12 +21,16 @@
 #include "kernels/family_check.h"
 #include "proto/problem.h"
 #include "service/jobs/choice.h"
+#include "service/jobs/compile_stage.h"
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
 #include "service/jobs/job_text.h"
 #include "service/jobs/running_job.h"
 #include "service/jobs/search.h"
+#include "service/jobs/search_stage.h"
+#include "service/jobs/serial_stage.h"
+#include "service/jobs/stage_context.h"
 #include "spdlog/spdlog.h"
 
 namespace autotune::service {
@@ -58,7 +62,7 @@ absl::StatusOr<CompilePool*> JobRunner::Pool() {
 }
 
 JobRunner::~JobRunner() {
-  std::vector<std::shared_ptr<Running>> jobs;
+  std::vector<std::shared_ptr<RunningJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
     // Stopped, not cancelled: SIGTERM (a restart) leaves each running job
@@ -70,14 +74,14 @@ JobRunner::~JobRunner() {
     }
   }
   const int unfinished = static_cast<int>(std::count_if(
-      jobs.begin(), jobs.end(), [](const std::shared_ptr<Running>& r) { return !r->ended; }));
+      jobs.begin(), jobs.end(), [](const std::shared_ptr<RunningJob>& r) { return !r->ended; }));
   if (unfinished > 0) {
     spdlog::info(
         "stopping {} running job(s) once their current task ends; each resumes when "
         "the daemon starts again",
         unfinished);
   }
-  for (const std::shared_ptr<Running>& running : jobs) {
+  for (const std::shared_ptr<RunningJob>& running : jobs) {
     if (running->thread.joinable()) running->thread.join();
   }
 }
@@ -130,8 +134,8 @@ std::vector<v1::Config> NearestWinners(const std::vector<v1::Entry>& entries,
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::JobSpec& spec,
-                                                                    const std::string& job_id) {
+absl::StatusOr<std::shared_ptr<JobWork>> JobRunner::Prepare(const v1::JobSpec& spec,
+                                                            const std::string& job_id) {
   RETURN_IF_ERROR(CheckJobSpec(spec));
   const v1::JobOptions& options = spec.options();
   const auto cannot_measure = [](absl::string_view why) {
@@ -158,7 +162,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
     }
     families[name] = std::make_shared<const cache::FamilyRecord>(*std::move(record));
   }
-  auto work = std::make_shared<Work>();
+  auto work = std::make_shared<JobWork>();
   work->profile = !options.compile_only();
   std::optional<worker::v1::DeviceInfo> gpu;
   if (work->profile) {
@@ -189,7 +193,7 @@ absl::StatusOr<std::shared_ptr<JobRunner::Work>> JobRunner::Prepare(const v1::Jo
 }
 
 absl::Status JobRunner::SkipTunedProblems(const std::string& gpu_name, const std::string& job_id,
-                                          bool retune, Work* work) {
+                                          bool retune, JobWork* work) {
   // Problems already tuned on this GPU model are not measured again: those
   // of earlier jobs unless retune, those of this (resumed) job always.
   std::set<size_t> to_screen;
@@ -267,7 +271,7 @@ absl::Status JobRunner::ReadPrevious(const cache::EntryKey& key, const v1::Entry
 }
 
 absl::Status JobRunner::AddSearchHints(const std::string& gpu_name, const std::string& job_id,
-                                       Work* work) {
+                                       JobWork* work) {
   // A model search starts from the winners of the nearest problems of the
   // same family tuned on this GPU model (of any family version).
   std::map<std::string, std::vector<v1::Entry>> tuned;  // by family
@@ -338,7 +342,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
     if (--submitting_[submitted_by] <= 0) submitting_.erase(submitted_by);
   };
   // The variant limit is kept by the plan itself (PlanTarget.max_variants).
-  ASSIGN_OR_RETURN(std::shared_ptr<Work> work, Prepare(spec, ""));
+  ASSIGN_OR_RETURN(std::shared_ptr<JobWork> work, Prepare(spec, ""));
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(spec, submitted_by));
   SetPlannedCounts(work->problems, work->plan.variants,
                    static_cast<int64_t>(work->plan.units.size()), work->cached_problems,
@@ -347,10 +351,10 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec,
   return job;
 }
 
-void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
+void JobRunner::Start(v1::Job job, std::shared_ptr<JobWork> work) {
   // Jobs that ended are forgotten here (the store has them), so a daemon
   // that runs many jobs does not keep them all.
-  std::vector<std::shared_ptr<Running>> ended;
+  std::vector<std::shared_ptr<RunningJob>> ended;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = running_.begin(); it != running_.end();) {
@@ -362,13 +366,13 @@ void JobRunner::Start(v1::Job job, std::shared_ptr<Work> work) {
       }
     }
   }
-  for (const std::shared_ptr<Running>& old : ended) {
+  for (const std::shared_ptr<RunningJob>& old : ended) {
     if (old->thread.joinable()) old->thread.join();
   }
 
   job.set_arch(work->plan.arch);
-  auto running = std::make_shared<Running>(std::move(job), work->profile);
-  Running* raw = running.get();
+  auto running = std::make_shared<RunningJob>(std::move(job), work->profile);
+  RunningJob* raw = running.get();
   raw->work = std::move(work);
   absl::MutexLock lock(&mu_);
   running_[raw->id] = std::move(running);
@@ -390,28 +394,12 @@ JobRunner::Totals JobRunner::totals() {
   return totals;
 }
 
-void JobRunner::Run(Running* running) {
-  Work& work = *running->work;
+void JobRunner::Run(RunningJob* running) {
+  JobWork& work = *running->work;
   const std::string& id = running->id;
   running->Begin(work.done_reports);
   const absl::Time started = absl::Now();
-  if (work.profile) {
-    Measure(running);  // compiles what each search round needs
-  } else {
-    Publish(running, nullptr,
-            absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
-    Compile(running, work.plan.units);
-  }
-  if (!work.profile) {
-    // A compile-only job still says which problems it covered (a shard's
-    // share of the manifest, say).
-    for (const PlannedProblem& problem : work.plan.problems) {
-      v1::ProblemReport report;
-      report.set_family(problem.record->family.name());
-      *report.mutable_problem() = problem.problem;
-      running->AddReport(std::move(report));
-    }
-  }
+  RunStages(running);
 
   if (running->stopping) {
     StopWhereItIs(running, id);
@@ -438,7 +426,54 @@ void JobRunner::Run(Running* running) {
   running->ended = true;
 }
 
-void JobRunner::StopWhereItIs(Running* running, const std::string& id) {
+CompilePhaseOptions JobRunner::CompileOptions(const JobWork& work) {
+  // Prepare() found one, and a pool, once there, stays.
+  CompilePool* pool = *Pool();
+  CompilePhaseOptions options;
+  options.parallelism =
+      options_.compile_parallelism > 0 ? options_.compile_parallelism : pool->size();
+  options.timeout = work.options.compile_timeout;
+  options.keep_cubins = work.profile;
+  return options;
+}
+
+void JobRunner::RunStages(RunningJob* running) {
+  JobWork& work = *running->work;
+  StageContext context;
+  context.job = running;
+  context.work = &work;
+  context.store = store_;
+  context.compile_pool = *Pool();  // Prepare() found one
+  context.compile_options = CompileOptions(work);
+  context.compile_ahead = options_.compile_ahead;
+  context.publish = [this, running](const v1::Measurement* last, absl::string_view message) {
+    Publish(running, last, message);
+  };
+  if (!work.profile) {
+    context.Announce(absl::StrCat("compiling ", work.plan.units.size(), " distinct variants"));
+    CompileStage(context).Run(work.plan.units);
+    // A compile-only job still says which problems it covered (a shard's
+    // share of the manifest, say).
+    for (const PlannedProblem& problem : work.plan.problems) {
+      v1::ProblemReport report;
+      report.set_family(problem.record->family.name());
+      *report.mutable_problem() = problem.problem;
+      running->AddReport(std::move(report));
+    }
+    return;
+  }
+  absl::StatusOr<ProfilePool*> gpus = Gpus();
+  if (!gpus.ok()) {
+    context.FailProblem(gpus.status(), /*store_error=*/false);
+    return;
+  }
+  context.gpus = *gpus;
+  ScreenedProblems screened = SearchStage(context).Run();  // compiles each round's variants
+  if (running->cancel) return;
+  SerialStage(context).Run(std::move(screened));
+}
+
+void JobRunner::StopWhereItIs(RunningJob* running, const std::string& id) {
   // Stored in the state it reached; ResumeUnfinished takes it up.
   const v1::Job left = running->Stamped();
   absl::Status stored = store_->UpdateJob(left);
@@ -451,7 +486,7 @@ void JobRunner::StopWhereItIs(Running* running, const std::string& id) {
   running->ended = true;
 }
 
-std::string JobRunner::Conclude(const v1::Job& finished, const Work& work, absl::Time started) {
+std::string JobRunner::Conclude(const v1::Job& finished, const JobWork& work, absl::Time started) {
   const v1::JobCounts& counts = finished.counts();
   std::string message =
       absl::StrCat("compiled ", counts.compiled(), ", cache hits ", counts.compile_cache_hits(),
@@ -599,7 +634,7 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(absl::string_view id) {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(std::string(id));
     if (it != running_.end()) {
-      Running* running = it->second.get();  // alive: mu_ is held
+      RunningJob* running = it->second.get();  // alive: mu_ is held
       running->cancel = true;
       return running->Snapshot();
     }
@@ -615,7 +650,7 @@ absl::StatusOr<int> JobRunner::ResumeUnfinished() {
         job.state() != v1::VALIDATING) {
       continue;
     }
-    absl::StatusOr<std::shared_ptr<Work>> work = Prepare(job.spec(), job.id());
+    absl::StatusOr<std::shared_ptr<JobWork>> work = Prepare(job.spec(), job.id());
     if (!work.ok()) {
       job.set_state(v1::FAILED);
       job.set_error(absl::StrCat("could not resume after a restart: ", work.status().message()));

@@ -1,10 +1,11 @@
-// JobRunner: runs warmup jobs from Submit to their end. A job is planned
-// (job_plan.h) with its options resolved onto the daemon's (job_options.h),
-// compiled (compile_phase.h), then, unless compile_only, screened on the
-// GPUs one problem per GPU at a time (screen_phase.h) and its best
-// candidates timed serially, one GPU each (serial_phase.h); each problem
-// measured is reported (job_report.h), and progress, with an ETA
-// (job_progress.h), is streamed to whoever watches.
+// JobRunner: admits warmup jobs, queues them, owns the worker pools and runs
+// each job from Submit to its end. A job is planned (job_plan.h) with its
+// options resolved onto the daemon's (job_options.h), then run as stages
+// over its state (stage_context.h): compiled (compile_stage.h), or, unless
+// compile_only, searched and screened on the GPUs one problem per GPU at a
+// time (search_stage.h) and its best candidates timed serially, one GPU each
+// (serial_stage.h); each problem measured is reported (job_report.h), and
+// progress, with an ETA (job_progress.h), is streamed to whoever watches.
 //
 //   JobRunner runner(store, pool, "", {});
 //   ASSIGN_OR_RETURN(v1::Job job, runner.Submit(spec));   // returns at once
@@ -54,12 +55,14 @@
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
-#include "service/jobs/screen_phase.h"
-#include "service/jobs/serial_phase.h"
 #include "service/pools/compile_pool.h"
 #include "service/pools/profile_pool.h"
 
 namespace autotune::service {
+
+struct JobWork;
+class RunningJob;
+class StageContext;
 
 class JobRunner {
  public:
@@ -141,33 +144,31 @@ class JobRunner {
   GpuSnapshot Snapshot();
 
  private:
-  // What each job works on and its state as it runs (running_job.h).
-  struct Work;
-  class Running;
-
   // The run (job_runner.cc).
   // Everything Submit and ResumeUnfinished check and read before a job
   // starts; `job_id` is the resumed job's (empty for a new one).
-  absl::StatusOr<std::shared_ptr<Work>> Prepare(const v1::JobSpec& spec, const std::string& job_id);
+  absl::StatusOr<std::shared_ptr<JobWork>> Prepare(const v1::JobSpec& spec,
+                                                   const std::string& job_id);
   // Of a measuring job's plan, the problems already tuned on `gpu_name`
   // become reports (cached; of this resumed job always, of earlier jobs
   // unless `retune`); the others keep their previous entry (ReadPrevious:
   // the newest of any family version, its config a serial candidate, its
   // screens carried when only the space changed).
   absl::Status SkipTunedProblems(const std::string& gpu_name, const std::string& job_id,
-                                 bool retune, Work* work);
+                                 bool retune, JobWork* work);
   absl::Status ReadPrevious(const cache::EntryKey& key, const v1::Entry* stored,
                             PlannedProblem* planned);
   // A model search starts from the winners of the nearest problems of the
   // same family tuned on `gpu_name` (of any family version).
-  absl::Status AddSearchHints(const std::string& gpu_name, const std::string& job_id, Work* work);
-  void Start(v1::Job job, std::shared_ptr<Work> work);
-  void Run(Running* running);
+  absl::Status AddSearchHints(const std::string& gpu_name, const std::string& job_id,
+                              JobWork* work);
+  void Start(v1::Job job, std::shared_ptr<JobWork> work);
+  void Run(RunningJob* running);
   // A job the daemon stopped: stored in the state it reached, for
   // ResumeUnfinished to take up.
-  void StopWhereItIs(Running* running, const std::string& id);
-  // The line that sums up a job that ended (Running::Finish).
-  static std::string Conclude(const v1::Job& finished, const Work& work, absl::Time started);
+  void StopWhereItIs(RunningJob* running, const std::string& id);
+  // The line that sums up a job that ended (RunningJob::Finish).
+  static std::string Conclude(const v1::Job& finished, const JobWork& work, absl::Time started);
 
   // The worker pools, started when first needed (job_runner.cc).
   // The compile pool: the one given, else one options_.start_pool gave.
@@ -177,44 +178,17 @@ class JobRunner {
   // reason when there is no usable GPU.
   absl::StatusOr<ProfilePool*> Gpus();
 
-  // The phases (job_phases.cc).
+  // The stages (stage_context.h), in order, over the context `running`
+  // gets: a compile-only job's compile stage, else the search stage and the
+  // serial stage, on the GPUs. Returns early when the job is cancelled.
+  void RunStages(RunningJob* running);
   // How the job's compiles run: the pool's size (or the runner's
   // compile_parallelism), the job's timeout, cubins kept when it measures.
-  CompilePhaseOptions CompileOptions(const Work& work);
-  // Compiles `units` (those not compiled yet), adding to work->compiled;
-  // through `queue` when given (a searched job's rounds), else at once.
-  void Compile(Running* running, const std::vector<CompileUnit>& units,
-               CompileQueue* queue = nullptr);
-  // A measuring job's stages, in order: the search rounds, then the serial
-  // stage. Measure runs them.
-  void Measure(Running* running);
-  // Searches every problem's space in rounds: each problem's search
-  // (search.h) proposes a batch, the batches are compiled, then screened
-  // (GPUs in parallel), and the searches learn the results
-  // (job_search_rounds.cc). Incomplete when the job is cancelled.
-  class SearchRounds;
-  struct Screened {
-    std::vector<ScreenResult> screens;       // each problem's, in plan order
-    std::vector<v1::SearchReport> searches;  // what each problem's search did
-  };
-  Screened RunSearchRounds(Running* running, const ScreenJob& job, size_t gpus);
-  // The serial phase of each problem that screened (one GPU each) and its
-  // report (job_serial_stage.cc).
-  void SerialStage(Running* running, const ScreenJob& job, size_t gpus, Screened screened);
-  void SerialOne(Running* running, const SerialJob& serial, const PlannedProblem& problem,
-                 ScreenResult* screen, const v1::SearchReport& search);
-  // Runs `each` over `indices`, one thread per GPU, each taking the next,
-  // until all are done or `cancel` is set.
-  static void OnGpus(const std::atomic<bool>& cancel, size_t gpus,
-                     const std::vector<size_t>& indices, const std::function<void(size_t)>& each);
-  // Stores a measurement and announces it; `count` adds it to the job's
-  // counts (false for a variant measured a second time).
-  absl::Status Record(Running* running, const v1::Measurement& measurement, bool count);
-  void FailProblem(Running* running, const absl::Status& why, bool store_error);
+  CompilePhaseOptions CompileOptions(const JobWork& work);
 
   // Progress (job_progress.cc).
   // Stores and announces the job's new state.
-  void Publish(Running* running, const v1::Measurement* last, absl::string_view message);
+  void Publish(RunningJob* running, const v1::Measurement* last, absl::string_view message);
   // The rates of the last finished job (read from the store on first use).
   PhaseRates Rates();
   void LearnRates(const v1::Job& finished);
@@ -235,7 +209,7 @@ class JobRunner {
   absl::Mutex mu_;
   // Jobs started by this runner and not yet forgotten (ended jobs are
   // dropped when the next one starts; the store keeps them).
-  std::map<std::string, std::shared_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<RunningJob>> running_ ABSL_GUARDED_BY(mu_);
   // Submissions let past the per-submitter limit and not yet in running_,
   // by submitter: counted with the running ones, so concurrent submits
   // cannot all pass the same check.

@@ -36,7 +36,7 @@ bool JobFinished(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
 
-JobRunner::Running::Running(v1::Job job, bool measures)
+RunningJob::RunningJob(v1::Job job, bool measures)
     : id(job.id()), submitted_by(job.submitted_by()), measures(measures) {
   absl::MutexLock lock(&mu_);
   job_ = std::move(job);
@@ -44,18 +44,18 @@ JobRunner::Running::Running(v1::Job job, bool measures)
   *latest_.mutable_job() = job_;
 }
 
-void JobRunner::Running::Begin(const std::vector<v1::ProblemReport>& cached) {
+void RunningJob::Begin(const std::vector<v1::ProblemReport>& cached) {
   absl::MutexLock lock(&mu_);
   job_.set_state(v1::COMPILING);
   for (const v1::ProblemReport& report : cached) *job_.add_results() = report.entry();
 }
 
-void JobRunner::Running::EnterStage(JobStage stage, int64_t total) {
+void RunningJob::EnterStage(JobStage stage, int64_t total) {
   absl::MutexLock lock(&mu_);
   EnterStageLocked(stage, total);
 }
 
-void JobRunner::Running::EnterStageLocked(JobStage stage, int64_t total) {
+void RunningJob::EnterStageLocked(JobStage stage, int64_t total) {
   const absl::Time now = absl::Now();
   const double in_stage = absl::ToDoubleSeconds(now - stage_started_);
   switch (stage_) {
@@ -78,18 +78,18 @@ void JobRunner::Running::EnterStageLocked(JobStage stage, int64_t total) {
   if (stage != JobStage::kDone) job_.set_state(StateOf(stage));
 }
 
-void JobRunner::Running::AddCompiles(int64_t compiles) {
+void RunningJob::AddCompiles(int64_t compiles) {
   absl::MutexLock lock(&mu_);
   v1::JobCounts* counts = job_.mutable_counts();
   counts->set_compiles(counts->compiles() + compiles);
 }
 
-void JobRunner::Running::ClearCompiles() {
+void RunningJob::ClearCompiles() {
   absl::MutexLock lock(&mu_);
   job_.mutable_counts()->set_compiles(0);
 }
 
-void JobRunner::Running::CountCompile(const CompileEnd& end, const std::string& failure_detail) {
+void RunningJob::CountCompile(const CompileEnd& end, const std::string& failure_detail) {
   const bool failed = end.status != v1::OK;
   const bool compile_failed = failed && end.store_error.ok();
   absl::MutexLock lock(&mu_);
@@ -110,7 +110,7 @@ void JobRunner::Running::CountCompile(const CompileEnd& end, const std::string& 
   }
 }
 
-void JobRunner::Running::CountMeasurement(const v1::Measurement& measurement) {
+void RunningJob::CountMeasurement(const v1::Measurement& measurement) {
   absl::MutexLock lock(&mu_);
   v1::JobCounts* counts = job_.mutable_counts();
   switch (measurement.status()) {
@@ -140,14 +140,13 @@ void JobRunner::Running::CountMeasurement(const v1::Measurement& measurement) {
   if (stage_ == JobStage::kScreen) ++stage_done_;
 }
 
-void JobRunner::Running::FailProblem(absl::string_view why, bool store_error) {
+void RunningJob::FailProblem(absl::string_view why, bool store_error) {
   absl::MutexLock lock(&mu_);
   if (problems_failed_++ == 0) first_problem_error_ = std::string(why);
   if (store_error && store_error_.empty()) store_error_ = std::string(why);
 }
 
-void JobRunner::Running::EndProblem(v1::ProblemReport report, const v1::Entry* entry,
-                                    double waited_s) {
+void RunningJob::EndProblem(v1::ProblemReport report, const v1::Entry* entry, double waited_s) {
   absl::MutexLock lock(&mu_);
   reports_.push_back(std::move(report));
   waited_s_ += waited_s;
@@ -155,29 +154,28 @@ void JobRunner::Running::EndProblem(v1::ProblemReport report, const v1::Entry* e
   if (entry != nullptr) *job_.add_results() = *entry;
 }
 
-void JobRunner::Running::AddReport(v1::ProblemReport report) {
+void RunningJob::AddReport(v1::ProblemReport report) {
   absl::MutexLock lock(&mu_);
   reports_.push_back(std::move(report));
 }
 
-v1::JobState JobRunner::Running::state() const {
+v1::JobState RunningJob::state() const {
   absl::MutexLock lock(&mu_);
   return job_.state();
 }
 
-v1::Job JobRunner::Running::Snapshot() const {
+v1::Job RunningJob::Snapshot() const {
   absl::MutexLock lock(&mu_);
   return job_;
 }
 
-v1::Job JobRunner::Running::Stamped() {
+v1::Job RunningJob::Stamped() {
   absl::MutexLock lock(&mu_);
   job_.set_updated_at(Timestamp());
   return job_;
 }
 
-v1::Job JobRunner::Running::Finish(const std::vector<v1::ProblemReport>& cached,
-                                   const PhaseRates& rates) {
+v1::Job RunningJob::Finish(const std::vector<v1::ProblemReport>& cached, const PhaseRates& rates) {
   absl::MutexLock lock(&mu_);
   // The end's progress counts the job's problems, all of them done.
   EnterStageLocked(JobStage::kDone, job_.counts().problems());
@@ -209,7 +207,7 @@ v1::Job JobRunner::Running::Finish(const std::vector<v1::ProblemReport>& cached,
   return job_;
 }
 
-void JobRunner::Running::UpdateTiming(const PhaseRates& rates) {
+void RunningJob::UpdateTiming(const PhaseRates& rates) {
   const absl::Time now = absl::Now();
   v1::JobTiming& timing = *job_.mutable_timing();
   const v1::JobCounts& counts = job_.counts();
@@ -231,10 +229,9 @@ void JobRunner::Running::UpdateTiming(const PhaseRates& rates) {
   timing.set_waited_s(waited_s_);
 }
 
-void JobRunner::Running::Publish(const v1::Measurement* last, absl::string_view message,
-                                 const PhaseRates& rates,
-                                 const std::function<void(const v1::Job&)>& store_end,
-                                 v1::Job* persist) {
+void RunningJob::Publish(const v1::Measurement* last, absl::string_view message,
+                         const PhaseRates& rates,
+                         const std::function<void(const v1::Job&)>& store_end, v1::Job* persist) {
   absl::MutexLock lock(&mu_);
   job_.set_updated_at(Timestamp());
   UpdateTiming(rates);
@@ -261,7 +258,7 @@ void JobRunner::Running::Publish(const v1::Measurement* last, absl::string_view 
   }
 }
 
-JobRunner::Running::Update JobRunner::Running::Await(int64_t seen, absl::Duration wait) {
+RunningJob::Update RunningJob::Await(int64_t seen, absl::Duration wait) {
   Update update;
   absl::MutexLock lock(&mu_);
   auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };

@@ -1,12 +1,13 @@
 // What JobRunner keeps for each job it runs: the work fixed when the job
 // starts, and the job's state as it runs (counts, the stage and its
 // progress, the problems' reports, the messages for watchers), behind the
-// methods the stages and the runner call. Private to the files that define
-// JobRunner (job_runner.cc, job_phases.cc, job_search_rounds.cc,
-// job_serial_stage.cc, job_progress.cc, running_job.cc).
+// methods the stages (stage_context.h) and the runner call. Internal to
+// service/jobs: clients use JobRunner.
 //
-// Thread-safe: every method takes the job's own lock; the stages call them
-// from the threads of each GPU and of the compile queue at once.
+// RunningJob is thread-safe: every method takes the job's own lock; the
+// stages call them from the threads of each GPU and of the compile queue at
+// once. JobWork is written before the job's thread starts, but for
+// `compiled`, which only the compile stage writes.
 #ifndef AUTOTUNE_SERVICE_JOBS_RUNNING_JOB_H_
 #define AUTOTUNE_SERVICE_JOBS_RUNNING_JOB_H_
 
@@ -30,7 +31,6 @@
 #include "service/jobs/job_options.h"
 #include "service/jobs/job_plan.h"
 #include "service/jobs/job_progress.h"
-#include "service/jobs/job_runner.h"
 #include "service/jobs/job_text.h"
 
 namespace autotune::service {
@@ -40,7 +40,7 @@ bool JobFinished(v1::JobState state);
 
 // What a job works on; fixed once it starts, but for `compiled`, which the
 // compile phase fills before the screen phase reads it.
-struct JobRunner::Work {
+struct JobWork {
   JobPlan plan;  // the problems still to screen and the compiles they need
   int64_t problems = 0;
   int64_t cached_problems = 0;
@@ -55,11 +55,11 @@ struct JobRunner::Work {
 };
 
 // A job this runner started: its state and the thread that runs it.
-class JobRunner::Running {
+class RunningJob {
  public:
   // `job` as stored (its id and submitter fixed from now on); `measures`:
   // not compile_only, so a screen and a serial phase follow the compiles.
-  Running(v1::Job job, bool measures);
+  RunningJob(v1::Job job, bool measures);
 
   const std::string id;
   const std::string submitted_by;
@@ -130,7 +130,7 @@ class JobRunner::Running {
   std::atomic<bool> stopping{false};
   // Set by Run() as its last step: the thread can be joined at once.
   std::atomic<bool> ended{false};
-  std::shared_ptr<Work> work;  // released when the job ends
+  std::shared_ptr<JobWork> work;  // released when the job ends
   std::thread thread;
 
  private:

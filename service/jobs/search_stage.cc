@@ -1,9 +1,5 @@
-// The search rounds of a measuring job: each problem's search (search.h)
-// proposes a batch; what the batches need is compiled (through the compile
-// queue, which compiles ahead what the searches expect next), then screened,
-// the GPUs in parallel; the searches learn the results; until every search
-// is done. An exhaustive search proposes its whole space at once: one compile
-// phase, one screen.
+#include "service/jobs/search_stage.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -18,8 +14,7 @@
 #include "absl/time/clock.h"
 #include "proto/problem.h"
 #include "service/jobs/choice.h"
-#include "service/jobs/job_runner.h"
-#include "service/jobs/running_job.h"
+#include "service/jobs/compile_stage.h"
 #include "service/jobs/screen_phase.h"
 #include "service/jobs/search.h"
 
@@ -63,33 +58,33 @@ v1::SearchStrategy StrategyOf(SearchKind kind) {
 
 }  // namespace
 
-class JobRunner::SearchRounds {
+class SearchStage::Rounds {
  public:
-  SearchRounds(JobRunner& runner, Running* running, const ScreenJob& job, size_t gpus)
-      : runner_(runner),
-        running_(running),
-        work_(*running->work),
-        job_(job),
-        gpus_(gpus),
-        compile_options_(runner.CompileOptions(work_)),
-        pool_(*runner.Pool()),
+  explicit Rounds(const StageContext& context)
+      : context_(context),
+        running_(context.job),
+        work_(*context.work),
+        job_(context.Screening()),
+        gpus_(context.gpu_count()),
+        compile_options_(context.compile_options),
         // Guesses leave two cores to each GPU's worker: 16 compile workers
         // busy beside one measuring made its validation 25% slower on the
         // H200 host.
         queue_(
-            compile_options_.parallelism, compile_options_.parallelism - 2 * static_cast<int>(gpus),
+            compile_options_.parallelism,
+            compile_options_.parallelism - 2 * static_cast<int>(gpus_),
             [this](const CompileUnit& unit, bool guess) {
               CompilePhaseOptions options = compile_options_;
               options.keep_cubins = options.keep_cubins && !guess;  // read back if needed
-              return CompileOne(unit, *runner_.store_, *pool_, options);
+              return CompileOne(unit, *context_.store, *context_.compile_pool, options);
             },
-            &running->cancel) {
+            &context.job->cancel) {
     for (size_t u = 0; u < work_.plan.units.size(); ++u) unit_of_[work_.plan.units[u].key] = u;
   }
 
   // Every round until the searches are done (or the job is cancelled: the
   // result is then incomplete and unused).
-  Screened Run() {
+  ScreenedProblems Run() {
     StartSearches();
     const absl::Time started = absl::Now();
     for (int round = 1; !running_->cancel; ++round) {
@@ -187,12 +182,12 @@ class JobRunner::SearchRounds {
     running_->AddCompiles(static_cast<int64_t>(units.size()));
     running_->EnterStage(JobStage::kCompile, static_cast<int64_t>(units.size()));
     searching_ = round > 1 || batch_variants_ < work_.plan.to_measure;
-    runner_.Publish(running_, nullptr,
-                    searching_ ? absl::StrCat("search round ", round, ": compiling ", units.size(),
-                                              " distinct variants for ", batch_variants_,
-                                              " proposed in ", proposing.size(), " problems")
-                               : absl::StrCat("compiling ", units.size(), " distinct variants"));
-    runner_.Compile(running_, units, &queue_);
+    context_.Announce(searching_
+                          ? absl::StrCat("search round ", round, ": compiling ", units.size(),
+                                         " distinct variants for ", batch_variants_,
+                                         " proposed in ", proposing.size(), " problems")
+                          : absl::StrCat("compiling ", units.size(), " distinct variants"));
+    CompileStage(context_).Run(units, &queue_);
   }
 
   // While the round is measured, the queue compiles what the searches expect
@@ -203,7 +198,7 @@ class JobRunner::SearchRounds {
     for (size_t i : proposing) {
       const ProblemSearch& s = searches_[i];
       ahead.push_back(
-          s.search->Ahead(runner_.options_.compile_ahead * static_cast<int64_t>(s.batch.size())));
+          s.search->Ahead(context_.compile_ahead * static_cast<int64_t>(s.batch.size())));
     }
     std::vector<CompileUnit> guesses;
     for (size_t k = 0, more = 1; more != 0; ++k) {
@@ -221,12 +216,11 @@ class JobRunner::SearchRounds {
 
   void ScreenRound(int round, const std::vector<size_t>& proposing) {
     running_->EnterStage(JobStage::kScreen, batch_variants_);
-    runner_.Publish(running_, nullptr,
-                    absl::StrCat("validating and timing the variants of ", proposing.size(),
-                                 " problems on ", gpus_, " GPU(s)",
-                                 searching_ ? absl::StrCat(" (search round ", round, ": ",
-                                                           batch_variants_, " variants)")
-                                            : ""));
+    context_.Announce(absl::StrCat(
+        "validating and timing the variants of ", proposing.size(), " problems on ", gpus_,
+        " GPU(s)",
+        searching_ ? absl::StrCat(" (search round ", round, ": ", batch_variants_, " variants)")
+                   : ""));
     OnGpus(running_->cancel, gpus_, proposing, [&](size_t index) { ScreenOne(index); });
   }
 
@@ -239,15 +233,13 @@ class JobRunner::SearchRounds {
     ScreenResult screened = ScreenProblem(problem, job_, &s.batch);
     const std::string context = ProblemContext(problem.record->family.name(), problem.problem);
     if (screened.reused) {
-      runner_.Publish(running_, nullptr,
-                      absl::StrCat(context, ": screened before the restart; not measured again"));
+      context_.Announce(absl::StrCat(context, ": screened before the restart; not measured again"));
     }
     if (screened.carried > 0) {
-      runner_.Publish(
-          running_, nullptr,
-          absl::StrCat(context, ": ", screened.carried, " screens carried from family version ",
-                       screened.carried_from.substr(0, 12),
-                       " (the same binaries); only the new variants were screened"));
+      context_.Announce(absl::StrCat(context, ": ", screened.carried,
+                                     " screens carried from family version ",
+                                     screened.carried_from.substr(0, 12),
+                                     " (the same binaries); only the new variants were screened"));
     }
     std::map<int64_t, double> median;
     for (const ScreenedVariant& v : screened.ok) {
@@ -270,13 +262,12 @@ class JobRunner::SearchRounds {
     if (!s.screens.error.ok()) s.done = true;  // the problem cannot go on
   }
 
-  Screened Finish() {
+  ScreenedProblems Finish() {
     if (const CompileQueue::Stats ahead = queue_.stats(); ahead.guessed > 0 && !running_->cancel) {
-      runner_.Publish(running_, nullptr,
-                      absl::StrCat("compiled ahead of their rounds: ", ahead.guessed, " variants, ",
-                                   ahead.used, " of them proposed since"));
+      context_.Announce(absl::StrCat("compiled ahead of their rounds: ", ahead.guessed,
+                                     " variants, ", ahead.used, " of them proposed since"));
     }
-    Screened screened;
+    ScreenedProblems screened;
     for (size_t i = 0; i < searches_.size(); ++i) {
       const PlannedProblem& problem = work_.plan.problems[i];
       ProblemSearch& s = searches_[i];
@@ -288,13 +279,12 @@ class JobRunner::SearchRounds {
     return screened;
   }
 
-  JobRunner& runner_;
-  Running* const running_;
-  Work& work_;
-  const ScreenJob& job_;
+  const StageContext& context_;
+  RunningJob* const running_;
+  JobWork& work_;
+  const ScreenJob job_;
   const size_t gpus_;
   const CompilePhaseOptions compile_options_;
-  CompilePool* const pool_;
   CompileQueue queue_;
   std::map<std::string, size_t> unit_of_;  // compile key -> index in plan.units
   std::vector<ProblemSearch> searches_;
@@ -302,9 +292,6 @@ class JobRunner::SearchRounds {
   bool searching_ = false;      // more than one round, or less than the whole space
 };
 
-JobRunner::Screened JobRunner::RunSearchRounds(Running* running, const ScreenJob& job,
-                                               size_t gpus) {
-  return SearchRounds(*this, running, job, gpus).Run();
-}
+ScreenedProblems SearchStage::Run() { return Rounds(context_).Run(); }
 
 }  // namespace autotune::service
