@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/closest_name.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -192,7 +193,8 @@ absl::StatusOr<Expression> Expression::Parse(absl::string_view text,
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown function '", name, "' (functions: ", absl::StrJoin(FunctionNames(), ", "), ")"));
     }
-    return absl::InvalidArgumentError(absl::StrCat("unknown name '", name, "' ", known_names()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown name '", name, "'", DidYouMean(name, allowed_names), " ", known_names()));
   };
 
   try {

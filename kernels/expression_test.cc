@@ -73,9 +73,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ValueCase{"1e3 + 0.5", 1000.5}));
 
 TEST(ExpressionTest, UnknownNameListsTheKnownNamesSorted) {
+  EXPECT_THAT(Expression::Parse("BLCK * 2", {"n", "BLOCK", "batch"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "unknown name 'BLCK' (did you mean 'BLOCK'?) (known: BLOCK, batch, n)"));
   EXPECT_THAT(
-      Expression::Parse("BLCK * 2", {"n", "BLOCK", "batch"}),
-      StatusIs(absl::StatusCode::kInvalidArgument, "unknown name 'BLCK' (known: BLOCK, batch, n)"));
+      Expression::Parse("width * 2", {"n", "BLOCK"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, "unknown name 'width' (known: BLOCK, n)"));
 }
 
 TEST(ExpressionTest, UnknownNameAfterKnownOnes) {

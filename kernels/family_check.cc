@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,25 +27,36 @@ constexpr int64_t kPointerBytes = 8;
 constexpr int64_t kTensorMapBytes = 128;
 
 struct Argument {
-  std::string what;  // "buffer 'x'", "scalar 'n' (int32)"
+  std::string what;   // "buffer 'x'", "scalar 'n' (int32)"
+  std::string field;  // the descriptor's: "buffers[0]", "scalars[1]"
   int64_t bytes = 0;
+  bool scalar = false;
 };
 
 std::vector<Argument> ArgumentsOf(const v1::KernelFamily& family, const CheckCompile& compile) {
   std::vector<Argument> arguments;
-  for (const v1::Buffer& buffer : family.buffers()) {
-    arguments.push_back({absl::StrCat("buffer '", buffer.name(), "'"), kPointerBytes});
+  for (int i = 0; i < family.buffers_size(); ++i) {
+    arguments.push_back({.what = absl::StrCat("buffer '", family.buffers(i).name(), "'"),
+                         .field = absl::StrCat("buffers[", i, "]"),
+                         .bytes = kPointerBytes});
   }
   if (!compile.reference) {
-    for (const v1::TensorMap& map : family.tensor_maps()) {
-      arguments.push_back({absl::StrCat("tensor map over '", map.buffer(), "'"), kTensorMapBytes});
+    for (int i = 0; i < family.tensor_maps_size(); ++i) {
+      arguments.push_back(
+          {.what = absl::StrCat("tensor map over '", family.tensor_maps(i).buffer(), "'"),
+           .field = absl::StrCat("tensor_maps[", i, "]"),
+           .bytes = kTensorMapBytes});
     }
   }
-  for (const v1::ScalarArgument& scalar : family.scalars()) {
+  for (int i = 0; i < family.scalars_size(); ++i) {
+    const v1::ScalarArgument& scalar = family.scalars(i);
     const v1::DType dtype =
         scalar.dtype() == v1::DTYPE_UNSPECIFIED ? compile.dtype : scalar.dtype();
     arguments.push_back(
-        {absl::StrCat("scalar '", scalar.name(), "' (", DTypeName(dtype), ")"), DTypeBytes(dtype)});
+        {.what = absl::StrCat("scalar '", scalar.name(), "' (", DTypeName(dtype), ")"),
+         .field = absl::StrCat("scalars[", i, "]"),
+         .bytes = DTypeBytes(dtype),
+         .scalar = true});
   }
   return arguments;
 }
@@ -62,9 +75,31 @@ std::vector<int64_t> TunedKernelParameterBytes(const v1::KernelFamily& family, v
 
 namespace {
 
-// The parameter-list finding, or "" when the kernel takes what it is passed.
+// What to write for an argument the kernel takes as `bytes` bytes.
+std::string SizeFix(const Argument& argument, int64_t bytes) {
+  if (!argument.scalar) {
+    return argument.bytes == kTensorMapBytes
+               ? "declare that parameter `const __grid_constant__ CUtensorMap`"
+               : "declare that parameter a pointer";
+  }
+  std::vector<std::string> dtypes;
+  for (int d = v1::DType_MIN; d <= v1::DType_MAX; ++d) {
+    const auto dtype = static_cast<v1::DType>(d);
+    if (!v1::DType_IsValid(d) || dtype == v1::DTYPE_UNSPECIFIED) continue;
+    const std::string name = v1::DType_Name(dtype);  // the first name of an alias
+    if (DTypeBytes(dtype) == bytes && absl::c_find(dtypes, name) == dtypes.end()) {
+      dtypes.push_back(name);
+    }
+  }
+  if (dtypes.empty()) return "or change the kernel's parameter to match";
+  return absl::StrCat("give ", argument.field, " `dtype: ", absl::StrJoin(dtypes, "` or `dtype: "),
+                      "`, or change the kernel's parameter to match");
+}
+
+// The parameter-list finding, or "" when the kernel takes what it is passed;
+// `field` gets the descriptor field it is about.
 std::string CompareArguments(const std::vector<int64_t>& sizes,
-                             const std::vector<Argument>& arguments) {
+                             const std::vector<Argument>& arguments, std::string* field) {
   const auto listed = [](const std::vector<Argument>& all) {
     std::vector<std::string> parts;
     for (const Argument& argument : all) {
@@ -80,9 +115,11 @@ std::string CompareArguments(const std::vector<int64_t>& sizes,
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] != arguments[i].bytes) {
-      return absl::StrCat("parameter ", i, " of the kernel is ", sizes[i],
-                          " bytes; the service passes ", arguments[i].what, " there, ",
-                          arguments[i].bytes, " bytes");
+      *field = arguments[i].field;
+      return absl::StrCat("the kernel's parameter ", i + 1, " (of ", sizes.size(),
+                          ", counted from 1) is ", sizes[i], " bytes; the service passes ",
+                          arguments[i].what, " there, ", arguments[i].bytes,
+                          " bytes: ", SizeFix(arguments[i], sizes[i]));
     }
   }
   return "";
@@ -122,7 +159,7 @@ std::vector<std::string> GlobalFunctions(absl::string_view source) {
 // The compiler's messages, without blank lines and the closing count, cut
 // to kMaxLogLines; with a hint for a header that is not shipped.
 std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& compile,
-                           absl::string_view log) {
+                           absl::string_view log, std::string* finding_field) {
   std::vector<std::string> lines;
   int kept = 0;
   int cut = 0;
@@ -154,6 +191,10 @@ std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& c
     named = named || absl::StrContains(header.text(), unqualified);
   }
   const char* field = compile.reference ? "reference.kernel_name" : "kernel_name";
+  if (!hint.empty() || !named || absl::StrContains(log, "__nv_name_map") ||
+      absl::StrContains(log, "name expression")) {
+    *finding_field = hint.empty() ? field : "headers";
+  }
   if (!named) {
     hint = absl::StrCat(field, " '", name, "' does not appear in ", ProgramName(family));
   } else if (absl::StrContains(log, "__nv_name_map") || absl::StrContains(log, "name expression")) {
@@ -172,7 +213,8 @@ std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& c
 
 void Add(CheckFinding finding, std::vector<CheckFinding>& findings) {
   for (CheckFinding& found : findings) {
-    if (found.part == finding.part && found.message == finding.message) {
+    if (found.part == finding.part && found.message == finding.message &&
+        found.field == finding.field) {
       found.dtypes.insert(found.dtypes.end(), finding.dtypes.begin(), finding.dtypes.end());
       return;
     }
@@ -201,7 +243,7 @@ std::vector<std::string> FamilyWarnings(const v1::KernelFamily& family) {
 }
 
 absl::StatusOr<std::vector<CheckCompile>> CheckCompiles(const v1::KernelFamily& family,
-                                                        const std::string& arch) {
+                                                        const std::string& arch, bool tuned) {
   v1::Config config;
   std::string part;
   if (family.has_default_config()) {
@@ -244,17 +286,18 @@ absl::StatusOr<std::vector<CheckCompile>> CheckCompiles(const v1::KernelFamily& 
     const v1::DType dtype = family.dtypes(d);
     add("reference", dtype, true, reference_source, ReferenceCompileInputs(family, dtype),
         compiles);
-    ASSIGN_OR_RETURN(CompileInputs tuned, CompileInputsFor(family, config, dtype));
-    add(part, dtype, false, family.source(), std::move(tuned), compiles);
+    if (!tuned) continue;
+    ASSIGN_OR_RETURN(CompileInputs inputs, CompileInputsFor(family, config, dtype));
+    add(part, dtype, false, family.source(), std::move(inputs), compiles);
   }
   return compiles;
 }
 
 void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
                  const CompileOutput& output, std::vector<CheckFinding>& findings) {
-  CheckFinding finding{.part = compile.part, .dtypes = {compile.dtype}, .message = {}};
+  CheckFinding finding{.part = compile.part, .dtypes = {compile.dtype}, .message = {}, .field = {}};
   if (!output.compiled) {
-    finding.message = CompileFailure(family, compile, output.log);
+    finding.message = CompileFailure(family, compile, output.log, &finding.field);
     Add(std::move(finding), findings);
     return;
   }
@@ -263,18 +306,22 @@ void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
   if (!sizes.ok()) {
     finding.message = std::string(sizes.status().message());
   } else {
-    finding.message = CompareArguments(*sizes, ArgumentsOf(family, compile));
+    finding.message = CompareArguments(*sizes, ArgumentsOf(family, compile), &finding.field);
   }
   if (!finding.message.empty()) Add(std::move(finding), findings);
 }
 
-absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin) {
+absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin,
+                            const std::function<int(absl::string_view field)>& line_of) {
   if (findings.empty()) return absl::OkStatus();
   std::vector<std::string> lines;
   for (const CheckFinding& finding : findings) {
     std::vector<std::string> dtypes;
     for (v1::DType dtype : finding.dtypes) dtypes.push_back(DTypeName(dtype));
-    lines.push_back(absl::StrCat(origin, ": ", finding.part, " (", absl::StrJoin(dtypes, ", "),
+    const int line = line_of != nullptr && !finding.field.empty() ? line_of(finding.field) : 0;
+    lines.push_back(absl::StrCat(origin, line > 0 ? absl::StrCat(":", line) : "", ": ",
+                                 finding.field.empty() ? "" : absl::StrCat(finding.field, ": "),
+                                 finding.part, " (", absl::StrJoin(dtypes, ", "),
                                  "): ", finding.message));
   }
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));

@@ -25,6 +25,7 @@
 #define AUTOTUNE_KERNELS_FAMILY_CHECK_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,8 +67,10 @@ struct CheckCompile {
 // `arch`. `family` passed ValidateFamily. INVALID_ARGUMENT when the default
 // config is not one of the family's configs (ValidateFamily refuses that
 // too).
+// `tuned` false: the reference's compiles only (their descriptor fields
+// passed the checks, the tuned kernel's did not).
 absl::StatusOr<std::vector<CheckCompile>> CheckCompiles(const v1::KernelFamily& family,
-                                                        const std::string& arch);
+                                                        const std::string& arch, bool tuned = true);
 
 // What one compile gave.
 struct CompileOutput {
@@ -83,19 +86,26 @@ struct CheckFinding {
   std::string part;
   std::vector<v1::DType> dtypes;
   std::string message;
+  // The descriptor field to change, when one is to blame ("scalars[1]",
+  // "kernel_name", "headers"); empty for an error in the source.
+  std::string field;
 };
 
 // Adds what `output` shows to `findings`: a compile error (its error lines,
 // with a hint when a header is missing: sources are single files plus the
 // headers the descriptor ships), an entry the cubin lacks, or parameters
-// whose count or sizes differ from the arguments the service passes (above).
+// whose count or sizes differ from the arguments the service passes (above;
+// a size told for the parameter counted from 1, with the dtypes of that size
+// to give a scalar).
 // A finding equal to one already there for another dtype adds that dtype.
 void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
                  const CompileOutput& output, std::vector<CheckFinding>& findings);
 
 // OK when `findings` is empty, else INVALID_ARGUMENT with one finding per
-// line: "<origin>: <part> (<dtypes>): <message>".
-absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin);
+// line: "<origin>[:<line>]: [<field>: ]<part> (<dtypes>): <message>", the
+// line from `line_of` (a descriptor file's FamilyFile::Line) when given.
+absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin,
+                            const std::function<int(absl::string_view field)>& line_of = nullptr);
 
 }  // namespace autotune::kernels
 

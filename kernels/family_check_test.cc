@@ -120,12 +120,15 @@ TEST_F(FamilyCheckTest, AFamilyWhoseKernelsTakeWhatTheyArePassedPasses) {
 TEST_F(FamilyCheckTest, AScalarOfTheWrongSizeIsNamedWithItsParameter) {
   v1::KernelFamily family = Axpy();
   family.mutable_scalars(1)->set_dtype(v1::INT32);  // the kernel takes long long
-  EXPECT_THAT(Check(family),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("reference (fp32, fp16)"),
-                             HasSubstr("first values BLOCK=64, ELEMS=1 (fp32, fp16)"),
-                             HasSubstr("parameter 3 of the kernel is 8 bytes; the service passes "
-                                       "scalar 'count' (int32) there, 4 bytes"))));
+  EXPECT_THAT(
+      Check(family),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          AllOf(HasSubstr("reference (fp32, fp16)"),
+                HasSubstr("first values BLOCK=64, ELEMS=1 (fp32, fp16)"), HasSubstr("scalars[1]: "),
+                HasSubstr("the kernel's parameter 4 (of 4, counted from 1) is 8 "
+                          "bytes; the service passes scalar 'count' (int32) there, 4 "
+                          "bytes: give scalars[1] `dtype: FLOAT64` or `dtype: INT64`"))));
 }
 
 TEST_F(FamilyCheckTest, AScalarTheKernelDoesNotTakeIsCounted) {

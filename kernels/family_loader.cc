@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/closest_name.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -34,24 +36,83 @@ namespace {
 
 using google::protobuf::TextFormat;
 
-// Keeps the first syntax error of a text-format file.
-class FirstErrorCollector final : public google::protobuf::io::ErrorCollector {
+// The problems of parsing a text-format file: the first syntax error (the
+// parse stops there) and every field the message type does not have (the
+// parse goes on past those, skipping them), with the closest known name.
+class TextProblems final : public google::protobuf::io::ErrorCollector {
  public:
-  explicit FirstErrorCollector(std::string path) : path_(std::move(path)) {}
+  TextProblems(std::string path, const google::protobuf::Descriptor* root)
+      : path_(std::move(path)), root_(root) {}
 
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
-    if (!error_.empty()) return;
-    // Zero-based from protobuf; -1 when the error is not at a position.
-    error_ = line < 0 ? absl::StrCat(path_, ": ", message)
-                      : absl::StrCat(path_, ":", line + 1, ":", column + 1, ": ", message);
+    if (error_.empty()) error_ = At(line, column, absl::StrCat(message, EnumHint(message)));
+  }
+
+  // Protobuf reports a skipped unknown field as a warning:
+  // Message type "autotune.v1.Buffer" has no field named "shap".
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    const std::vector<std::string> quoted = Quoted(message);
+    if (!absl::StrContains(message, "has no field named") || quoted.size() != 2) {
+      unknown_fields_.push_back(At(line, column, message));
+      return;
+    }
+    const google::protobuf::Descriptor* type =
+        root_->file()->pool()->FindMessageTypeByName(quoted[0]);
+    std::vector<std::string> known;
+    for (int i = 0; type != nullptr && i < type->field_count(); ++i) {
+      known.push_back(type->field(i)->name());
+    }
+    const absl::string_view type_name = absl::StripPrefix(quoted[0], "autotune.v1.");
+    unknown_fields_.push_back(At(
+        line, column - static_cast<int>(quoted[1].size()),
+        absl::StrCat(type_name, " has no field '", quoted[1], "'", DidYouMean(quoted[1], known))));
   }
 
   const std::string& error() const { return error_; }
+  const std::vector<std::string>& unknown_fields() const { return unknown_fields_; }
 
  private:
+  // Zero-based from protobuf; -1 when not at a position.
+  std::string At(int line, int column, absl::string_view message) const {
+    return line < 0
+               ? absl::StrCat(path_, ": ", message)
+               : absl::StrCat(path_, ":", line + 1, ":", std::max(column, 0) + 1, ": ", message);
+  }
+
+  static std::vector<std::string> Quoted(absl::string_view message) {
+    std::vector<std::string> parts = absl::StrSplit(message, '"');
+    std::vector<std::string> quoted;
+    for (size_t i = 1; i < parts.size(); i += 2) quoted.push_back(parts[i]);
+    return quoted;
+  }
+
+  // Unknown enumeration value of "FLAOT32" for field "dtypes".: the values
+  // of the first enum field of that name under the root message.
+  std::string EnumHint(const std::string& message) const {
+    const std::vector<std::string> quoted = Quoted(message);
+    if (!absl::StartsWith(message, "Unknown enumeration value") || quoted.size() != 2) return "";
+    std::vector<const google::protobuf::Descriptor*> types = {root_};
+    for (size_t t = 0; t < types.size() && t < 64; ++t) {
+      for (int i = 0; i < types[t]->field_count(); ++i) {
+        const google::protobuf::FieldDescriptor* field = types[t]->field(i);
+        if (field->message_type() != nullptr) types.push_back(field->message_type());
+        if (field->enum_type() == nullptr || field->name() != quoted[1]) continue;
+        std::vector<std::string> values;
+        for (int v = 0; v < field->enum_type()->value_count(); ++v) {
+          values.push_back(field->enum_type()->value(v)->name());
+        }
+        return DidYouMean(quoted[0], values);
+      }
+    }
+    return "";
+  }
+
   std::string path_;
+  const google::protobuf::Descriptor* root_;
   std::string error_;
+  std::vector<std::string> unknown_fields_;
 };
 
 // "kernel", "ns::kernel", "::ns::kernel".
@@ -145,25 +206,38 @@ class FamilyChecker {
     return absl::InvalidArgumentError(absl::StrCat(origin_, ": ", field, ": ", message));
   }
 
-  // Runs every check; the error, when there is one, lists each section's
-  // first problem on a line of its own, in the order of the header comment.
+  // Runs every check; the error, when there is one, lists the unknown
+  // fields, then each section's first problem (each item's, for params,
+  // dims, buffers and scalars) on a line of its own, in the order of the
+  // header comment. compilable() tells whether the problems leave what a
+  // compile reads intact.
   absl::Status Check() {
+    // The problems in what the compiles read: of both kernels, of the tuned
+    // kernel's alone (its name, its params), of the reference's alone.
+    size_t before = problems_.size();
     Note(CheckNames());
+    size_t tuned_problems = problems_.size() - before;
+    before = problems_.size();
     // A source_file that could not be read was noted already.
     if (!source_file_failed_) Note(CheckSource());
     Note(CheckIncludes("source", family_.source()));
     Note(CheckIncludes("reference.source", family_.reference().source()));
     Note(CheckHeaders());
-    const size_t before_names = problems_.size();
-    Note(CheckParams());
-    Note(CheckDims());
-    // With a param or dim declared wrong, every expression using it would
-    // be reported too: those wait until the declarations are right.
-    declarations_failed_ = problems_.size() > before_names;
+    size_t shared_problems = problems_.size() - before;  // source_file, source, headers
+    before = problems_.size();
+    CheckParams();
+    tuned_problems += problems_.size() - before;
+    CheckDims();
+    // With a param or dim named wrong, every expression using it would be
+    // reported too: those wait until the names are right. Other problems of
+    // the declarations (values, bounds) leave the names usable.
+    declarations_failed_ = names_failed_;
+    before = problems_.size();
     Note(CheckDTypes());
+    shared_problems += problems_.size() - before;
     BuildVariableNames();
-    Note(CheckBuffers());
-    Note(CheckScalars());
+    CheckBuffers();
+    CheckScalars();
     Note(CheckTensorMaps());
     Note(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
     std::vector<std::string> constraint_names = config_names_;
@@ -172,23 +246,43 @@ class FamilyChecker {
       Note(CheckExpression(absl::StrCat("constraints[", i, "]"), family_.constraints(i),
                            constraint_names));
     }
+    before = problems_.size();
     Note(CheckReference());
+    const size_t reference_problems = problems_.size() - before;
     Note(CheckTolerances());
     Note(CheckRequiredExpression("bytes_per_call", family_.bytes_per_call()));
     Note(CheckRequiredExpression("flops_per_call", family_.flops_per_call()));
     if (!v1::ParamBinding_IsValid(family_.binding())) {
       Note(Error("binding", absl::StrCat("unknown value ", family_.binding())));
+      ++tuned_problems;
     }
     if (!v1::CacheState_IsValid(family_.cache_state())) {
       Note(Error("cache_state", absl::StrCat("unknown value ", family_.cache_state())));
     }
+    before = problems_.size();
     Note(CheckCompileOptions());
+    shared_problems += problems_.size() - before;
+    tuned_compilable_ = shared_problems == 0 && tuned_problems == 0;
+    reference_compilable_ = shared_problems == 0 && reference_problems == 0;
     return Result();
   }
+
+  bool tuned_compilable() const { return tuned_compilable_; }
+  bool reference_compilable() const { return reference_compilable_; }
+
+  // Fields the parse skipped (ParseTextProtoFile): listed first.
+  void NoteUnknownFields(std::vector<std::string> unknown) { unknown_fields_ = std::move(unknown); }
 
   // Keeps `status`'s message when it is an error.
   void Note(const absl::Status& status) {
     if (!status.ok()) problems_.emplace_back(status.message());
+  }
+
+  // Notes the result of claiming a name; whether it was OK.
+  bool NoteName(const absl::Status& status) {
+    Note(status);
+    names_failed_ = names_failed_ || !status.ok();
+    return status.ok();
   }
 
   // Notes a problem with the descriptor's source_file (LoadFamilyFile).
@@ -200,8 +294,10 @@ class FamilyChecker {
   // INVALID_ARGUMENT with every problem noted so far, one per line; OK when
   // none was.
   absl::Status Result() const {
-    if (problems_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(problems_, "\n"));
+    if (problems_.empty() && unknown_fields_.empty()) return absl::OkStatus();
+    std::vector<std::string> lines = unknown_fields_;
+    lines.insert(lines.end(), problems_.begin(), problems_.end());
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
   }
 
  private:
@@ -247,22 +343,30 @@ class FamilyChecker {
     return absl::OkStatus();
   }
 
-  absl::Status CheckParams() {
+  // Each param's name and whether it lists values (every param's problem),
+  // then the values together (the first problem).
+  void CheckParams() {
     if (family_.params_size() == 0) {
-      return Error("params", "empty (a family needs at least one tunable parameter)");
+      Note(Error("params", "empty (a family needs at least one tunable parameter)"));
+      return;
     }
+    bool listed = true;
     for (int i = 0; i < family_.params_size(); ++i) {
       const v1::TunableParameter& param = family_.params(i);
       const std::string field = absl::StrCat("params[", i, "]");
-      RETURN_IF_ERROR(ClaimName(field, param.name()));
-      if (absl::StartsWith(param.name(), "AUTOTUNE_")) {
-        return Error(absl::StrCat(field, ".name"),
-                     absl::StrCat("'", param.name(), "' is reserved (AUTOTUNE_ macros)"));
+      if (NoteName(ClaimName(field, param.name())) && absl::StartsWith(param.name(), "AUTOTUNE_")) {
+        NoteName(Error(absl::StrCat(field, ".name"),
+                       absl::StrCat("'", param.name(), "' is reserved (AUTOTUNE_ macros)")));
       }
       if (param.values_size() == 0) {
-        return Error(absl::StrCat(field, ".values"), "empty (list at least one value)");
+        Note(Error(absl::StrCat(field, ".values"), "empty (list at least one value)"));
+        listed = false;
       }
     }
+    if (listed) Note(CheckParamValues());
+  }
+
+  absl::Status CheckParamValues() const {
     // Before the values are looked at one by one: a descriptor sent over RPC
     // may list millions.
     const int64_t count = ConfigCount(family_);
@@ -320,21 +424,24 @@ class FamilyChecker {
     return absl::OkStatus();
   }
 
-  absl::Status CheckDims() {
+  // Every dim's problem.
+  void CheckDims() {
     if (family_.dims_size() == 0) {
-      return Error("dims", "empty (a family needs at least one problem dimension)");
+      Note(Error("dims", "empty (a family needs at least one problem dimension)"));
+      return;
     }
     for (int i = 0; i < family_.dims_size(); ++i) {
       const v1::ProblemDimension& dim = family_.dims(i);
       const std::string field = absl::StrCat("dims[", i, "]");
-      RETURN_IF_ERROR(ClaimName(field, dim.name()));
-      if (dim.min() < 0) return Error(absl::StrCat(field, ".min"), "negative");
-      if (dim.max() < 0) return Error(absl::StrCat(field, ".max"), "negative");
-      if (dim.min() > 0 && dim.max() > 0 && dim.min() > dim.max()) {
-        return Error(field, absl::StrCat("min ", dim.min(), " is above max ", dim.max()));
+      NoteName(ClaimName(field, dim.name()));
+      if (dim.min() < 0) {
+        Note(Error(absl::StrCat(field, ".min"), "negative"));
+      } else if (dim.max() < 0) {
+        Note(Error(absl::StrCat(field, ".max"), "negative"));
+      } else if (dim.min() > 0 && dim.max() > 0 && dim.min() > dim.max()) {
+        Note(Error(field, absl::StrCat("min ", dim.min(), " is above max ", dim.max())));
       }
     }
-    return absl::OkStatus();
   }
 
   absl::Status CheckDTypes() {
@@ -382,51 +489,57 @@ class FamilyChecker {
     return absl::OkStatus();
   }
 
-  absl::Status CheckBuffers() {
-    if (family_.buffers_size() == 0) return Error("buffers", "empty (a kernel needs buffers)");
+  // Each buffer's first problem, then whether one is an output.
+  void CheckBuffers() {
+    if (family_.buffers_size() == 0) {
+      Note(Error("buffers", "empty (a kernel needs buffers)"));
+      return;
+    }
     bool has_output = false;
     for (int i = 0; i < family_.buffers_size(); ++i) {
       const v1::Buffer& buffer = family_.buffers(i);
-      const std::string field = absl::StrCat("buffers[", i, "]");
-      RETURN_IF_ERROR(ClaimName(field, buffer.name()));
-      RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), buffer.dtype()));
-      if (buffer.role() == v1::BUFFER_ROLE_UNSPECIFIED) {
-        return Error(absl::StrCat(field, ".role"), "must be IN, OUT, INOUT or SCRATCH");
-      }
-      if (!v1::BufferRole_IsValid(buffer.role())) {
-        return Error(absl::StrCat(field, ".role"), absl::StrCat("unknown value ", buffer.role()));
-      }
-      if (buffer.role() == v1::SCRATCH && buffer.has_fill()) {
-        return Error(absl::StrCat(field, ".fill"),
-                     "a SCRATCH buffer starts zeroed and is never filled; leave fill unset");
-      }
       has_output = has_output || buffer.role() == v1::OUT || buffer.role() == v1::INOUT;
-      if (buffer.shape_size() == 0) {
-        return Error(absl::StrCat(field, ".shape"), "empty (one expression per dimension)");
-      }
-      for (int j = 0; j < buffer.shape_size(); ++j) {
-        RETURN_IF_ERROR(CheckExpression(absl::StrCat(field, ".shape[", j, "]"), buffer.shape(j),
-                                        config_names_));
-      }
-      const v1::Fill& fill = buffer.fill();
-      const std::string fill_field = absl::StrCat(field, ".fill");
-      if (!v1::Fill::Kind_IsValid(fill.kind())) {
-        return Error(absl::StrCat(fill_field, ".kind"),
-                     absl::StrCat("unknown value ", fill.kind()));
-      }
-      if (!std::isfinite(fill.low()) || !std::isfinite(fill.high())) {
-        return Error(fill_field, "low and high must be finite");
-      }
-      if (fill.kind() == v1::Fill::UNIFORM && !(fill.low() < fill.high())) {
-        return Error(fill_field, absl::StrCat("UNIFORM needs low < high (low ", fill.low(),
-                                              ", high ", fill.high(), ")"));
-      }
-      if (fill.kind() == v1::Fill::NORMAL && fill.high() < 0) {
-        return Error(absl::StrCat(fill_field, ".high"), "NORMAL stddev is negative");
-      }
+      Note(CheckBuffer(absl::StrCat("buffers[", i, "]"), buffer));
     }
     if (!has_output) {
-      return Error("buffers", "no OUT or INOUT buffer (results are compared with the reference)");
+      Note(Error("buffers", "no OUT or INOUT buffer (results are compared with the reference)"));
+    }
+  }
+
+  absl::Status CheckBuffer(const std::string& field, const v1::Buffer& buffer) {
+    if (!NoteName(ClaimName(field, buffer.name()))) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), buffer.dtype()));
+    if (buffer.role() == v1::BUFFER_ROLE_UNSPECIFIED) {
+      return Error(absl::StrCat(field, ".role"), "must be IN, OUT, INOUT or SCRATCH");
+    }
+    if (!v1::BufferRole_IsValid(buffer.role())) {
+      return Error(absl::StrCat(field, ".role"), absl::StrCat("unknown value ", buffer.role()));
+    }
+    if (buffer.role() == v1::SCRATCH && buffer.has_fill()) {
+      return Error(absl::StrCat(field, ".fill"),
+                   "a SCRATCH buffer starts zeroed and is never filled; leave fill unset");
+    }
+    if (buffer.shape_size() == 0) {
+      return Error(absl::StrCat(field, ".shape"), "empty (one expression per dimension)");
+    }
+    for (int j = 0; j < buffer.shape_size(); ++j) {
+      RETURN_IF_ERROR(
+          CheckExpression(absl::StrCat(field, ".shape[", j, "]"), buffer.shape(j), config_names_));
+    }
+    const v1::Fill& fill = buffer.fill();
+    const std::string fill_field = absl::StrCat(field, ".fill");
+    if (!v1::Fill::Kind_IsValid(fill.kind())) {
+      return Error(absl::StrCat(fill_field, ".kind"), absl::StrCat("unknown value ", fill.kind()));
+    }
+    if (!std::isfinite(fill.low()) || !std::isfinite(fill.high())) {
+      return Error(fill_field, "low and high must be finite");
+    }
+    if (fill.kind() == v1::Fill::UNIFORM && !(fill.low() < fill.high())) {
+      return Error(fill_field, absl::StrCat("UNIFORM needs low < high (low ", fill.low(), ", high ",
+                                            fill.high(), ")"));
+    }
+    if (fill.kind() == v1::Fill::NORMAL && fill.high() < 0) {
+      return Error(absl::StrCat(fill_field, ".high"), "NORMAL stddev is negative");
     }
     return absl::OkStatus();
   }
@@ -469,17 +582,19 @@ class FamilyChecker {
     return absl::OkStatus();
   }
 
-  absl::Status CheckScalars() {
+  // Each scalar's first problem.
+  void CheckScalars() {
     for (int i = 0; i < family_.scalars_size(); ++i) {
-      const v1::ScalarArgument& scalar = family_.scalars(i);
-      const std::string field = absl::StrCat("scalars[", i, "]");
-      RETURN_IF_ERROR(ClaimName(field, scalar.name()));
-      RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), scalar.dtype()));
-      if (scalar.value().empty()) return Error(absl::StrCat(field, ".value"), "must be set");
-      RETURN_IF_ERROR(
-          CheckExpression(absl::StrCat(field, ".value"), scalar.value(), config_names_));
-      RETURN_IF_ERROR(CheckIntegerConstant(field, scalar));
+      Note(CheckScalar(absl::StrCat("scalars[", i, "]"), family_.scalars(i)));
     }
+  }
+
+  absl::Status CheckScalar(const std::string& field, const v1::ScalarArgument& scalar) {
+    if (!NoteName(ClaimName(field, scalar.name()))) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckOptionalDType(absl::StrCat(field, ".dtype"), scalar.dtype()));
+    if (scalar.value().empty()) return Error(absl::StrCat(field, ".value"), "must be set");
+    RETURN_IF_ERROR(CheckExpression(absl::StrCat(field, ".value"), scalar.value(), config_names_));
+    RETURN_IF_ERROR(CheckIntegerConstant(field, scalar));
     return absl::OkStatus();
   }
 
@@ -639,25 +754,38 @@ class FamilyChecker {
   std::vector<std::string> config_names_;             // dims + dtype_bytes + params
   std::vector<std::string> problems_;                 // "origin[:line]: field: message"
   bool source_file_failed_ = false;
+  std::vector<std::string> unknown_fields_;
+  bool tuned_compilable_ = false;
+  bool reference_compilable_ = false;
+  bool names_failed_ = false;         // a name that could not be claimed
   bool declarations_failed_ = false;  // a param or dim: expressions are not checked
 };
 
 }  // namespace
 
 absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message& message,
-                                TextFormat::ParseInfoTree& locations) {
+                                TextFormat::ParseInfoTree& locations,
+                                std::vector<std::string>* unknown_fields) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  FirstErrorCollector errors(path);
+  TextProblems problems(path, message.GetDescriptor());
   TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
+  parser.RecordErrorsTo(&problems);
   parser.WriteLocationsTo(&locations);
+  parser.AllowUnknownField(true);
   if (!parser.ParseFromString(text, &message)) {
-    return absl::InvalidArgumentError(
-        errors.error().empty()
-            ? absl::StrCat(path, ": not a valid text-format ", message.GetTypeName())
-            : errors.error());
+    // The syntax error, after the unknown fields before it.
+    std::vector<std::string> lines = problems.unknown_fields();
+    lines.push_back(problems.error().empty()
+                        ? absl::StrCat(path, ": not a valid text-format ", message.GetTypeName())
+                        : problems.error());
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
   }
-  return absl::OkStatus();
+  if (problems.unknown_fields().empty()) return absl::OkStatus();
+  if (unknown_fields != nullptr) {
+    *unknown_fields = problems.unknown_fields();
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(problems.unknown_fields(), "\n"));
 }
 
 int FieldLine(const google::protobuf::Message& message, const TextFormat::ParseInfoTree& locations,
@@ -696,11 +824,15 @@ int FieldLine(const google::protobuf::Message& message, const TextFormat::ParseI
   return line + 1;
 }
 
-absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
-  v1::KernelFamily family;
-  TextFormat::ParseInfoTree locations;
-  RETURN_IF_ERROR(ParseTextProtoFile(path, family, locations));
-  FamilyChecker checker(family, path, &locations);
+absl::StatusOr<FamilyFile> ReadFamilyFile(const std::string& path) {
+  FamilyFile file;
+  v1::KernelFamily& family = file.family;
+  auto locations = std::make_shared<TextFormat::ParseInfoTree>();
+  std::vector<std::string> unknown_fields;
+  RETURN_IF_ERROR(ParseTextProtoFile(path, family, *locations, &unknown_fields));
+  file.locations = locations;
+  FamilyChecker checker(family, path, locations.get());
+  checker.NoteUnknownFields(std::move(unknown_fields));
   if (!family.source_file().empty()) {
     if (!family.source().empty()) {
       checker.NoteSourceFileProblem("set source or source_file, not both");
@@ -731,8 +863,20 @@ absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
     }
     header.set_text(*std::move(text));
   }
-  RETURN_IF_ERROR(checker.Check());
-  return family;
+  file.problems = checker.Check();
+  file.tuned_compilable = checker.tuned_compilable();
+  file.reference_compilable = checker.reference_compilable();
+  return file;
+}
+
+int FamilyFile::Line(absl::string_view field_path) const {
+  return locations == nullptr ? 0 : FieldLine(family, *locations, field_path);
+}
+
+absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path) {
+  ASSIGN_OR_RETURN(FamilyFile file, ReadFamilyFile(path));
+  RETURN_IF_ERROR(file.problems);
+  return std::move(file.family);
 }
 
 absl::Status ValidateFamily(const v1::KernelFamily& family, absl::string_view origin) {

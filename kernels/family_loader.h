@@ -14,9 +14,11 @@
 // enclosing field that is present; it is left out when the field is absent
 // from the file altogether ("x.textproto: reference: must be set").
 //
-// Every check runs, so one error reports every problem at once: each
-// section below contributes its first problem, on a line of its own, in
-// this order:
+// Every check runs, so one error reports every problem at once: first each
+// field the message type does not have (with the closest known name; the
+// parse skips them and goes on), then each section below contributes its
+// first problem (params, dims, buffers and scalars: each item's), on a line
+// of its own, in this order:
 //   name            [a-z][a-z0-9_]*
 //   kernel_name     a C++ identifier (optionally qualified with ::)
 //   source          non-empty (files: exactly one of source / source_file;
@@ -68,6 +70,7 @@
 #ifndef AUTOTUNE_KERNELS_FAMILY_LOADER_H_
 #define AUTOTUNE_KERNELS_FAMILY_LOADER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +94,29 @@ namespace autotune::kernels {
 // source_file that cannot be read.
 absl::StatusOr<v1::KernelFamily> LoadFamilyFile(const std::string& path);
 
+// A descriptor file read as LoadFamilyFile reads it, kept with its problems:
+// what `autotune check` needs to report every problem of a file at once,
+// the compile's included when the descriptor's problems leave it possible.
+struct FamilyFile {
+  v1::KernelFamily family;  // source_file and header files read in, when they could be
+  absl::Status problems;    // LoadFamilyFile's error for this file; OK when none
+  // No problem in what the compile of the tuned kernel reads (name,
+  // kernel_name, source and its includes, headers, params and
+  // default_config, dtypes, binding, compile_options), or of the reference
+  // (the same but reference for name, params and binding): CheckCompiles
+  // (family_check.h) may run for it.
+  bool tuned_compilable = false;
+  bool reference_compilable = false;
+  std::shared_ptr<const google::protobuf::TextFormat::ParseInfoTree> locations;
+
+  // FieldLine of `field_path` in the file ("scalars[1]"); 0 when unknown.
+  int Line(absl::string_view field_path) const;
+};
+
+// Errors only when the file cannot be read or has a syntax error (as
+// LoadFamilyFile); every other problem is in `problems`.
+absl::StatusOr<FamilyFile> ReadFamilyFile(const std::string& path);
+
 // The checks of LoadFamilyFile for a family that arrived as a message (no
 // files are read: `source` must hold the text; `source_file` is ignored).
 // Errors are "origin: field: message".
@@ -105,9 +131,15 @@ absl::StatusOr<std::vector<v1::KernelFamily>> LoadFamilyDirectory(const std::str
 // Text-format files with line numbers, shared with manifest.h.
 
 // Parses the file at `path` into `message`, recording where each field was
-// in `locations`. Errors as for LoadFamilyFile's own file.
+// in `locations`. Errors as for LoadFamilyFile's own file. A field the
+// message type does not have is skipped, the parse going on, and reported
+// as "path:line:column: Buffer has no field 'shap' (did you mean
+// 'shape'?)": every one of them, one per line, as the error, or, when
+// `unknown_fields` is given, there (the parse then succeeds). An unknown
+// enum value is a syntax error, with the closest value named.
 absl::Status ParseTextProtoFile(const std::string& path, google::protobuf::Message& message,
-                                google::protobuf::TextFormat::ParseInfoTree& locations);
+                                google::protobuf::TextFormat::ParseInfoTree& locations,
+                                std::vector<std::string>* unknown_fields = nullptr);
 
 // The 1-based line of the field at `field_path` ("buffers[1].shape[0]",
 // "reference.launch", "params[0].values") in a message parsed with

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status_matchers.h"
@@ -115,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(
     Descriptors, BadFamilyFileTest,
     ::testing::Values(
         BadFileCase{"unknown_name.textproto",
-                    ":19: buffers[1].shape[0]: unknown name 'n2' (known: BLOCK, ELEMS, "
-                    "dtype_bytes, n)"},
+                    ":19: buffers[1].shape[0]: unknown name 'n2' (did you mean 'n'?) (known: "
+                    "BLOCK, ELEMS, dtype_bytes, n)"},
         BadFileCase{"empty_param.textproto",
                     ":7: params[1].values: empty (list at least one value)"},
         BadFileCase{"no_reference.textproto",
@@ -124,8 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"reference_without_kernel.textproto",
                     ":30: reference.kernel_name: must be set"},
         BadFileCase{"syntax_error.textproto",
-                    ":11:8: Message type \"autotune.v1.KernelFamily\" has no field named "
-                    "\"bufers\"."},
+                    ":11:2: KernelFamily has no field 'bufers' (did you mean 'buffers'?)"},
         BadFileCase{"duplicate_names.textproto",
                     ":10: dims[1].name: 'BLOCK' is also the name of params[0]"},
         BadFileCase{"missing_source.textproto",
@@ -182,6 +182,69 @@ TEST(LoadFamilyFileTest, ASourceFileThatCannotBeReadIsReportedWithTheOtherProble
   EXPECT_THAT(family.status().message(),
               AllOf(HasSubstr(":1: source_file: "), HasSubstr(":2: name: 'Bad' must match"),
                     HasSubstr("params: empty"), Not(HasSubstr("source: must be set"))));
+}
+
+// Each param, dim, buffer and scalar reports its own problem, and a problem
+// in a param's values leaves its name usable by the expressions.
+TEST(ValidateFamilyTest, EachItemReportsItsProblemAndBadValuesKeepTheirNames) {
+  v1::KernelFamily family = GoodFamily();
+  family.mutable_params(0)->clear_values();
+  family.mutable_params(1)->clear_values();
+  family.mutable_buffers(0)->set_shape(0, "m");
+  family.mutable_buffers(1)->set_shape(0, "k");
+  family.mutable_scalars(0)->set_value("");
+  family.mutable_scalars(1)->set_value("");
+  const absl::Status status = ValidateFamily(family, "R");
+  EXPECT_THAT(absl::StrSplit(status.message(), '\n'),
+              ElementsAre("R: params[0].values: empty (list at least one value)",
+                          "R: params[1].values: empty (list at least one value)",
+                          HasSubstr("R: buffers[0].shape[0]: unknown name 'm'"),
+                          HasSubstr("R: buffers[1].shape[0]: unknown name 'k'"),
+                          "R: scalars[0].value: must be set", "R: scalars[1].value: must be set"));
+}
+
+TEST(ReadFamilyFileTest, KeepsTheFamilyWithEveryProblemAndWhatCanStillCompile) {
+  ::autotune::testing::TempDir dir;
+  const std::string good = ReadFile(Testdata("good/axpy.textproto")).value();
+  ASSERT_OK(
+      WriteFileAtomically(dir.path() + "/axpy.cu", ReadFile(Testdata("good/axpy.cu")).value()));
+  const std::string path = dir.path() + "/f.textproto";
+
+  // An unknown field is skipped and reported with the closest name; the
+  // rest of the file is read and checked.
+  ASSERT_OK(WriteFileAtomically(
+      path, absl::StrReplaceAll(good, {{"description:", "descriptoin:"}, {"[1, 2, 4, 8]", "[]"}})));
+  absl::StatusOr<FamilyFile> file = ReadFamilyFile(path);
+  ASSERT_OK(file.status());
+  EXPECT_EQ(file->family.name(), "axpy");
+  EXPECT_THAT(absl::StrSplit(file->problems.message(), '\n'),
+              ElementsAre(HasSubstr("KernelFamily has no field 'descriptoin' (did you mean "
+                                    "'description'?)"),
+                          HasSubstr("params[1].values: empty")));
+  EXPECT_FALSE(file->tuned_compilable);     // its params
+  EXPECT_TRUE(file->reference_compilable);  // the reference reads none
+  EXPECT_GT(file->Line("params[1]"), 0);
+  EXPECT_THAT(LoadFamilyFile(path).status().message(), HasSubstr("no field 'descriptoin'"));
+
+  ASSERT_OK(WriteFileAtomically(path, absl::StrReplaceAll(good, {{"axpy_reference", "1bad"}})));
+  file = ReadFamilyFile(path);
+  ASSERT_OK(file.status());
+  EXPECT_TRUE(file->tuned_compilable);
+  EXPECT_FALSE(file->reference_compilable);
+
+  ASSERT_OK(WriteFileAtomically(path, good));
+  file = ReadFamilyFile(path);
+  ASSERT_OK(file.status());
+  EXPECT_OK(file->problems);
+  EXPECT_TRUE(file->tuned_compilable && file->reference_compilable);
+
+  // A syntax error or an unknown enum value stops the parse: an error, with
+  // the closest value.
+  ASSERT_OK(WriteFileAtomically(path, absl::StrReplaceAll(good, {{"FLOAT16]", "FLAOT16]"}})));
+  EXPECT_THAT(ReadFamilyFile(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Unknown enumeration value of \"FLAOT16\" for field "
+                                 "\"dtypes\". (did you mean 'FLOAT16'?)")));
 }
 
 // The allowlist as CheckCompileOption states it.
@@ -394,7 +457,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "bytes_per_call: must be set (an expression of dims and params; \"0\" if "
                      "none)"},
         MutationCase{"FlopsUnknownName", [](v1::KernelFamily& f) { f.set_flops_per_call("2 * N"); },
-                     "flops_per_call: unknown name 'N' (known: BLOCK, ELEMS, dtype_bytes, n)"},
+                     "flops_per_call: unknown name 'N' (did you mean 'n'?) (known: BLOCK, ELEMS, "
+                     "dtype_bytes, n)"},
         MutationCase{"UnknownBinding",
                      [](v1::KernelFamily& f) { f.set_binding(static_cast<v1::ParamBinding>(7)); },
                      "binding: unknown value 7"},

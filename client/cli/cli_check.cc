@@ -1,9 +1,10 @@
 // `autotune check FAMILY.textproto`: what RegisterKernel would refuse, found
-// on the author's machine with no daemon and no GPU. The descriptor's checks
-// (kernels/family_loader.h, every problem at once), then NVRTC compiles the
+// on the author's machine with no daemon and no GPU, every problem in one
+// run. The descriptor's checks (kernels/family_loader.h), then, unless
+// those found a problem in what a compile reads, NVRTC compiles the
 // reference and the default config in each dtype and the compiled kernels'
 // parameters are compared with what the service passes them
-// (kernels/family_check.h).
+// (kernels/family_check.h); the problems of both, each with its line.
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,9 +20,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "client/cli/cli_commands.h"
 #include "client/cli/cli_format.h"
@@ -67,6 +70,19 @@ class EmptyWorkingDirectory {
   std::string empty_;
 };
 
+// INVALID_ARGUMENT listing `problems`, one per line, after how many there are
+// (the compiles were for `arch`).
+absl::Status CheckFailed(const std::vector<std::string>& problems, const std::string& arch) {
+  // The last line may say what was not tried; it is not a problem of its own.
+  size_t count = 0;
+  for (const std::string& problem : problems) {
+    count += absl::StrContains(problem, ": not compiled: ") ? 0 : 1;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(count, count == 1 ? " problem" : " problems",
+                                                 " (compiles for ", arch, "):\n",
+                                                 absl::StrJoin(problems, "\n")));
+}
+
 Command CheckCommand(CLI::App& root, Streams io) {
   struct State {
     std::string file;
@@ -87,19 +103,46 @@ Command CheckCommand(CLI::App& root, Streams io) {
                    "GPU compile for the default)")
       ->capture_default_str();
   command.run_offline = [s, io]() -> absl::Status {
-    ASSIGN_OR_RETURN(const v1::KernelFamily family, kernels::LoadFamilyFile(s->file));
+    ASSIGN_OR_RETURN(const kernels::FamilyFile file, kernels::ReadFamilyFile(s->file));
+    const v1::KernelFamily& family = file.family;
     for (const std::string& warning : kernels::FamilyWarnings(family)) {
       io.err << "autotune: check: warning: " << warning << "\n";
     }
-    io.out << s->file << ": the descriptor of " << family.name() << " is valid\n";
+    // Every problem at once: the descriptor's, then the compiles' when the
+    // descriptor's leave them possible.
+    std::vector<std::string> problems;
+    if (!file.problems.ok()) {
+      problems = absl::StrSplit(file.problems.message(), '\n');
+    } else {
+      io.out << s->file << ": the descriptor of " << family.name() << " is valid\n";
+    }
+    // What the problems leave to compile: both kernels, the reference
+    // alone, or neither.
+    if (!file.reference_compilable) {
+      problems.push_back(
+          absl::StrCat(s->file,
+                       ": not compiled: fix the problems above in what a compile reads (source, "
+                       "headers, dtypes, reference, compile_options) first"));
+      return CheckFailed(problems, s->arch);
+    }
+    if (!file.tuned_compilable) {
+      problems.push_back(
+          absl::StrCat(s->file,
+                       ": not compiled: the tuned kernel, until the problems above in kernel_name, "
+                       "params, default_config or binding are fixed (the reference was)"));
+    }
     ASSIGN_OR_RETURN(const kernels::Nvrtc* nvrtc, kernels::Nvrtc::Load());
-    ASSIGN_OR_RETURN(const std::vector<kernels::CheckCompile> compiles,
-                     kernels::CheckCompiles(family, s->arch));
+    absl::StatusOr<std::vector<kernels::CheckCompile>> compiles =
+        kernels::CheckCompiles(family, s->arch, file.tuned_compilable);
+    if (!compiles.ok()) {
+      problems.push_back(std::string(compiles.status().message()));
+      return CheckFailed(problems, s->arch);
+    }
     const auto start = std::chrono::steady_clock::now();
     std::vector<kernels::CheckFinding> findings;
     ASSIGN_OR_RETURN(const std::unique_ptr<EmptyWorkingDirectory> empty,
                      EmptyWorkingDirectory::Enter());
-    for (const kernels::CheckCompile& compile : compiles) {
+    for (const kernels::CheckCompile& compile : *compiles) {
       const kernels::CompileResult result = kernels::Compile(*nvrtc, compile.request);
       kernels::CompileOutput output{.compiled = result.status == kernels::CompileStatus::kOk,
                                     .log = result.log,
@@ -109,14 +152,17 @@ Command CheckCommand(CLI::App& root, Streams io) {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    RETURN_IF_ERROR(
-        kernels::FindingsStatus(findings, absl::StrCat(s->file, " (compiled for ", s->arch, ")")));
+    for (const kernels::CheckFinding& finding : findings) {
+      const auto line_of = [&file](absl::string_view field) { return file.Line(field); };
+      problems.emplace_back(kernels::FindingsStatus({finding}, s->file, line_of).message());
+    }
+    if (!problems.empty()) return CheckFailed(problems, s->arch);
     std::vector<std::string> dtypes;
     for (int d = 0; d < family.dtypes_size(); ++d) dtypes.push_back(DTypeName(family.dtypes(d)));
     io.out << absl::StrFormat(
         "compiled for %s with NVRTC %s in %.1f s: the reference and the %s, in %s; each takes "
         "%d buffers, %d tensor maps (the tuned kernel) and %d scalars, as passed\n",
-        s->arch, nvrtc->version(), seconds, compiles.size() > 1 ? compiles[1].part : "",
+        s->arch, nvrtc->version(), seconds, compiles->size() > 1 ? (*compiles)[1].part : "",
         absl::StrJoin(dtypes, ", "), family.buffers_size(), family.tensor_maps_size(),
         family.scalars_size());
     return absl::OkStatus();

@@ -218,8 +218,11 @@ TEST_F(WarmupEndToEndTest, RegisterRefusesASourceThatDoesNotCompileOrTakesOtherA
                                 {{"dtype: INT64 value: \"n\"", "dtype: INT32 value: \"n\""}}));
   CommandResult mismatch = Cli({"register", Path("int32.textproto")});
   EXPECT_EQ(mismatch.exit_code, 1);
-  EXPECT_THAT(mismatch.err, HasSubstr("parameter 3 of the kernel is 8 bytes; the service passes "
-                                      "scalar 'count' (int32) there, 4 bytes"));
+  EXPECT_THAT(mismatch.err,
+              HasSubstr("scalars[1]: reference (fp32, fp16): the kernel's parameter 4 "
+                        "(of 4, counted from 1) is 8 bytes; the service passes "
+                        "scalar 'count' (int32) there, 4 bytes: give scalars[1] "
+                        "`dtype: FLOAT64` or `dtype: INT64`"));
   EXPECT_THAT(Cli({"kernels"}).out, Not(HasSubstr("axpy")));
 
   // What register refuses, check finds with no daemon.
@@ -235,6 +238,45 @@ TEST_F(WarmupEndToEndTest, RegisterRefusesASourceThatDoesNotCompileOrTakesOtherA
   CommandResult registered = Cli({"register", Path("axpy.textproto")});
   ASSERT_EQ(registered.exit_code, 0) << registered.err;
   EXPECT_THAT(registered.err, HasSubstr("warning: default_config: not set"));
+}
+
+// `check` reports every problem of a descriptor in one run, across the
+// parse, the fields, the names and the compiles, each with its line: five
+// mistakes, one round.
+TEST_F(WarmupEndToEndTest, CheckReportsEveryProblemInOneRun) {
+  WriteText(Path("five.textproto"),
+            absl::StrReplaceAll(
+                ReadText(Path("axpy.textproto")),
+                {{"description:", "descripton:"},                                   // a field
+                 {"values: [1, 2, 4, 8]", "values: []"},                            // a value
+                 {"name: \"y\"\n  shape: \"n\"", "name: \"y\"\n  shape: \"m\""},    // a name
+                 {"dtype: FLOAT32 value: \"1.5\"", "dtype: INT32 value: \"1.5\""},  // a dtype
+                 {"dtype: INT64 value: \"n\"", "dtype: INT32 value: \"n\""}}));     // a size
+  CommandResult checked = RunCommand({AutotuneCliPath(), "check", Path("five.textproto")});
+  EXPECT_EQ(checked.exit_code, 1);
+  const std::string file = Path("five.textproto");
+  EXPECT_THAT(checked.err, HasSubstr("5 problems (compiles for sm_90):"));
+  EXPECT_THAT(checked.err,
+              HasSubstr(absl::StrCat(file,
+                                     ":5:1: KernelFamily has no field 'descripton' (did you mean "
+                                     "'description'?)")));
+  EXPECT_THAT(checked.err, HasSubstr(absl::StrCat(
+                               file, ":9: params[1].values: empty (list at least one value)")));
+  EXPECT_THAT(checked.err, HasSubstr(absl::StrCat(file,
+                                                  ":21: buffers[1].shape[0]: unknown name 'm' "
+                                                  "(did you mean 'n'?)")));
+  EXPECT_THAT(checked.err, HasSubstr(absl::StrCat(file,
+                                                  ":25: scalars[0].value: '1.5' = 1.5 is not "
+                                                  "an integer")));
+  EXPECT_THAT(checked.err, HasSubstr(absl::StrCat(file,
+                                                  ":26: scalars[1]: reference (fp32, fp16): "
+                                                  "the kernel's parameter 4")));
+  EXPECT_THAT(checked.err, HasSubstr("not compiled: the tuned kernel, until the problems above"));
+  // register refuses the same file with the descriptor's problems.
+  CommandResult registered = Cli({"register", Path("five.textproto")});
+  EXPECT_EQ(registered.exit_code, 1);
+  EXPECT_THAT(registered.err, HasSubstr("no field 'descripton'"));
+  EXPECT_THAT(registered.err, HasSubstr("params[1].values: empty"));
 }
 
 // `check` passes or fails as `register` does wherever it is run: a header
