@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # find_package(autotune) from another CMake project: `cmake --install` into
 # a fresh prefix, configure and build tests/downstream against it (nothing
-# else on its prefix path), check the program links neither SQLite nor the
-# CUDA libraries, then run it against the installed daemon: the built-in
-# rmsnorm family answers MISS with its default config.
+# else on its prefix path) with the README's start-up snippet and
+# client/examples/gla_decode_server.cc, check the program links neither
+# SQLite nor the CUDA libraries, then run it against the installed daemon:
+# the built-in rmsnorm family answers MISS with its default config.
 #
 # Usage: tests/downstream_test.sh BUILD_DIR SOURCE_DIR (ctest passes both,
 # and CMAKE, the cmake that configured BUILD_DIR).
@@ -33,8 +34,16 @@ prefix=$work/prefix
 [[ -f "$prefix/lib/cmake/autotune/autotuneConfig.cmake" ]] ||
   fail "no lib/cmake/autotune/autotuneConfig.cmake in $prefix"
 
+# The README's C++ start-up snippet, as a user copies it.
+awk '/^```cpp/ { block = ""; inside = 1; next }
+     /^```/ { if (inside && block ~ /KernelLoader::Open|LoadBiasRelu/) { printf "%s", block; exit }
+              inside = 0; next }
+     inside { block = block $0 "\n" }' "$source_dir/README.md" >"$work/readme_snippet.cc"
+grep -q 'LoadBiasRelu' "$work/readme_snippet.cc" || fail "no start-up snippet (LoadBiasRelu) in README.md"
+
 if ! "$cmake" -S "$source_dir/tests/downstream" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE=Release -DREADME_SNIPPET="$work/readme_snippet.cc" \
+  -DAUTOTUNE_EXAMPLES_DIR="$source_dir/client/examples" >"$work/configure.log" 2>&1; then
   cat "$work/configure.log" >&2
   fail "the downstream project does not configure against $prefix"
 fi
