@@ -28,14 +28,9 @@ try:
     import google.protobuf  # noqa: F401
     import grpc  # noqa: F401
 except ImportError as _missing:
-    import sys as _sys
+    from autotune_client.requirements import missing_dependency_message as _message
 
-    raise ImportError(
-        f"autotune_client needs grpcio and protobuf, which {_sys.executable} cannot import "
-        f"({_missing}): on Debian, apt-get install python3-grpcio python3-protobuf "
-        "and use /usr/bin/python3 (or a venv made with --system-site-packages); elsewhere, "
-        "pip install grpcio protobuf"
-    ) from _missing
+    raise ImportError(_message(_missing)) from _missing
 
 from autotune_client.client import Client, read_token_file
 from autotune_client.errors import (
