@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -350,11 +351,38 @@ absl::StatusOr<v1::GetBinariesResponse> LookupResolver::GetBinaries(
   return response;
 }
 
+namespace {
+
+// LookupResponse.arguments of a config resolved for a problem.
+v1::LaunchArguments ArgumentsOf(const v1::KernelFamily& family, const kernels::Variant& variant) {
+  v1::LaunchArguments arguments;
+  for (size_t i = 0; i < variant.buffers.size(); ++i) {
+    const kernels::BufferExtent& extent = variant.buffers[i];
+    v1::BufferShape* buffer = arguments.add_buffers();
+    buffer->set_name(extent.name);
+    buffer->set_dtype(extent.dtype);
+    buffer->mutable_shape()->Assign(extent.shape.begin(), extent.shape.end());
+    if (static_cast<int>(i) < family.buffers_size()) buffer->set_role(family.buffers(i).role());
+  }
+  for (const kernels::ScalarValue& value : variant.scalars) {
+    v1::ScalarValue* scalar = arguments.add_scalars();
+    scalar->set_name(value.name);
+    scalar->set_dtype(value.dtype);
+    scalar->set_value(value.value);
+  }
+  return arguments;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
                                                            absl::string_view field,
                                                            bool include_recipe) const {
   std::shared_ptr<const FamilyView> family;
   ASSIGN_OR_RETURN(v1::LookupResponse response, ResolveEntry(request, field, &family));
+  // The config the answer names, resolved for the requested problem (a
+  // NEAREST entry's or the default config's, below).
+  std::optional<kernels::Variant> named;
   if (response.match() == v1::EXACT) {
     *response.mutable_launch() = response.entry().launch();
   } else if (response.match() == v1::NEAREST) {
@@ -365,6 +393,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
         family->resolvers.Resolve(request.problem(), response.entry().config(), target);
     if (fitted.ok()) {
       *response.mutable_launch() = fitted->launch;
+      named = *std::move(fitted);
     } else {
       v1::LookupResponse miss =
           Miss(v1::MISS_NEAREST_UNFIT,
@@ -396,6 +425,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
       if (untuned.ok()) {
         *response.mutable_default_config() = untuned->config;
         *response.mutable_default_launch() = untuned->launch;
+        if (response.miss_kind() != v1::MISS_DRIVER_TOO_OLD) named = *std::move(untuned);
       }
     }
   }
@@ -407,6 +437,16 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
         found != family->parameter_bytes.end()) {
       response.mutable_parameter_bytes()->Assign(found->second.begin(), found->second.end());
     }
+    if (!named.has_value()) {
+      // An EXACT entry (or one too new for the driver): its config was tuned
+      // at these dims, for the arch it was compiled for.
+      kernels::DeviceLimits target;
+      if (!response.entry().arch().empty()) target.arch = response.entry().arch();
+      absl::StatusOr<kernels::Variant> resolved =
+          family->resolvers.Resolve(request.problem(), response.entry().config(), target);
+      if (resolved.ok()) named = *std::move(resolved);
+    }
+    if (named.has_value()) *response.mutable_arguments() = ArgumentsOf(family->family, *named);
   }
   if (include_recipe) {
     // The config the answer names: the entry's while it applies, else the

@@ -245,6 +245,39 @@ TEST_F(LookupResolverStoreTest, AnswersNameTheKernelsParameterSizes) {
   }
 }
 
+// What a launcher checks the caller's tensors against and the scalars it
+// passes: vector_scale's x and y of batch*n elements, alpha = 0.5 and
+// count = batch*n, resolved for the requested problem whatever the match.
+TEST_F(LookupResolverStoreTest, AnswersCarryTheArgumentsForTheRequestedProblem) {
+  struct Case {
+    v1::LookupRequest request;
+    v1::MatchKind match;
+    int64_t elements;
+  };
+  for (const Case& c :
+       {Case{Request(8), v1::EXACT, 8 * 4096}, Case{Request(40), v1::NEAREST, 40 * 4096},
+        Case{Request(8, 1000), v1::MISS, 8 * 1000}}) {
+    ASSERT_OK_AND_ASSIGN(v1::LookupResponse answer, resolver_->Lookup(c.request));
+    SCOPED_TRACE(v1::MatchKind_Name(answer.match()));
+    EXPECT_EQ(answer.match(), c.match);
+    const v1::LaunchArguments& arguments = answer.arguments();
+    ASSERT_EQ(arguments.buffers_size(), 2);
+    EXPECT_EQ(arguments.buffers(0).name(), "x");
+    EXPECT_EQ(arguments.buffers(0).role(), v1::IN);
+    EXPECT_EQ(arguments.buffers(0).dtype(), c.request.problem().dtype());
+    EXPECT_THAT(arguments.buffers(0).shape(), ElementsAre(c.elements));
+    EXPECT_EQ(arguments.buffers(1).name(), "y");
+    EXPECT_EQ(arguments.buffers(1).role(), v1::OUT);
+    ASSERT_EQ(arguments.scalars_size(), 2);
+    EXPECT_EQ(arguments.scalars(0).name(), "alpha");
+    EXPECT_EQ(arguments.scalars(0).dtype(), v1::FLOAT32);
+    EXPECT_EQ(arguments.scalars(0).value(), 0.5);
+    EXPECT_EQ(arguments.scalars(1).name(), "count");
+    EXPECT_EQ(arguments.scalars(1).dtype(), v1::INT64);
+    EXPECT_EQ(arguments.scalars(1).value(), static_cast<double>(c.elements));
+  }
+}
+
 // Found on 2bc4d71: one BatchLookup of 100,000 misses held a core of the
 // daemon for 48 s. The items past its CPU budget are answered, each, with
 // RESOURCE_EXHAUSTED naming where the batch stopped.

@@ -258,6 +258,14 @@ class LookupResult:
         return self.response.entry
 
     @property
+    def arguments(self) -> Optional[pb.LaunchArguments]:
+        """The buffers' shapes and the scalars' values of the answer's config
+        (the entry's, else the default config) for the requested problem: what
+        a launcher checks tensors against and passes. None when the answer has
+        no config to launch, or was stored before the service sent them."""
+        return self.response.arguments if self.response.HasField("arguments") else None
+
+    @property
     def has_binary(self) -> bool:
         """An answer whose cubin can be loaded: EXACT or NEAREST with a binary."""
         return self.match != Match.MISS and bool(self.binary_sha256)

@@ -142,6 +142,11 @@ class LookupEndToEndTest(DaemonTestCase):
             self.assertGreater(nearest.log2_distance, 0)
             # Launched for batch 12: 12 * 4096 elements, 256 threads of 2 each.
             self.assertEqual(nearest.launch, LaunchDims((96,), (256,), 0))
+            # The arguments for batch 12: what a launcher checks and passes.
+            arguments = nearest.arguments
+            self.assertIsNotNone(arguments)
+            self.assertEqual([(b.name, list(b.shape)) for b in arguments.buffers], [("x", [12 * 4096]), ("y", [12 * 4096])])
+            self.assertEqual([(s.name, s.value) for s in arguments.scalars], [("alpha", 0.5), ("count", 12 * 4096)])
 
             exact_only = Lookup("vector_scale", {"batch": 12, "n": 4096}, "bf16", exact_only=True)
             self.assertEqual(client.lookup(exact_only).miss_kind, MissKind.EXACT_ONLY)
@@ -152,6 +157,7 @@ class LookupEndToEndTest(DaemonTestCase):
             self.assertIn("no entry", miss.miss_reason)
             self.assertEqual(miss.default_config, {"BLOCK": 256, "ELEMS_PER_THREAD": 1})
             self.assertEqual(miss.default_launch, LaunchDims((32,), (256,), 0))
+            self.assertEqual(miss.arguments.scalars[1].value, 8 * 1000)  # the default config's
             self.assertEqual(miss.config, {})
             self.assertIsNone(miss.cubin)
 
