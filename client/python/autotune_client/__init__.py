@@ -33,6 +33,7 @@ except ImportError as _missing:
     raise ImportError(_message(_missing)) from _missing
 
 from autotune_client.client import Client, read_token_file
+from autotune_client.launch import CudaDriver, LaunchError, TunedKernel
 from autotune_client.errors import (
     AutotuneError,
     DataLoss,
@@ -83,6 +84,7 @@ __all__ = [
     "BatchAnswer",
     "CheckResult",
     "Client",
+    "CudaDriver",
     "DType",
     "DataLoss",
     "Device",
@@ -122,4 +124,6 @@ __all__ = [
     "search_options",
     "server_config_files",
     "startup_lookup",
+    "LaunchError",
+    "TunedKernel",
 ]

@@ -1,0 +1,383 @@
+"""Launching tuned kernels on PyTorch tensors (or anything with a device pointer).
+
+A server resolves its kernels once at start-up and then calls each one like a
+function on its tensors, on PyTorch's current stream:
+
+    answers = at.startup_lookup([at.Lookup("rmsnorm", {"rows": 64, "hidden": 4096}, "bf16")])
+    rmsnorm = at.TunedKernel.load(answers[0].result, answers[0].result.cubin)
+    rmsnorm(x, w, y)  # buffers in the descriptor's order; scalars come from the answer
+
+What a call passes follows the daemon's spec of the answer, never an
+expression evaluated here: one pointer per buffer, then one 128-byte tensor
+map per LaunchDims.tensor_maps entry over its buffer's pointer, then each
+scalar of LookupResponse.arguments at its dtype's size. The packed sizes are
+checked once, at load, against LookupResponse.parameter_bytes (what the
+C++ loader compares with the cubin). Each call checks every tensor against
+LookupResponse.arguments: a CUDA tensor, the buffer's dtype, contiguous, the
+buffer's element count (any shape with that count: a [B, H, D] tensor may
+fill a [B*H, D] buffer), a 16-byte aligned pointer where a tensor map reads
+it. A call then costs those checks and one cuLaunchKernel, and it may be
+captured in a CUDA graph (the launch goes to the stream given).
+
+The CUDA driver is reached through ctypes (libcuda.so.1): no other
+dependency. Loading needs a current CUDA context on the thread, as PyTorch
+makes one (torch.cuda.init()).
+
+Not yet: compiling the default config on a MISS (answers without a cubin are
+refused with the reason) and a torch.library custom op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Sequence
+
+from autotune_client import autotune_pb2 as pb
+from autotune_client.errors import AutotuneError
+from autotune_client.lookups import LookupResult, Match
+
+_POINTER_BYTES = 8
+_TENSOR_MAP_BYTES = 128
+
+# DType -> (bytes, the torch dtype's str()).
+_DTYPES: dict[int, tuple[int, str]] = {
+    pb.FLOAT32: (4, "torch.float32"),
+    pb.FLOAT16: (2, "torch.float16"),
+    pb.BFLOAT16: (2, "torch.bfloat16"),
+    pb.FLOAT64: (8, "torch.float64"),
+    pb.INT8: (1, "torch.int8"),
+    pb.INT32: (4, "torch.int32"),
+    pb.INT64: (8, "torch.int64"),
+    pb.UINT8: (1, "torch.uint8"),
+    pb.FLOAT8_E4M3: (1, "torch.float8_e4m3fn"),
+    pb.FLOAT8_E5M2: (1, "torch.float8_e5m2"),
+}
+
+# CUtensorMapDataType for a DType (kernels/tensor_map.cc: int8, uint8 and
+# the fp8 types travel as bytes).
+_TENSOR_MAP_DATA_TYPE = {
+    pb.UINT8: 0,
+    pb.INT8: 0,
+    pb.FLOAT8_E4M3: 0,
+    pb.FLOAT8_E5M2: 0,
+    pb.INT32: 3,
+    pb.INT64: 5,
+    pb.FLOAT16: 6,
+    pb.FLOAT32: 7,
+    pb.FLOAT64: 8,
+    pb.BFLOAT16: 9,
+}
+_SWIZZLE_CODE = {pb.SWIZZLE_32B: 1, pb.SWIZZLE_64B: 2, pb.SWIZZLE_128B: 3}
+
+
+class LaunchError(AutotuneError):
+    """A kernel that cannot be loaded or a call that cannot be made, and why."""
+
+
+def dtype_bytes(dtype: int) -> int:
+    if dtype not in _DTYPES:
+        raise LaunchError(f"dtype {dtype} is not one this launcher knows")
+    return _DTYPES[dtype][0]
+
+
+@dataclass(frozen=True)
+class TensorMapArguments:
+    """cuTensorMapEncodeTiled's arguments, innermost dim first, as
+    kernels/tensor_map.h's TensorMapArgumentsOf makes them."""
+
+    data_type: int
+    rank: int
+    address: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, of dims 1..rank-1
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: int
+
+
+def tensor_map_arguments(layout: pb.TensorMapLayout, address: int) -> TensorMapArguments:
+    """The encoder's arguments for `layout` over the buffer at `address`."""
+    rank = len(layout.shape)
+    if not 1 <= rank <= 5 or len(layout.box) != rank:
+        raise LaunchError(f"a tensor map of {rank} dims and {len(layout.box)} box extents")
+    if address % 16 != 0:
+        raise LaunchError(f"address {address:#x} is not 16-byte aligned")
+    if layout.dtype not in _TENSOR_MAP_DATA_TYPE:
+        raise LaunchError(f"a tensor map over dtype {layout.dtype}")
+    dims = tuple(int(layout.shape[rank - 1 - d]) for d in range(rank))
+    box = tuple(int(layout.box[rank - 1 - d]) for d in range(rank))
+    strides = []
+    stride = dtype_bytes(layout.dtype)
+    for d in range(rank):
+        if d > 0:
+            strides.append(stride)
+        stride *= dims[d]
+    return TensorMapArguments(
+        data_type=_TENSOR_MAP_DATA_TYPE[layout.dtype],
+        rank=rank,
+        address=address,
+        dims=dims,
+        strides=tuple(strides),
+        box=box,
+        element_strides=(1,) * rank,
+        swizzle=_SWIZZLE_CODE.get(layout.swizzle, 0),
+    )
+
+
+def scalar_bytes(dtype: int, value: float) -> bytes:
+    """A scalar as the kernel receives it: little-endian, at its dtype's size
+    (bf16 rounded to nearest even from fp32)."""
+    if dtype == pb.FLOAT32:
+        return struct.pack("<f", value)
+    if dtype == pb.FLOAT64:
+        return struct.pack("<d", value)
+    if dtype == pb.FLOAT16:
+        return struct.pack("<e", value)
+    if dtype == pb.BFLOAT16:
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits += 0x7FFF + ((bits >> 16) & 1)
+        return struct.pack("<H", (bits >> 16) & 0xFFFF)
+    integers = {pb.INT8: "<b", pb.UINT8: "<B", pb.INT32: "<i", pb.INT64: "<q"}
+    if dtype in integers:
+        if value != int(value):
+            raise LaunchError(f"scalar value {value} is not an integer for dtype {dtype}")
+        return struct.pack(integers[dtype], int(value))
+    raise LaunchError(f"a scalar of dtype {dtype}")
+
+
+class Driver(Protocol):
+    """What TunedKernel needs of the CUDA driver (CudaDriver; tests pass a fake)."""
+
+    def load_function(self, cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any: ...
+
+    def encode_tensor_map(self, args: TensorMapArguments) -> bytes: ...
+
+    def launch(
+        self,
+        function: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_bytes: int,
+        stream: int,
+        parameters: Sequence[bytes],
+    ) -> None: ...
+
+
+class CudaDriver:
+    """The CUDA driver API through ctypes, in the thread's current context."""
+
+    _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self, library: str = "libcuda.so.1") -> None:
+        try:
+            self._cu = ctypes.CDLL(library)
+        except OSError as error:
+            raise LaunchError(f"cannot load the CUDA driver ({library}): {error}") from None
+        self._check(self._cu.cuInit(0), "cuInit")
+        self._modules: list[ctypes.c_void_p] = []  # kept loaded while the driver lives
+
+    def _check(self, result: int, what: str) -> None:
+        if result == 0:
+            return
+        name = ctypes.c_char_p()
+        self._cu.cuGetErrorName(result, ctypes.byref(name))
+        raise LaunchError(f"{what}: {name.value.decode() if name.value else result}")
+
+    def load_function(self, cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
+        context = ctypes.c_void_p()
+        self._check(self._cu.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        if not context.value:
+            raise LaunchError(
+                "no current CUDA context on this thread: initialize CUDA first (torch.cuda.init())"
+            )
+        image = ctypes.create_string_buffer(cubin, len(cubin))
+        module = ctypes.c_void_p()
+        self._check(self._cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        self._modules.append(module)
+        function = ctypes.c_void_p()
+        self._check(
+            self._cu.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
+            f"cuModuleGetFunction({name})",
+        )
+        if dynamic_shared_bytes > 48 * 1024:
+            self._check(
+                self._cu.cuFuncSetAttribute(
+                    function,
+                    self._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    ctypes.c_int(dynamic_shared_bytes),
+                ),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
+        return function
+
+    def encode_tensor_map(self, args: TensorMapArguments) -> bytes:
+        storage = (ctypes.c_ubyte * (_TENSOR_MAP_BYTES + 64))()
+        aligned = (ctypes.addressof(storage) + 63) & ~63  # the driver wants 64-byte alignment
+        u64 = ctypes.c_uint64 * args.rank
+        u32 = ctypes.c_uint32 * args.rank
+        strides = (ctypes.c_uint64 * max(1, args.rank - 1))(*args.strides)
+        self._check(
+            self._cu.cuTensorMapEncodeTiled(
+                ctypes.c_void_p(aligned),
+                ctypes.c_int(args.data_type),
+                ctypes.c_uint32(args.rank),
+                ctypes.c_void_p(args.address),
+                u64(*args.dims),
+                strides,
+                u32(*args.box),
+                u32(*args.element_strides),
+                ctypes.c_int(0),  # no interleave
+                ctypes.c_int(args.swizzle),
+                ctypes.c_int(0),  # no L2 promotion
+                ctypes.c_int(0),  # out-of-bound elements read as zero
+            ),
+            "cuTensorMapEncodeTiled",
+        )
+        return ctypes.string_at(aligned, _TENSOR_MAP_BYTES)
+
+    def launch(self, function, grid, block, shared_bytes, stream, parameters) -> None:
+        # Each parameter's bytes in a buffer of its own, 64-byte aligned (a
+        # tensor map's alignment), and the array of their addresses.
+        buffers = []
+        addresses = (ctypes.c_void_p * len(parameters))()
+        for i, value in enumerate(parameters):
+            storage = ctypes.create_string_buffer(len(value) + 64)
+            aligned = (ctypes.addressof(storage) + 63) & ~63
+            ctypes.memmove(aligned, value, len(value))
+            buffers.append(storage)
+            addresses[i] = aligned
+        self._check(
+            self._cu.cuLaunchKernel(
+                function,
+                *(ctypes.c_uint(v) for v in grid),
+                *(ctypes.c_uint(v) for v in block),
+                ctypes.c_uint(shared_bytes),
+                ctypes.c_void_p(stream),
+                addresses,
+                None,
+            ),
+            "cuLaunchKernel",
+        )
+
+
+def _three(values: Sequence[int]) -> tuple[int, int, int]:
+    padded = list(values) + [1] * (3 - len(values))
+    return (int(padded[0]), int(padded[1]), int(padded[2]))
+
+
+def _current_stream() -> int:
+    import torch  # only when the caller gives no stream
+
+    return int(torch.cuda.current_stream().cuda_stream)
+
+
+class TunedKernel:
+    """One answer's kernel, loaded, called on tensors (module docstring)."""
+
+    def __init__(
+        self,
+        result: LookupResult,
+        cubin: Optional[bytes],
+        driver: Optional[Driver] = None,
+        label: str = "",
+    ) -> None:
+        response = result.response
+        self.label = label or f"{response.entry.family or 'kernel'}"
+        if result.match == Match.MISS or not cubin:
+            why = result.miss_reason or "the answer has no cubin"
+            raise LaunchError(
+                f"{self.label}: nothing to load ({result.match.name}: {why}); compiling the "
+                "default config here is not supported yet"
+            )
+        if not response.HasField("arguments") or not response.HasField("launch"):
+            raise LaunchError(
+                f"{self.label}: the answer carries no launch arguments (a daemon or local cache "
+                "older than this client): look it up again"
+            )
+        self.launch_dims = response.launch
+        self.buffers = list(response.arguments.buffers)
+        self.scalars = [scalar_bytes(s.dtype, s.value) for s in response.arguments.scalars]
+        self.tensor_maps = list(self.launch_dims.tensor_maps)
+        for i, layout in enumerate(self.tensor_maps):
+            if not 0 <= layout.buffer < len(self.buffers):
+                raise LaunchError(f"{self.label}: a tensor map over buffer {layout.buffer}")
+            if layout.argument != len(self.buffers) + i:
+                raise LaunchError(
+                    f"{self.label}: tensor map {i} is parameter {layout.argument}; this launcher "
+                    f"passes it as parameter {len(self.buffers) + i} (after the buffers)"
+                )
+        sizes = (
+            [_POINTER_BYTES] * len(self.buffers)
+            + [_TENSOR_MAP_BYTES] * len(self.tensor_maps)
+            + [len(s) for s in self.scalars]
+        )
+        if list(response.parameter_bytes) and sizes != list(response.parameter_bytes):
+            raise LaunchError(
+                f"{self.label}: the launch would pass parameters of {sizes} bytes; the "
+                f"family declares {list(response.parameter_bytes)}"
+            )
+        self._grid = _three(self.launch_dims.grid)
+        self._block = _three(self.launch_dims.block)
+        self._shared = int(self.launch_dims.dynamic_shared_bytes)
+        self._driver = driver if driver is not None else CudaDriver()
+        name = response.entry.function_name
+        if not name:
+            raise LaunchError(f"{self.label}: the entry names no function")
+        self._function = self._driver.load_function(cubin, name, self._shared)
+        # Tensor maps by the addresses they were encoded over.
+        self._maps: dict[tuple[int, ...], list[bytes]] = {}
+
+    @classmethod
+    def load(cls, result: LookupResult, cubin: Optional[bytes] = None, **kwargs: Any) -> TunedKernel:
+        return cls(result, cubin if cubin is not None else result.cubin, **kwargs)
+
+    def _check(self, index: int, tensor: Any) -> int:
+        buffer = self.buffers[index]
+        what = f"{self.label}: buffer {index} '{buffer.name}'"
+        expected_dtype = _DTYPES.get(buffer.dtype, (0, "?"))[1]
+        if not getattr(tensor, "is_cuda", False):
+            raise LaunchError(f"{what}: not a CUDA tensor")
+        if str(tensor.dtype) != expected_dtype:
+            raise LaunchError(f"{what}: dtype {tensor.dtype}, the kernel takes {expected_dtype}")
+        elements = 1
+        for extent in buffer.shape:
+            elements *= extent
+        if tensor.numel() != elements:
+            raise LaunchError(
+                f"{what}: {tensor.numel()} elements (shape {tuple(tensor.shape)}), the kernel "
+                f"takes {elements} ({' x '.join(str(e) for e in buffer.shape)})"
+            )
+        if not tensor.is_contiguous():
+            raise LaunchError(f"{what}: not contiguous (call .contiguous())")
+        return int(tensor.data_ptr())
+
+    def __call__(self, *tensors: Any, stream: Optional[int] = None) -> None:
+        if len(tensors) != len(self.buffers):
+            names = ", ".join(b.name for b in self.buffers)
+            raise LaunchError(
+                f"{self.label}: {len(tensors)} tensors given, the kernel takes "
+                f"{len(self.buffers)} ({names})"
+            )
+        pointers = tuple(self._check(i, t) for i, t in enumerate(tensors))
+        maps = self._maps.get(pointers) if self.tensor_maps else []
+        if maps is None:
+            maps = [
+                self._driver.encode_tensor_map(
+                    tensor_map_arguments(layout, pointers[layout.buffer])
+                )
+                for layout in self.tensor_maps
+            ]
+            if len(self._maps) >= 64:
+                self._maps.clear()
+            self._maps[pointers] = maps
+        parameters = [struct.pack("<Q", p) for p in pointers] + maps + self.scalars
+        self._driver.launch(
+            self._function,
+            self._grid,
+            self._block,
+            self._shared,
+            _current_stream() if stream is None else stream,
+            parameters,
+        )

@@ -1,0 +1,81 @@
+"""Launches tuned rmsnorm and softmax kernels on PyTorch tensors through
+autotune_client.TunedKernel and checks them against PyTorch (run by
+tests/gpu/python_launch.sh with the daemon's address and a local cache
+folder). Prints one line per kernel and the call's cost; exits 1 on any
+wrong result."""
+
+import sys
+import time
+
+import torch
+
+import autotune_client as at
+
+ADDRESS, LOCAL = sys.argv[1], sys.argv[2]
+torch.cuda.init()
+device = torch.cuda.get_device_name()
+shapes = [("rmsnorm", 64, 4096), ("rmsnorm", 4096, 4096), ("softmax", 4096, 8192)]
+answers = at.startup_lookup(
+    [at.Lookup(family, {"rows": rows, "hidden": hidden}, "bf16") for family, rows, hidden in shapes],
+    address=ADDRESS,
+    local_cache=LOCAL,
+    device=device,
+    deadline=10.0,
+)
+
+
+def reference(family, x, w):
+    if family == "rmsnorm":
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).bfloat16()
+    return torch.softmax(x.float(), dim=-1).bfloat16()
+
+
+failed = 0
+for (family, rows, hidden), answer in zip(shapes, answers):
+    label = f"{family} rows={rows} hidden={hidden} bf16"
+    if answer.error is not None:
+        print(f"FAILED {label}: {answer.error}")
+        failed += 1
+        continue
+    result = answer.result
+    kernel = at.TunedKernel.load(result, label=label)
+    torch.manual_seed(0)
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(hidden, device="cuda", dtype=torch.bfloat16) + 0.5
+    y = torch.empty_like(x)
+    tensors = (x, w, y) if family == "rmsnorm" else (x, y)
+    kernel(*tensors)
+    expected = reference(family, x, w)
+    eager_error = (y.float() - expected.float()).abs().max().item()
+    # The same call captured in a CUDA graph, replayed into a cleared output.
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        kernel(*tensors)  # warm-up on the capture stream
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            kernel(*tensors)
+    y.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    graph_error = (y.float() - expected.float()).abs().max().item()
+    # The Python cost of a call: launches of the loaded kernel, host time.
+    calls = 2000
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        kernel(*tensors)
+    host_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    tolerance = 0.02 if family == "rmsnorm" else 0.01
+    ok = eager_error <= tolerance and graph_error <= tolerance
+    failed += 0 if ok else 1
+    print(
+        f"{'OK' if ok else 'WRONG'} {label}: {result.match.name} "
+        f"{' '.join(f'{k}={v}' for k, v in sorted(result.config.items()))}; max error eager "
+        f"{eager_error:.4f}, graph {graph_error:.4f}; {host_us:.1f} us of host time a call"
+    )
+print(f"python_launch: {len(shapes) - failed} of {len(shapes)} kernels right on {device}")
+sys.exit(1 if failed else 0)
