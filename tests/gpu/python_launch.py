@@ -69,13 +69,25 @@ for (family, rows, hidden), answer in zip(shapes, answers):
         kernel(*tensors)
     host_us = (time.perf_counter() - start) / calls * 1e6
     torch.cuda.synchronize()
+    # As a custom op inside a torch.compile'd function.
+    op = kernel.custom_op(f"autotune::{family}_{rows}x{hidden}", outputs=[len(tensors) - 1])
+
+    def compiled_step(*args):
+        op(list(args))
+        return args[-1] * 1  # a PyTorch op after it, in the same graph
+
+    y.zero_()
+    compiled = torch.compile(compiled_step)(*tensors)
+    torch.cuda.synchronize()
+    compile_error = (compiled.float() - expected.float()).abs().max().item()
     tolerance = 0.02 if family == "rmsnorm" else 0.01
-    ok = eager_error <= tolerance and graph_error <= tolerance
+    ok = eager_error <= tolerance and graph_error <= tolerance and compile_error <= tolerance
     failed += 0 if ok else 1
     print(
         f"{'OK' if ok else 'WRONG'} {label}: {result.match.name} "
         f"{' '.join(f'{k}={v}' for k, v in sorted(result.config.items()))}; max error eager "
-        f"{eager_error:.4f}, graph {graph_error:.4f}; {host_us:.1f} us of host time a call"
+        f"{eager_error:.4f}, graph {graph_error:.4f}, torch.compile {compile_error:.4f}; "
+        f"{host_us:.1f} us of host time a call"
     )
 print(f"python_launch: {len(shapes) - failed} of {len(shapes)} kernels right on {device}")
 sys.exit(1 if failed else 0)

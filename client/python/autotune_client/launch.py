@@ -23,8 +23,11 @@ The CUDA driver is reached through ctypes (libcuda.so.1): no other
 dependency. Loading needs a current CUDA context on the thread, as PyTorch
 makes one (torch.cuda.init()).
 
+For torch.compile, `custom_op` registers a call as a torch.library custom
+op that mutates the output buffers, which compiled graphs call as they are.
+
 Not yet: compiling the default config on a MISS (answers without a cubin are
-refused with the reason) and a torch.library custom op.
+refused with the reason).
 """
 
 from __future__ import annotations
@@ -381,3 +384,25 @@ class TunedKernel:
             _current_stream() if stream is None else stream,
             parameters,
         )
+
+    def custom_op(self, name: str, outputs: Sequence[int]) -> Any:
+        """Registers this kernel as the torch.library custom op `name`
+        ("autotune::rmsnorm_64x4096") taking the buffers as one list of
+        tensors and writing those at the indices `outputs`; returns the op
+        (torch.ops.autotune.NAME). torch.compile keeps it as one call."""
+        import torch
+
+        for index in outputs:
+            if not 0 <= index < len(self.buffers):
+                raise LaunchError(f"{self.label}: output {index} is not one of its buffers")
+
+        @torch.library.custom_op(name, mutates_args=("tensors",))
+        def op(tensors: list[torch.Tensor]) -> None:
+            self(*tensors)
+
+        @op.register_fake
+        def _(tensors: list[torch.Tensor]) -> None:
+            return None
+
+        return op
+
