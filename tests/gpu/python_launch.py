@@ -1,4 +1,5 @@
-"""Launches tuned rmsnorm and softmax kernels on PyTorch tensors through
+"""Launches tuned rmsnorm and softmax kernels (and one untuned shape, its
+default config compiled here) on PyTorch tensors through
 autotune_client.TunedKernel and checks them against PyTorch (run by
 tests/gpu/python_launch.sh with the daemon's address and a local cache
 folder). Prints one line per kernel and the call's cost; exits 1 on any
@@ -14,13 +15,16 @@ import autotune_client as at
 ADDRESS, LOCAL = sys.argv[1], sys.argv[2]
 torch.cuda.init()
 device = torch.cuda.get_device_name()
-shapes = [("rmsnorm", 64, 4096), ("rmsnorm", 4096, 4096), ("softmax", 4096, 8192)]
+# Tuned (EXACT), and one shape no job tuned (hidden 2048: a MISS whose
+# default config is compiled here from its recipe).
+shapes = [("rmsnorm", 64, 4096), ("rmsnorm", 4096, 4096), ("softmax", 4096, 8192), ("rmsnorm", 64, 2048)]
 answers = at.startup_lookup(
     [at.Lookup(family, {"rows": rows, "hidden": hidden}, "bf16") for family, rows, hidden in shapes],
     address=ADDRESS,
     local_cache=LOCAL,
     device=device,
     deadline=10.0,
+    recipes=True,
 )
 
 
@@ -84,8 +88,9 @@ for (family, rows, hidden), answer in zip(shapes, answers):
     ok = eager_error <= tolerance and graph_error <= tolerance and compile_error <= tolerance
     failed += 0 if ok else 1
     print(
-        f"{'OK' if ok else 'WRONG'} {label}: {result.match.name} "
-        f"{' '.join(f'{k}={v}' for k, v in sorted(result.config.items()))}; max error eager "
+        f"{'OK' if ok else 'WRONG'} {label}: {result.match.name}"
+        f"{' (default config compiled here)' if kernel.compiled_here else ''} "
+        f"{' '.join(f'{k}={v}' for k, v in sorted((result.config or result.default_config).items()))}; max error eager "
         f"{eager_error:.4f}, graph {graph_error:.4f}, torch.compile {compile_error:.4f}; "
         f"{host_us:.1f} us of host time a call"
     )

@@ -26,13 +26,18 @@ makes one (torch.cuda.init()).
 For torch.compile, `custom_op` registers a call as a torch.library custom
 op that mutates the output buffers, which compiled graphs call as they are.
 
-Not yet: compiling the default config on a MISS (answers without a cubin are
-refused with the reason).
+A MISS that names the family's default config is compiled here, as the C++
+loader does: its recipe (startup_lookup(..., recipes=True)) through NVRTC
+(libnvrtc, by ctypes) for the device's sm_<major><minor>, the source checked
+against the recipe's sha256, then launched with the answer's default launch
+and arguments.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
@@ -157,6 +162,8 @@ class Driver(Protocol):
 
     def encode_tensor_map(self, args: TensorMapArguments) -> bytes: ...
 
+    def arch(self) -> str: ...
+
     def launch(
         self,
         function: Any,
@@ -215,6 +222,15 @@ class CudaDriver:
             )
         return function
 
+    def arch(self) -> str:
+        """sm_<major><minor> of the current context's device."""
+        device = ctypes.c_int()
+        self._check(self._cu.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self._cu.cuDeviceGetAttribute(ctypes.byref(major), 75, device), "cuDeviceGetAttribute")
+        self._check(self._cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, device), "cuDeviceGetAttribute")
+        return f"sm_{major.value}{minor.value}"
+
     def encode_tensor_map(self, args: TensorMapArguments) -> bytes:
         storage = (ctypes.c_ubyte * (_TENSOR_MAP_BYTES + 64))()
         aligned = (ctypes.addressof(storage) + 63) & ~63  # the driver wants 64-byte alignment
@@ -265,6 +281,106 @@ class CudaDriver:
         )
 
 
+def _load_nvrtc() -> ctypes.CDLL:
+    names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"]
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as error:
+            errors.append(str(error))
+    raise LaunchError(f"cannot load NVRTC to compile the default config: {'; '.join(errors)}")
+
+
+def _toolkit_include_dir() -> str:
+    """The CUDA toolkit's headers (cuda_fp16.h and the like) as
+    kernels/gpu/compiler.cc finds them: $CUDA_HOME/include, beside the NVRTC
+    library loaded, or /usr/local/cuda/include; "" when none has them."""
+    candidates = []
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(os.path.join(os.environ["CUDA_HOME"], "include"))
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if "libnvrtc.so" in os.path.basename(path):
+                    library_dir = os.path.dirname(path)
+                    candidates += [os.path.join(library_dir, "..", "include"),
+                                   os.path.join(library_dir, "..", "..", "include")]  # fmt: skip
+                    break
+    except OSError:
+        pass
+    candidates.append("/usr/local/cuda/include")
+    for directory in candidates:
+        resolved = os.path.realpath(directory)
+        if os.access(os.path.join(resolved, "cuda_fp16.h"), os.R_OK):
+            return resolved
+    return ""
+
+
+def compile_recipe(recipe: pb.CompileRecipe, arch: str) -> tuple[bytes, str]:
+    """The cubin and the lowered name of the recipe's kernel compiled for
+    `arch` ("sm_90") by NVRTC, as kernels/gpu/compiler.h compiles it: the
+    recipe's options and headers, the name expression added. Raises
+    LaunchError with the compiler's log."""
+    what = f"{recipe.program_name} ({recipe.name_expression})"
+    if not recipe.source:
+        raise LaunchError(f"{what}: the recipe carries no source (look up with recipes=True)")
+    if hashlib.sha256(recipe.source.encode()).hexdigest() != recipe.source_sha256:
+        raise LaunchError(f"{what}: the source does not match the recipe's sha256")
+    nvrtc = _load_nvrtc()
+    nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+    program = ctypes.c_void_p()
+    headers = list(recipe.headers)
+    texts = (ctypes.c_char_p * max(1, len(headers)))(*[h.text.encode() for h in headers])
+    names = (ctypes.c_char_p * max(1, len(headers)))(*[h.name.encode() for h in headers])
+
+    def check(result: int, step: str) -> None:
+        if result != 0:
+            raise LaunchError(f"{what}: {step}: {nvrtc.nvrtcGetErrorString(result).decode()}")
+
+    check(
+        nvrtc.nvrtcCreateProgram(
+            ctypes.byref(program),
+            recipe.source.encode(),
+            recipe.program_name.encode(),
+            len(headers),
+            texts if headers else None,
+            names if headers else None,
+        ),
+        "nvrtcCreateProgram",
+    )
+    try:
+        check(nvrtc.nvrtcAddNameExpression(program, recipe.name_expression.encode()), "nvrtcAddNameExpression")
+        # In kernels/gpu/compiler.cc's order; no search of the working
+        # directory (a program made from memory has none of its own).
+        options = [f"-arch={arch}".encode()] + [o.encode() for o in recipe.options]
+        include_dir = _toolkit_include_dir()
+        if include_dir:
+            options.append(f"-I{include_dir}".encode())
+        options.append(b"-no-source-include")
+        compiled = nvrtc.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
+        if compiled != 0:
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise LaunchError(f"{what} does not compile for {arch}: {log.value.decode(errors='replace')}")
+        lowered = ctypes.c_char_p()
+        check(
+            nvrtc.nvrtcGetLoweredName(program, recipe.name_expression.encode(), ctypes.byref(lowered)),
+            "nvrtcGetLoweredName",
+        )
+        name = lowered.value.decode()
+        size = ctypes.c_size_t()
+        check(nvrtc.nvrtcGetCUBINSize(program, ctypes.byref(size)), "nvrtcGetCUBINSize")
+        cubin = ctypes.create_string_buffer(size.value)
+        check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+        return cubin.raw, name
+    finally:
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
+
+
 def _three(values: Sequence[int]) -> tuple[int, int, int]:
     padded = list(values) + [1] * (3 - len(values))
     return (int(padded[0]), int(padded[1]), int(padded[2]))
@@ -288,18 +404,28 @@ class TunedKernel:
     ) -> None:
         response = result.response
         self.label = label or f"{response.entry.family or 'kernel'}"
+        self._driver = driver if driver is not None else CudaDriver()
+        # What to run: the entry's cubin, or, on a MISS, the default config
+        # compiled here from the answer's recipe.
+        compiled_name = ""
+        launch = response.launch
+        self.compiled_here = False
         if result.match == Match.MISS or not cubin:
             why = result.miss_reason or "the answer has no cubin"
-            raise LaunchError(
-                f"{self.label}: nothing to load ({result.match.name}: {why}); compiling the "
-                "default config here is not supported yet"
-            )
-        if not response.HasField("arguments") or not response.HasField("launch"):
+            if not response.HasField("default_config") or not response.HasField("recipe"):
+                raise LaunchError(
+                    f"{self.label}: nothing to load ({result.match.name}: {why}), and no default "
+                    "config with a compile recipe to build here (look up with recipes=True)"
+                )
+            cubin, compiled_name = compile_recipe(response.recipe, self._driver.arch())
+            launch = response.default_launch
+            self.compiled_here = True
+        if not response.HasField("arguments") or launch is None or not launch.grid:
             raise LaunchError(
                 f"{self.label}: the answer carries no launch arguments (a daemon or local cache "
                 "older than this client): look it up again"
             )
-        self.launch_dims = response.launch
+        self.launch_dims = launch
         self.buffers = list(response.arguments.buffers)
         self.scalars = [scalar_bytes(s.dtype, s.value) for s in response.arguments.scalars]
         self.tensor_maps = list(self.launch_dims.tensor_maps)
@@ -324,8 +450,7 @@ class TunedKernel:
         self._grid = _three(self.launch_dims.grid)
         self._block = _three(self.launch_dims.block)
         self._shared = int(self.launch_dims.dynamic_shared_bytes)
-        self._driver = driver if driver is not None else CudaDriver()
-        name = response.entry.function_name
+        name = compiled_name or response.entry.function_name
         if not name:
             raise LaunchError(f"{self.label}: the entry names no function")
         self._function = self._driver.load_function(cubin, name, self._shared)

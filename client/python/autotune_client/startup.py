@@ -117,6 +117,7 @@ class StartupLookup:
         driver_version: str = "",
         cubins: bool = True,
         client: Optional[Client] = None,
+        recipes: bool = False,
     ) -> None:
         """`address`: the service (None = $AUTOTUNE_SERVER, else the default
         socket), or pass a `client`. `deadline`: seconds the service may cost
@@ -124,7 +125,9 @@ class StartupLookup:
         directory, None for the default directory, or NO_LOCAL_CACHE ("none")
         for none. `device` and `driver_version` are set on every lookup that
         leaves them unset. `cubins`: fetch the entries' binaries (False:
-        configs only).
+        configs only). `recipes`: ask for each answer's compile recipe with
+        its source (LookupResponse.recipe), kept in the local cache too, so
+        that a MISS can be compiled here (TunedKernel).
 
         Raises InvalidArgument for a deadline that is not positive, and
         LocalCacheError / InvalidArgument ("local cache: ...") when the local
@@ -132,6 +135,7 @@ class StartupLookup:
         """
         if deadline <= 0:
             raise InvalidArgument("the start-up deadline must be positive")
+        self._recipes = recipes
         self._deadline = deadline
         self._device = Device(name=device) if isinstance(device, str) else device
         self._driver_version = driver_version
@@ -183,7 +187,7 @@ class StartupLookup:
         # Otherwise the answers alone, and the cubins the local cache lacks
         # by their sha256 (GetBinaries).
         cubins_now = self._cubins and self._mostly_new(pending)
-        batch = pb.BatchLookupRequest(include_cubin=cubins_now)
+        batch = pb.BatchLookupRequest(include_cubin=cubins_now, include_recipe=self._recipes)
         for item in pending:
             batch.lookups.append(item.answer.request)
         try:
@@ -197,6 +201,9 @@ class StartupLookup:
                 item.answer.error = error_from_code_number(result.error_code, result.error_message)
                 continue
             item.response = result.response
+            recipe = item.response.recipe
+            if item.response.HasField("recipe") and not recipe.source:
+                recipe.source = answered.sources.get(recipe.source_sha256, "")
             item.answer.note = f"answered by {self._client.address}"
             sha256 = item.binary_sha256()
             if cubins_now and sha256:
@@ -364,6 +371,7 @@ def startup_lookup(
     driver_version: str = "",
     address: Optional[str] = None,
     cubins: bool = True,
+    recipes: bool = False,
 ) -> list[StartupAnswer]:
     """One StartupLookup.lookup_all with a client of its own, closed afterwards.
     The arguments are StartupLookup's."""
@@ -374,5 +382,6 @@ def startup_lookup(
         device=device,
         driver_version=driver_version,
         cubins=cubins,
+        recipes=recipes,
     ) as lookup:
         return lookup.lookup_all(lookups)

@@ -27,6 +27,7 @@ from autotune_client import (
     Client,
     DimDistance,
     InvalidArgument,
+    LaunchError,
     LaunchDims,
     LocalCache,
     Lookup,
@@ -37,6 +38,7 @@ from autotune_client import (
     Unauthenticated,
     StartupAnswer,
     StartupLookup,
+    TunedKernel,
     pb,
     read_token_file,
     startup_lookup,
@@ -116,6 +118,34 @@ class DaemonTestCase(unittest.TestCase):
         self.assertEqual(miss.miss_kind, MissKind.NO_ENTRY)
         self.assertEqual(miss.default_config, {"BLOCK": 256, "ELEMS_PER_THREAD": 1})
         self.assertIsNone(miss.cubin)
+
+
+class LaunchEndToEndTest(DaemonTestCase):
+    """What the launcher loads, with a fake driver: the GPU test
+    (tests/gpu/python_launch.sh) launches for real."""
+
+    def test_a_miss_is_compiled_here_from_its_recipe_and_launched_with_the_default(self) -> None:
+        from test_launch import FakeDriver, FakeTensor
+
+        answers = startup_lookup(
+            [vector_scale(8, 1000)], address=self.address, local_cache=str(self.local_dir),
+            deadline=5.0, recipes=True,
+        )  # fmt: skip
+        result = answers[0].result
+        self.assertEqual(result.match, Match.MISS)
+        self.assertTrue(result.response.recipe.source)
+        driver = FakeDriver(arch="sm_90")
+        kernel = TunedKernel.load(result, driver=driver)
+        self.assertTrue(kernel.compiled_here)
+        cubin, name, _ = driver.loaded[0]
+        self.assertTrue(cubin.startswith(b"\x7fELF"), cubin[:16])
+        self.assertIn("vector_scale", name)
+        kernel(FakeTensor(0x1000, 8 * 1000), FakeTensor(0x2000, 8 * 1000), stream=0)
+        self.assertEqual(driver.launches[0][1], (32, 1, 1))  # the default config's grid
+        # Without the recipe there is nothing to build.
+        plain = startup_lookup([vector_scale(8, 1000)], address=self.address, local_cache="none")
+        with self.assertRaisesRegex(LaunchError, "look up with recipes=True"):
+            TunedKernel.load(plain[0].result, driver=FakeDriver())
 
 
 class LookupEndToEndTest(DaemonTestCase):

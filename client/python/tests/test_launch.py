@@ -10,7 +10,8 @@ from autotune_client.lookups import LookupResult
 
 
 class FakeDriver:
-    def __init__(self) -> None:
+    def __init__(self, arch: str = "sm_90") -> None:
+        self.device_arch = arch
         self.loaded = []
         self.maps = []
         self.launches = []
@@ -18,6 +19,9 @@ class FakeDriver:
     def load_function(self, cubin, name, dynamic_shared_bytes):
         self.loaded.append((cubin, name, dynamic_shared_bytes))
         return "function"
+
+    def arch(self):
+        return self.device_arch
 
     def encode_tensor_map(self, args):
         self.maps.append(args)
@@ -109,7 +113,7 @@ class TunedKernelTest(unittest.TestCase):
 
     def test_answers_that_cannot_be_launched_are_refused_with_why(self) -> None:
         miss = pb.LookupResponse(match=pb.MISS, miss_reason="no entry for rmsnorm")
-        with self.assertRaisesRegex(LaunchError, "nothing to load \\(MISS: no entry for rmsnorm\\)"):
+        with self.assertRaisesRegex(LaunchError, "nothing to load \\(MISS: no entry for rmsnorm\\), and no default config with a compile recipe"):
             TunedKernel.load(LookupResult.from_response(miss), driver=FakeDriver())
         old = answer()
         old.response.ClearField("arguments")
