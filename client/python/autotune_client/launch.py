@@ -405,20 +405,25 @@ class TunedKernel:
         response = result.response
         self.label = label or f"{response.entry.family or 'kernel'}"
         self._driver = driver if driver is not None else CudaDriver()
-        # What to run: the entry's cubin, or, on a MISS, the default config
-        # compiled here from the answer's recipe.
+        # What to run: the entry's cubin; else the config the answer names
+        # compiled here from its recipe: the entry's (no cubin at hand, or one
+        # too new for the driver: its launch) or, on another MISS, the
+        # default config (the default launch).
         compiled_name = ""
         launch = response.launch
         self.compiled_here = False
+        entry_applies = result.match != Match.MISS or response.miss_kind == pb.MISS_DRIVER_TOO_OLD
         if result.match == Match.MISS or not cubin:
-            why = result.miss_reason or "the answer has no cubin"
-            if not response.HasField("default_config") or not response.HasField("recipe"):
+            why = result.miss_reason or "the answer has no cubin at hand"
+            named = entry_applies or response.HasField("default_config")
+            if not named or not response.HasField("recipe"):
                 raise LaunchError(
-                    f"{self.label}: nothing to load ({result.match.name}: {why}), and no default "
-                    "config with a compile recipe to build here (look up with recipes=True)"
+                    f"{self.label}: nothing to load ({result.match.name}: {why}), and no "
+                    f"{'config' if entry_applies else 'default config'} with a compile recipe to "
+                    "build here (look up with recipes=True)"
                 )
             cubin, compiled_name = compile_recipe(response.recipe, self._driver.arch())
-            launch = response.default_launch
+            launch = response.launch if entry_applies else response.default_launch
             self.compiled_here = True
         if not response.HasField("arguments") or launch is None or not launch.grid:
             raise LaunchError(
