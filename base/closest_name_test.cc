@@ -9,8 +9,8 @@
 namespace autotune {
 namespace {
 
-const std::vector<std::string> kFields = {"name", "kernel_name", "source", "source_file",
-                                          "params", "dims", "buffers", "scalars"};
+const std::vector<std::string> kFields = {"name",   "kernel_name", "source",  "source_file",
+                                          "params", "dims",        "buffers", "scalars"};
 
 TEST(ClosestNameTest, FindsTheNameASlipAway) {
   EXPECT_EQ(ClosestName("kernal_name", kFields), "kernel_name");

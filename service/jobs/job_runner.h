@@ -62,7 +62,6 @@ namespace autotune::service {
 
 struct JobWork;
 class RunningJob;
-class StageContext;
 
 class JobRunner {
  public:
