@@ -23,8 +23,8 @@ The CUDA driver is reached through ctypes (libcuda.so.1): no other
 dependency. Loading needs a current CUDA context on the thread, as PyTorch
 makes one (torch.cuda.init()).
 
-For torch.compile, `custom_op` registers a call as a torch.library custom
-op that mutates the output buffers, which compiled graphs call as they are.
+For torch.compile, `custom_op` registers a call as a PyTorch custom operator
+that mutates the output buffers, which compiled graphs call as they are.
 
 A MISS that names the family's default config is compiled here, as the C++
 loader does: its recipe (startup_lookup(..., recipes=True)) through NVRTC
@@ -516,17 +516,18 @@ class TunedKernel:
         )
 
     def custom_op(self, name: str, outputs: Sequence[int]) -> Any:
-        """Registers this kernel as the torch.library custom op `name`
+        """Registers this kernel as the PyTorch custom operator `name`
         ("autotune::rmsnorm_64x4096") taking the buffers as one list of
         tensors and writing those at the indices `outputs`; returns the op
         (torch.ops.autotune.NAME). torch.compile keeps it as one call."""
         import torch
+        from torch import library as operators
 
         for index in outputs:
             if not 0 <= index < len(self.buffers):
                 raise LaunchError(f"{self.label}: output {index} is not one of its buffers")
 
-        @torch.library.custom_op(name, mutates_args=("tensors",))
+        @operators.custom_op(name, mutates_args=("tensors",))
         def op(tensors: list[torch.Tensor]) -> None:
             self(*tensors)
 
