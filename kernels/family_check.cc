@@ -311,19 +311,22 @@ void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
   if (!finding.message.empty()) Add(std::move(finding), findings);
 }
 
+std::string FindingText(const CheckFinding& finding, absl::string_view origin,
+                        const std::function<int(absl::string_view field)>& line_of) {
+  std::vector<std::string> dtypes;
+  for (v1::DType dtype : finding.dtypes) dtypes.push_back(DTypeName(dtype));
+  const int line = line_of != nullptr && !finding.field.empty() ? line_of(finding.field) : 0;
+  return absl::StrCat(origin, line > 0 ? absl::StrCat(":", line) : "", ": ",
+                      finding.field.empty() ? "" : absl::StrCat(finding.field, ": "), finding.part,
+                      " (", absl::StrJoin(dtypes, ", "), "): ", finding.message);
+}
+
 absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin,
                             const std::function<int(absl::string_view field)>& line_of) {
   if (findings.empty()) return absl::OkStatus();
   std::vector<std::string> lines;
-  for (const CheckFinding& finding : findings) {
-    std::vector<std::string> dtypes;
-    for (v1::DType dtype : finding.dtypes) dtypes.push_back(DTypeName(dtype));
-    const int line = line_of != nullptr && !finding.field.empty() ? line_of(finding.field) : 0;
-    lines.push_back(absl::StrCat(origin, line > 0 ? absl::StrCat(":", line) : "", ": ",
-                                 finding.field.empty() ? "" : absl::StrCat(finding.field, ": "),
-                                 finding.part, " (", absl::StrJoin(dtypes, ", "),
-                                 "): ", finding.message));
-  }
+  for (const CheckFinding& finding : findings)
+    lines.push_back(FindingText(finding, origin, line_of));
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 

@@ -101,9 +101,13 @@ struct CheckFinding {
 void AddFindings(const v1::KernelFamily& family, const CheckCompile& compile,
                  const CompileOutput& output, std::vector<CheckFinding>& findings);
 
-// OK when `findings` is empty, else INVALID_ARGUMENT with one finding per
-// line: "<origin>[:<line>]: [<field>: ]<part> (<dtypes>): <message>", the
-// line from `line_of` (a descriptor file's FamilyFile::Line) when given.
+// One finding as "<origin>[:<line>]: [<field>: ]<part> (<dtypes>): <message>",
+// the line from `line_of` (a descriptor file's FamilyFile::Line) when given.
+std::string FindingText(const CheckFinding& finding, absl::string_view origin,
+                        const std::function<int(absl::string_view field)>& line_of = nullptr);
+
+// OK when `findings` is empty, else INVALID_ARGUMENT with their FindingText,
+// one per line.
 absl::Status FindingsStatus(const std::vector<CheckFinding>& findings, absl::string_view origin,
                             const std::function<int(absl::string_view field)>& line_of = nullptr);
 

@@ -20,7 +20,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -71,13 +70,12 @@ class EmptyWorkingDirectory {
 };
 
 // INVALID_ARGUMENT listing `problems`, one per line, after how many there are
-// (the compiles were for `arch`).
-absl::Status CheckFailed(const std::vector<std::string>& problems, const std::string& arch) {
-  // The last line may say what was not tried; it is not a problem of its own.
-  size_t count = 0;
-  for (const std::string& problem : problems) {
-    count += absl::StrContains(problem, ": not compiled: ") ? 0 : 1;
-  }
+// (the compiles were for `arch`), then `left_out` (what was not compiled, if
+// anything), which is not a problem of its own.
+absl::Status CheckFailed(std::vector<std::string> problems, const std::string& left_out,
+                         const std::string& arch) {
+  const size_t count = problems.size();
+  if (!left_out.empty()) problems.push_back(left_out);
   return absl::InvalidArgumentError(absl::StrCat(count, count == 1 ? " problem" : " problems",
                                                  " (compiles for ", arch, "):\n",
                                                  absl::StrJoin(problems, "\n")));
@@ -119,24 +117,26 @@ Command CheckCommand(CLI::App& root, Streams io) {
     // What the problems leave to compile: both kernels, the reference
     // alone, or neither.
     if (!file.reference_compilable) {
-      problems.push_back(
+      return CheckFailed(
+          problems,
           absl::StrCat(s->file,
                        ": not compiled: fix the problems above in what a compile reads (source, "
-                       "headers, dtypes, reference, compile_options) first"));
-      return CheckFailed(problems, s->arch);
+                       "headers, dtypes, reference, compile_options) first"),
+          s->arch);
     }
+    std::string left_out;
     if (!file.tuned_compilable) {
-      problems.push_back(
-          absl::StrCat(s->file,
-                       ": not compiled: the tuned kernel, until the problems above in kernel_name, "
-                       "params, default_config or binding are fixed (the reference was)"));
+      left_out = absl::StrCat(
+          s->file,
+          ": not compiled: the tuned kernel, until the problems above in kernel_name, params, "
+          "default_config or binding are fixed (the reference was)");
     }
     ASSIGN_OR_RETURN(const kernels::Nvrtc* nvrtc, kernels::Nvrtc::Load());
     absl::StatusOr<std::vector<kernels::CheckCompile>> compiles =
         kernels::CheckCompiles(family, s->arch, file.tuned_compilable);
     if (!compiles.ok()) {
       problems.push_back(std::string(compiles.status().message()));
-      return CheckFailed(problems, s->arch);
+      return CheckFailed(problems, left_out, s->arch);
     }
     const auto start = std::chrono::steady_clock::now();
     std::vector<kernels::CheckFinding> findings;
@@ -152,11 +152,11 @@ Command CheckCommand(CLI::App& root, Streams io) {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto line_of = [&file](absl::string_view field) { return file.Line(field); };
     for (const kernels::CheckFinding& finding : findings) {
-      const auto line_of = [&file](absl::string_view field) { return file.Line(field); };
-      problems.emplace_back(kernels::FindingsStatus({finding}, s->file, line_of).message());
+      problems.push_back(kernels::FindingText(finding, s->file, line_of));
     }
-    if (!problems.empty()) return CheckFailed(problems, s->arch);
+    if (!problems.empty()) return CheckFailed(problems, left_out, s->arch);
     std::vector<std::string> dtypes;
     for (int d = 0; d < family.dtypes_size(); ++d) dtypes.push_back(DTypeName(family.dtypes(d)));
     io.out << absl::StrFormat(
