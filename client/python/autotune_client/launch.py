@@ -44,23 +44,23 @@ from typing import Any, Optional, Protocol, Sequence
 
 from autotune_client import autotune_pb2 as pb
 from autotune_client.errors import AutotuneError
-from autotune_client.lookups import LookupResult, Match
+from autotune_client.lookups import LookupResult, Match, dtype_bytes
 
 _POINTER_BYTES = 8
 _TENSOR_MAP_BYTES = 128
 
-# DType -> (bytes, the torch dtype's str()).
-_DTYPES: dict[int, tuple[int, str]] = {
-    pb.FLOAT32: (4, "torch.float32"),
-    pb.FLOAT16: (2, "torch.float16"),
-    pb.BFLOAT16: (2, "torch.bfloat16"),
-    pb.FLOAT64: (8, "torch.float64"),
-    pb.INT8: (1, "torch.int8"),
-    pb.INT32: (4, "torch.int32"),
-    pb.INT64: (8, "torch.int64"),
-    pb.UINT8: (1, "torch.uint8"),
-    pb.FLOAT8_E4M3: (1, "torch.float8_e4m3fn"),
-    pb.FLOAT8_E5M2: (1, "torch.float8_e5m2"),
+# DType -> the torch dtype's str().
+_TORCH_DTYPES: dict[int, str] = {
+    pb.FLOAT32: "torch.float32",
+    pb.FLOAT16: "torch.float16",
+    pb.BFLOAT16: "torch.bfloat16",
+    pb.FLOAT64: "torch.float64",
+    pb.INT8: "torch.int8",
+    pb.INT32: "torch.int32",
+    pb.INT64: "torch.int64",
+    pb.UINT8: "torch.uint8",
+    pb.FLOAT8_E4M3: "torch.float8_e4m3fn",
+    pb.FLOAT8_E5M2: "torch.float8_e5m2",
 }
 
 # CUtensorMapDataType for a DType (kernels/tensor_map.cc: int8, uint8 and
@@ -84,10 +84,11 @@ class LaunchError(AutotuneError):
     """A kernel that cannot be loaded or a call that cannot be made, and why."""
 
 
-def dtype_bytes(dtype: int) -> int:
-    if dtype not in _DTYPES:
+def _element_bytes(dtype: int) -> int:
+    size = dtype_bytes(dtype)
+    if size == 0:
         raise LaunchError(f"dtype {dtype} is not one this launcher knows")
-    return _DTYPES[dtype][0]
+    return size
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def tensor_map_arguments(layout: pb.TensorMapLayout, address: int) -> TensorMapA
     dims = tuple(int(layout.shape[rank - 1 - d]) for d in range(rank))
     box = tuple(int(layout.box[rank - 1 - d]) for d in range(rank))
     strides = []
-    stride = dtype_bytes(layout.dtype)
+    stride = _element_bytes(layout.dtype)
     for d in range(rank):
         if d > 0:
             strides.append(stride)
@@ -469,7 +470,7 @@ class TunedKernel:
     def _check(self, index: int, tensor: Any) -> int:
         buffer = self.buffers[index]
         what = f"{self.label}: buffer {index} '{buffer.name}'"
-        expected_dtype = _DTYPES.get(buffer.dtype, (0, "?"))[1]
+        expected_dtype = _TORCH_DTYPES.get(buffer.dtype, "?")
         if not getattr(tensor, "is_cuda", False):
             raise LaunchError(f"{what}: not a CUDA tensor")
         if str(tensor.dtype) != expected_dtype:

@@ -71,6 +71,26 @@ _DTYPE_NAMES: dict[DType, tuple[str, str]] = {
 }
 
 
+# Bytes per element, as proto/problem.cc's DTypeBytes.
+_DTYPE_BYTES: dict[DType, int] = {
+    DType.FLOAT32: 4,
+    DType.FLOAT16: 2,
+    DType.BFLOAT16: 2,
+    DType.FLOAT64: 8,
+    DType.INT8: 1,
+    DType.INT32: 4,
+    DType.INT64: 8,
+    DType.UINT8: 1,
+    DType.FLOAT8_E4M3: 1,
+    DType.FLOAT8_E5M2: 1,
+}
+
+
+def dtype_bytes(dtype: int) -> int:
+    """Bytes per element of a dtype number; 0 for one this client does not know."""
+    return _DTYPE_BYTES.get(dtype, 0)  # type: ignore[call-overload]  # IntEnum keys match their numbers
+
+
 def parse_dtype(value: Union[DType, str, int]) -> DType:
     """A DType from itself, its number, or a name: "bf16", "bfloat16" or "BFLOAT16".
 
