@@ -191,13 +191,14 @@ std::string CompileFailure(const v1::KernelFamily& family, const CheckCompile& c
     named = named || absl::StrContains(header.text(), unqualified);
   }
   const char* field = compile.reference ? "reference.kernel_name" : "kernel_name";
-  if (!hint.empty() || !named || absl::StrContains(log, "__nv_name_map") ||
-      absl::StrContains(log, "name expression")) {
-    *finding_field = hint.empty() ? field : "headers";
-  }
+  // The field to change: the headers when one is missing, else the kernel's name
+  // when that is what NVRTC could not find.
+  if (!hint.empty()) *finding_field = "headers";
   if (!named) {
+    if (finding_field->empty()) *finding_field = field;
     hint = absl::StrCat(field, " '", name, "' does not appear in ", ProgramName(family));
   } else if (absl::StrContains(log, "__nv_name_map") || absl::StrContains(log, "name expression")) {
+    if (finding_field->empty()) *finding_field = field;
     // The name is in the source, but not as a kernel NVRTC can find ("layernorm"
     // where the kernel is "layernorm_fwd").
     const std::vector<std::string> kernels = GlobalFunctions(family.source());
