@@ -169,6 +169,7 @@ absl::StatusOr<std::optional<Pair>> PairOf(const cache::Store& store, const v1::
 
   kernels::DeviceLimits limits;
   limits.arch = entry.arch();
+  limits.sm_count = entry.device().sm_count();  // the grid the tune measured
   ASSIGN_OR_RETURN(pair.space, kernels::ExpandSearchSpace(pair.family, pair.problem, limits));
   bool found_chosen = false;
   bool found_other = false;

@@ -54,6 +54,17 @@ inline constexpr absl::string_view kArchVariable = "arch";
 inline constexpr absl::string_view kArchSpecificVariable = "arch_specific";
 inline constexpr absl::string_view kTargetVariables[] = {kArchVariable, kArchSpecificVariable};
 
+// The variable a family's launch geometry (and only it) may also use: the
+// multiprocessor count of the device the kernel runs on, so that a
+// persistent kernel launches one block per SM, e.g. grid
+// "min(ceil_div(M, BM) * ceil_div(N, BN), sm_count)". Where the device is not
+// known (a compile-only job, a lookup that names no device) it is
+// kUnknownSmCount, a value no grid reaches: such a kernel then gets one block
+// per tile, which it must run correctly (a persistent kernel's result may
+// never depend on its grid).
+inline constexpr absl::string_view kSmCountVariable = "sm_count";
+inline constexpr double kUnknownSmCount = 2147483647;
+
 // The longest expression text accepted. A descriptor's expressions are a
 // line each; a limit keeps a hostile one (a descriptor sent over RPC) from
 // costing the daemon more than its size.

@@ -239,7 +239,9 @@ class FamilyChecker {
     CheckBuffers();
     CheckScalars();
     Note(CheckTensorMaps());
-    Note(CheckLaunch("launch", family_.has_launch(), family_.launch(), config_names_));
+    std::vector<std::string> launch_names = config_names_;
+    launch_names.emplace_back(kSmCountVariable);
+    Note(CheckLaunch("launch", family_.has_launch(), family_.launch(), launch_names));
     std::vector<std::string> constraint_names = config_names_;
     for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
     for (int i = 0; i < family_.constraints_size(); ++i) {
@@ -330,8 +332,8 @@ class FamilyChecker {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"));
     }
-    if (name == kDTypeBytesVariable || absl::c_linear_search(kTargetVariables, name) ||
-        IsExpressionBuiltinName(name)) {
+    if (name == kDTypeBytesVariable || name == kSmCountVariable ||
+        absl::c_linear_search(kTargetVariables, name) || IsExpressionBuiltinName(name)) {
       return Error(absl::StrCat(field, ".name"),
                    absl::StrCat("'", name, "' is reserved (a name of the expression language)"));
     }

@@ -39,8 +39,8 @@
 //   dims            non-empty; identifiers, unique; 0 <= min, max; min <= max
 //   dtypes          non-empty, known, not DTYPE_UNSPECIFIED, unique
 //   names           params, dims, buffers and scalars share one namespace;
-//                   none may be `dtype_bytes`, `arch`, `arch_specific` or a
-//                   function of expressions
+//                   none may be `dtype_bytes`, `arch`, `arch_specific`,
+//                   `sm_count` or a function of expressions
 //   buffers         non-empty, at least one OUT or INOUT; role set (SCRATCH:
 //                   no fill); shape has
 //                   at least one expression, each over dims + params +
@@ -48,7 +48,8 @@
 //                   non-negative stddev
 //   scalars         value is an expression over dims + params + dtype_bytes
 //   launch          1..3 grid and 1..3 block expressions over dims + params +
-//                   dtype_bytes; dynamic_shared_bytes empty or an expression
+//                   dtype_bytes + sm_count (the device's, expression.h);
+//                   dynamic_shared_bytes empty or an expression
 //   constraints     expressions over dims + params + dtype_bytes + arch +
 //                   arch_specific (the target, expression.h)
 //   reference       set, with kernel_name and its own launch (1..3 grid and

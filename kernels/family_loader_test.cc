@@ -327,6 +327,14 @@ INSTANTIATE_TEST_SUITE_P(
                        f.mutable_launch()->set_dynamic_shared_bytes("arch_specific * 1024");
                      },
                      "launch.dynamic_shared_bytes: unknown name 'arch_specific' (known: BLOCK, ELEMS, "
+                     "dtype_bytes, n, sm_count)"},
+        MutationCase{"SmCountIsReserved",
+                     [](v1::KernelFamily& f) { f.mutable_params(0)->set_name("sm_count"); },
+                     "params[0].name: 'sm_count' is reserved (a name of the expression "
+                     "language)"},
+        MutationCase{"SmCountOnlyInTheLaunch",
+                     [](v1::KernelFamily& f) { f.mutable_scalars(0)->set_value("sm_count"); },
+                     "scalars[0].value: unknown name 'sm_count' (known: BLOCK, ELEMS, "
                      "dtype_bytes, n)"},
         MutationCase{"FunctionNameIsReserved",
                      [](v1::KernelFamily& f) { f.mutable_buffers(0)->set_name("max"); },
@@ -435,7 +443,7 @@ INSTANTIATE_TEST_SUITE_P(
                        f.mutable_launch()->set_dynamic_shared_bytes("BLOCK * TILE");
                      },
                      "launch.dynamic_shared_bytes: unknown name 'TILE' (known: BLOCK, ELEMS, "
-                     "dtype_bytes, n)"},
+                     "dtype_bytes, n, sm_count)"},
         MutationCase{"ConstraintAssignment",
                      [](v1::KernelFamily& f) { f.set_constraints(0, "ELEMS = 1"); },
                      "constraints[0]: assignment '=' at position 6 in 'ELEMS = 1' (compare "

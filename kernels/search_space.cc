@@ -236,6 +236,8 @@ class ConfigResolver {
     ASSIGN_OR_RETURN(const ArchNumber target, ParseArch(limits_.arch));
     variables_[std::string(kArchVariable)] = target.number;
     variables_[std::string(kArchSpecificVariable)] = target.specific ? 1 : 0;
+    variables_[std::string(kSmCountVariable)] =
+        limits_.sm_count > 0 ? static_cast<double>(limits_.sm_count) : kUnknownSmCount;
     std::vector<std::string> constraint_names = names;
     for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
     for (int i = 0; i < family_.constraints_size(); ++i) {
@@ -243,7 +245,10 @@ class ConfigResolver {
                                                family_.constraints(i), constraint_names));
       constraints_.push_back(std::move(field));
     }
-    RETURN_IF_ERROR(ParseLaunch(family_.launch(), "launch", names, &grid_, &block_, &shared_));
+    std::vector<std::string> launch_names = names;
+    launch_names.emplace_back(kSmCountVariable);
+    RETURN_IF_ERROR(
+        ParseLaunch(family_.launch(), "launch", launch_names, &grid_, &block_, &shared_));
     RETURN_IF_ERROR(ParseLaunch(family_.reference().launch(), "reference.launch", dim_names,
                                 &reference_grid_, &reference_block_, &reference_shared_));
     for (int b = 0; b < family_.buffers_size(); ++b) {

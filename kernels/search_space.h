@@ -86,10 +86,15 @@ inline constexpr int64_t kMaxCubinBytes = int64_t{64} << 20;
 // "sm_90a", "sm_100f", ...); constraints see it as the variables `arch` and
 // `arch_specific` (expression.h), so a config whose code needs sm_90a is not
 // a variant of a job compiled for plain sm_90.
+//
+// `sm_count` is the device's multiprocessor count, which the launch
+// geometry sees as the variable `sm_count` (expression.h); 0 = unknown
+// (then kUnknownSmCount).
 struct DeviceLimits {
   int64_t max_threads_per_block = 1024;
   int64_t max_dynamic_shared_bytes = 227 * 1024;
   std::string arch = "sm_90";
+  int64_t sm_count = 0;
 };
 
 // One of the family's buffers, sized for the problem and config.

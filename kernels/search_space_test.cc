@@ -237,6 +237,37 @@ TEST(SearchSpaceTest, ConstraintsSeeTheTargetArch) {
                        "target arch 'gfx90a' is not a GPU architecture like sm_90"));
 }
 
+TEST(SearchSpaceTest, LaunchGridSeesTheDeviceSmCount) {
+  v1::KernelFamily family = Load("good/axpy.textproto");
+  // A persistent grid: one block per SM, never more blocks than tiles.
+  family.mutable_launch()->set_grid(0, "min(ceil_div(n, BLOCK * ELEMS), sm_count)");
+  ASSERT_OK(ValidateFamily(family, "family"));
+  const v1::Problem problem = Problem({{"n", 1 << 20}}, v1::FLOAT32);
+  v1::Config config;
+  (*config.mutable_params())["BLOCK"] = 256;
+  (*config.mutable_params())["ELEMS"] = 4;
+  DeviceLimits limits;
+  limits.sm_count = 132;
+  ASSERT_OK_AND_ASSIGN(Variant on_h100, ResolveConfig(family, problem, config, limits));
+  EXPECT_EQ(on_h100.launch.grid(0), 132);
+  // Unknown device (a compile-only job): one block per tile.
+  limits.sm_count = 0;
+  ASSERT_OK_AND_ASSIGN(Variant unknown, ResolveConfig(family, problem, config, limits));
+  EXPECT_EQ(unknown.launch.grid(0), (1 << 20) / 1024);
+  ASSERT_OK_AND_ASSIGN(SearchSpace space, ExpandSearchSpace(family, problem, limits));
+  for (const Variant& v : space.variants) {
+    const int64_t tile = v.config.params().at("BLOCK") * v.config.params().at("ELEMS");
+    EXPECT_EQ(v.launch.grid(0), ((1 << 20) + tile - 1) / tile);
+  }
+
+  // Only the launch sees it: a constraint or a buffer shape over sm_count is
+  // refused when the family is checked.
+  v1::KernelFamily in_constraint = Load("good/axpy.textproto");
+  in_constraint.add_constraints("BLOCK <= sm_count");
+  EXPECT_THAT(ValidateFamily(in_constraint, "family"),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("sm_count")));
+}
+
 TEST(SearchSpaceTest, TensorMapsAreLaidOutPerConfigAndABrokenBoxDropsTheConfig) {
   // y as a tensor map whose box is ELEMS * 64 elements.
   v1::KernelFamily family = Load("good/axpy.textproto");

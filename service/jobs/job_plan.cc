@@ -273,6 +273,7 @@ kernels::DeviceLimits LimitsOf(const worker::v1::DeviceInfo* gpu) {
   kernels::DeviceLimits limits;
   if (gpu == nullptr) return limits;
   if (gpu->max_threads_per_block() > 0) limits.max_threads_per_block = gpu->max_threads_per_block();
+  limits.sm_count = gpu->sm_count();
   if (gpu->max_shared_bytes_per_block() > 0) {
     limits.max_dynamic_shared_bytes = gpu->max_shared_bytes_per_block();
   }

@@ -526,8 +526,9 @@ absl::Status CacheAdmin::CheckBundleItems(const v1::CacheBundle& bundle) const {
                          ".arch is empty; name the architecture the entry was tuned on "
                          "(sm_90)"));
       }
-      kernels::DeviceLimits target;  // the arch the entry was compiled for
+      kernels::DeviceLimits target;  // the arch the entry was compiled for, its device's SMs
       target.arch = entry.arch();
+      target.sm_count = entry.device().sm_count();
       absl::StatusOr<kernels::Variant> variant =
           kernels::ResolveConfig(*family, entry.problem(), entry.config(), target);
       if (!variant.ok()) {

@@ -195,7 +195,7 @@ absl::StatusOr<kernels::Variant> ConfigResolverPool::Resolve(
     const v1::Problem& problem, const v1::Config& config,
     const kernels::DeviceLimits& limits) const {
   const std::string key = absl::StrCat(limits.arch, "/", limits.max_threads_per_block, "/",
-                                       limits.max_dynamic_shared_bytes);
+                                       limits.max_dynamic_shared_bytes, "/", limits.sm_count);
   std::optional<kernels::FamilyConfigResolver> resolver;
   {
     absl::MutexLock lock(&mu_);
@@ -373,6 +373,15 @@ v1::LaunchArguments ArgumentsOf(const v1::KernelFamily& family, const kernels::V
   return arguments;
 }
 
+// What an entry's config is resolved for: the arch it was compiled for and
+// the multiprocessors of the device it was tuned on (a persistent grid).
+kernels::DeviceLimits TargetOf(const v1::Entry& entry) {
+  kernels::DeviceLimits target;
+  if (!entry.arch().empty()) target.arch = entry.arch();
+  target.sm_count = entry.device().sm_count();
+  return target;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupRequest& request,
@@ -387,8 +396,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     *response.mutable_launch() = response.entry().launch();
   } else if (response.match() == v1::NEAREST) {
     // Checked for the arch the entry was compiled for.
-    kernels::DeviceLimits target;
-    if (!response.entry().arch().empty()) target.arch = response.entry().arch();
+    const kernels::DeviceLimits target = TargetOf(response.entry());
     absl::StatusOr<kernels::Variant> fitted =
         family->resolvers.Resolve(request.problem(), response.entry().config(), target);
     if (fitted.ok()) {
@@ -420,8 +428,10 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
   }
   if (response.match() == v1::MISS) {
     if (family->family.has_default_config()) {
+      kernels::DeviceLimits target;
+      target.sm_count = request.device().sm_count();
       absl::StatusOr<kernels::Variant> untuned =
-          family->resolvers.Resolve(request.problem(), family->family.default_config());
+          family->resolvers.Resolve(request.problem(), family->family.default_config(), target);
       if (untuned.ok()) {
         *response.mutable_default_config() = untuned->config;
         *response.mutable_default_launch() = untuned->launch;
@@ -440,8 +450,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     if (!named.has_value()) {
       // An EXACT entry (or one too new for the driver): its config was tuned
       // at these dims, for the arch it was compiled for.
-      kernels::DeviceLimits target;
-      if (!response.entry().arch().empty()) target.arch = response.entry().arch();
+      const kernels::DeviceLimits target = TargetOf(response.entry());
       absl::StatusOr<kernels::Variant> resolved =
           family->resolvers.Resolve(request.problem(), response.entry().config(), target);
       if (resolved.ok()) named = *std::move(resolved);
