@@ -12,7 +12,8 @@ instance the best tiles of each instruction path at large M.
   python3 bench/gemm_config_sweep.py --shapes 4096x4096x4096,8192x8192x8192 \
       --configs "WGMMA=1 BM=128 BN=256 BK=64 WM=2 WN=1 STAGES=4 GROUP_M=8 SPLIT_K=1"
 
---configs takes configs separated by ';' (every param of the family given).
+--configs takes configs separated by ';' (every param of the family given;
+PERSISTENT, added last, is 0 when left out).
 Prints one row per shape and config; writes them to --json.
 """
 import argparse
@@ -28,7 +29,7 @@ from gemm_vs_cublas import gemm_args, time_graph, workspace_floats  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "kernels", "builtin", "gemm_bf16.cu")
-PARAMS = ("WGMMA", "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K")
+PARAMS = ("WGMMA", "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "PERSISTENT")
 
 
 def nvrtc_compile(source, options, arch):
@@ -58,14 +59,16 @@ def nvrtc_compile(source, options, arch):
     return cubin.raw
 
 
-def launch_of(config, m, n):
+def launch_of(config, m, n, sm_count):
     """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
     c = config
-    grid = (-(-m // c["BM"]) * (n // c["BN"]), c["SPLIT_K"], 1)
+    tiles = -(-m // c["BM"]) * -(-n // c["BN"])
+    grid = (min(tiles, sm_count) if c["PERSISTENT"] else tiles, c["SPLIT_K"], 1)
     threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1),
                3: 128 * (c["WM"] + 1)}
     block = (threads[c["WGMMA"]], 1, 1)
-    shared = c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + (1024 if c["WGMMA"] else 0)
+    shared = (c["STAGES"] * (c["BM"] + c["BN"]) * c["BK"] * 2 + (1024 if c["WGMMA"] else 0)
+              + (c["BM"] * c["BN"] * 2 if c["PERSISTENT"] else 0))
     return grid, block, shared
 
 
@@ -88,6 +91,7 @@ def main():
     configs = []
     for text in filter(None, (t.strip() for t in args.configs.split(";"))):
         config = {k: int(v) for k, v in (p.split("=") for p in text.split())}
+        config.setdefault("PERSISTENT", 0)
         missing = [p for p in PARAMS if p not in config]
         if missing:
             sys.exit(f"config '{text}' lacks {', '.join(missing)}")
@@ -99,7 +103,7 @@ def main():
         except RuntimeError as error:
             print(error, file=sys.stderr)
             continue
-        shared = launch_of(config, 1, config["BN"])[2]
+        shared = launch_of(config, 1, config["BN"], device.multi_processor_count)[2]
         configs.append((config, driver.load(cubin, "gemm_bf16", shared)))
 
     rows = []
@@ -123,9 +127,10 @@ def main():
         expected = c[0].float() * float(alpha)
         flops = 2.0 * m * n * k
         for config, kernel in configs:
-            if n % config["BN"] or k % (config["BK"] * config["SPLIT_K"]):
+            ragged_n = config["WGMMA"] == 3 and config["SPLIT_K"] == 1  # the TMA takes it
+            if (n % config["BN"] and not ragged_n) or k % (config["BK"] * config["SPLIT_K"]):
                 continue
-            grid, block, shared = launch_of(config, m, n)
+            grid, block, shared = launch_of(config, m, n, device.multi_processor_count)
             work = [torch.zeros(workspace_floats(m, n, config), device="cuda",
                                 dtype=torch.float32) for _ in range(sets)]
             set_args = [gemm_args(driver, config, a[i], b[i], c[i], work[i], alpha)

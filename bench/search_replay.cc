@@ -28,9 +28,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -235,8 +237,25 @@ absl::StatusOr<std::vector<float>> DerivedOf(const Screens& screens,
   limits.arch = "sm_90a";
   ASSIGN_OR_RETURN(const kernels::SearchSpace space,
                    kernels::ExpandSearchSpace(*family, problem, limits));
+  // Screens recorded before a param was added hold its default's configs
+  // only (the kernel as it was then).
+  std::vector<std::pair<std::string, int64_t>> unscreened;
+  for (const v1::TunableParameter& param : family->params()) {
+    if (absl::c_linear_search(screens.params, param.name())) continue;
+    auto it = family->default_config().params().find(param.name());
+    if (it == family->default_config().params().end()) {
+      return absl::InvalidArgumentError(absl::StrCat(screens.problem, ": param '", param.name(),
+                                                     "' was not screened and has no default"));
+    }
+    unscreened.emplace_back(param.name(), it->second);
+  }
   std::map<std::vector<int64_t>, const kernels::Variant*> by_values;
   for (const kernels::Variant& variant : space.variants) {
+    if (!absl::c_all_of(unscreened, [&](const auto& fixed) {
+          return variant.config.params().at(fixed.first) == fixed.second;
+        })) {
+      continue;
+    }
     std::vector<int64_t> values;
     for (const std::string& param : screens.params) {
       values.push_back(variant.config.params().at(param));

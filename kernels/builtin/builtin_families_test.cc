@@ -20,6 +20,8 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,6 +43,7 @@ namespace autotune::kernels {
 namespace {
 
 using ::testing::IsEmpty;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAreArray;
 
 constexpr char kKernelsDir[] = AUTOTUNE_KERNELS_DIR;
@@ -596,12 +599,37 @@ TEST(GemmBf16Test, TheWgmmaPathIsOnlyForSm90aAndCompilesThere) {
   EXPECT_TRUE(wgmma_variants("sm_90").empty());
   EXPECT_TRUE(wgmma_variants("sm_100a").empty());
   const std::vector<Variant> variants = wgmma_variants("sm_90a");
-  ASSERT_EQ(variants.size(), 1072u);  // the count the descriptor's comment gives (288 + 392 + 392)
+  // The counts the descriptor's comment gives, per path: (WGMMA,
+  // PERSISTENT, BN = 192).
+  std::map<std::tuple<int64_t, int64_t, bool>, int> paths;
+  for (const Variant& variant : variants) {
+    const auto& params = variant.config.params();
+    ++paths[{params.at("WGMMA"), params.at("PERSISTENT"), params.at("BN") == 192}];
+  }
+  EXPECT_THAT(paths,
+              ::testing::ElementsAre(Pair(std::tuple<int64_t, int64_t, bool>{1, 0, false}, 288),
+                                     Pair(std::tuple<int64_t, int64_t, bool>{2, 0, false}, 392),
+                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 0, false}, 392),
+                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 0, true}, 16),
+                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 1, false}, 84),
+                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 1, true}, 14)));
 
+  // An even spread over the paths, and the first and the last config of the
+  // persistent schedule and of the 192-column tiles.
   constexpr size_t kSample = 32;
-  std::vector<CompileJob> jobs;
+  std::vector<const Variant*> sample;
   for (size_t i = 0; i < kSample; ++i) {
-    const Variant& variant = variants[i * (variants.size() - 1) / (kSample - 1)];
+    sample.push_back(&variants[i * (variants.size() - 1) / (kSample - 1)]);
+  }
+  for (const auto& [param, value] :
+       {std::pair<const char*, int64_t>{"PERSISTENT", 1}, {"BN", 192}}) {
+    const auto has = [&](const Variant& v) { return v.config.params().at(param) == value; };
+    sample.push_back(&*std::find_if(variants.begin(), variants.end(), has));
+    sample.push_back(&*std::find_if(variants.rbegin(), variants.rend(), has));
+  }
+  std::vector<CompileJob> jobs;
+  for (const Variant* sampled : sample) {
+    const Variant& variant = *sampled;
     CompileJob& job = jobs.emplace_back();
     job.what = absl::StrJoin(variant.compile_options, " ");
     job.request = {.source = loaded.family.source(),

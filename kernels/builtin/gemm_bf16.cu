@@ -18,21 +18,28 @@
 //               with one thread of that warpgroup copying whole tiles with
 //               the TMA (cp.async.bulk.tensor over the tensor maps), and C
 //               staged in shared memory and stored by the TMA (SPLIT_K = 1)
+//   PERSISTENT  WGMMA = 3, SPLIT_K = 1 only: 1 = a grid of at most one block
+//               per SM (the launch's `sm_count`) whose blocks walk the tiles
+//               blockIdx.x, + gridDim.x, ...: the TMA thread fetches the next
+//               tile's stages while the computing warpgroups store the last
+//               one's C from a staging area of its own; 0 = a block per tile
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
 //   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
 //               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
 //               of 16 both ways). wgmma: WM warpgroups along M (WN = 1),
 //               each owning (BM/WM) x BN in m64 slabs (BK = 64, BN one of
-//               64, 128 and 256)
+//               64, 128, 192 and 256)
 //   STAGES      shared-memory stages of the cp.async ring (STAGES - 1 K steps
 //               in flight while one is computed)
 //   GROUP_M     block tiles walk GROUP_M tile rows down before moving right,
 //               so neighbouring blocks share A and B tiles in L2
 //   SPLIT_K     blocks that share one C tile, each over K / SPLIT_K; the last
 //               of them to finish adds the fp32 partials (serial split-K)
-// The descriptor's constraints guarantee N % BN == 0 and K % (BK * SPLIT_K)
-// == 0 (no column or K edge); rows of A past M are zero-filled and rows of C
-// past M are not written.
+// The descriptor's constraints guarantee K % (BK * SPLIT_K) == 0 (no K
+// edge) and N % BN == 0 except on the TMA path without a split (WGMMA = 3,
+// SPLIT_K = 1), where the TMA reads the rows of B past N as zeros and clips
+// the store of C at N; rows of A past M are zero-filled and rows of C past M
+// are not written.
 //
 // Tensor cores through inline PTX, no library: cp.async 16-byte copies
 // global -> shared into XOR-swizzled tiles (no bank conflicts), then either
@@ -51,9 +58,13 @@
 // atomic: the next launch (the timing loop replays it on the same buffer),
 // or a config with another SPLIT_K, finds every counter at 0.
 //
-// Launch: grid = (ceil(M / BM) * (N / BN), SPLIT_K), block = 32 * WM * WN
-// (mma.sync) or 128 * WM (wgmma), dynamic shared memory = STAGES * (BM +
-// BN) * BK * 2 bytes, plus 1024 for wgmma (its tiles are 1024-aligned).
+// Launch: grid = (ceil(M / BM) * ceil(N / BN), SPLIT_K), or for PERSISTENT
+// = 1 (min(that, sm_count), 1); block = 32 * WM * WN (mma.sync), 128 * WM
+// (WGMMA = 1) or 128 * (WM + 1) (WGMMA = 2, 3); dynamic shared memory =
+// STAGES * (BM + BN) * BK * 2 bytes, plus 1024 for wgmma (its tiles are
+// 1024-aligned), plus BM * BN * 2 for PERSISTENT = 1 (the staging of C).
+// A block's result never depends on the grid: PERSISTENT = 1 is correct for
+// any grid of at least one block.
 #include <cuda_bf16.h>
 
 #if !defined(AUTOTUNE_DTYPE_BF16)
@@ -86,9 +97,10 @@ extern "C" __global__ void __launch_bounds__(256)
 
 #else  // the tuned kernel
 
-#if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || \
-    !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K) || !defined(WGMMA)
-#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K and WGMMA"
+#if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) ||  \
+    !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K) || !defined(WGMMA) || \
+    !defined(PERSISTENT)
+#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K, WGMMA and PERSISTENT"
 #endif
 #if WGMMA && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "the wgmma paths (WGMMA=1, 2, 3) run on sm_90a only: compile with -arch=sm_90a"
@@ -127,7 +139,8 @@ static_assert(WN == 1 && BK == 64 && BM % (64 * WM) == 0,
               "wgmma: WN = 1, BK = 64 (the 128-byte swizzle), a warpgroup's rows a multiple of 64");
 static_assert(WGMMA >= 2 || STAGES >= 3,
               "WGMMA = 1 needs a stage beyond the one the last wgmma group may still read");
-static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma: BN is one of 64, 128 and 256");
+static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+              "wgmma: BN is one of 64, 128, 192 and 256");
 #else
 static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0,
               "a warp's tile must be a multiple of 16 along M and N (ldmatrix.x4 loads 16 rows)");
@@ -137,6 +150,9 @@ static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0,
 static_assert(BM >= 16 && BN >= 32, "the smallest tile the counters allow is 16 x 32");
 static_assert(STAGES >= 2, "the ring needs at least two stages");
 static_assert(GROUP_M >= 1 && SPLIT_K >= 1, "GROUP_M and SPLIT_K must be at least 1");
+static_assert(PERSISTENT == 0 || (PERSISTENT == 1 && WGMMA == 3 && SPLIT_K == 1),
+              "PERSISTENT = 1 is a schedule of the TMA path without a split (WGMMA = 3, "
+              "SPLIT_K = 1)");
 
 // One counter per 16 x 32 tile of C, rounded up to 4 words so that the fp32
 // partial tiles after them are 16-byte aligned. The descriptor sizes the
@@ -226,6 +242,22 @@ __device__ __forceinline__ void Wgmma(float (&d)[16][4], unsigned long long a,
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
       "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : AT_ACC32(0), AT_ACC32(8)
+      : "l"(a), "l"(b), "r"(1));
+}
+#elif BN == 192
+__device__ __forceinline__ void Wgmma(float (&d)[24][4], unsigned long long a,
+                                      unsigned long long b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+      "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+      : AT_ACC32(0), AT_ACC32(8), AT_ACC32(16)
       : "l"(a), "l"(b), "r"(1));
 }
 #elif BN == 256
@@ -525,27 +557,182 @@ __device__ __forceinline__ void CopyRing(const LoaderA& load_a, const LoaderB& l
   CpAsyncWait<0>();  // only empty groups are left; none outlives the block
 }
 
+// The origin (m0, n0) in C of tile number `tile`, in grouped rasterization
+// (Triton's matmul tutorial): tiles walk a band of GROUP_M tile rows column
+// by column; the last band may be shorter.
+__device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
+  const int band_tiles = GROUP_M * tiles_n;
+  const int first_m = tile / band_tiles * GROUP_M;
+  const int band_rows = min(tiles_m - first_m, GROUP_M);
+  const int in_band = tile % band_tiles;
+  m0 = (first_m + in_band % band_rows) * BM;
+  n0 = in_band / band_rows * BN;
+}
+
+#if WGMMA == 3 && SPLIT_K == 1
+// The TMA path without a split, the whole of a block's work: thread 0 (of
+// the copying warpgroup) issues each K step's [BM, BK] and [BN, BK] boxes
+// into the stage ring, the WM computing warpgroups run their wgmmas on each
+// stage once its `full` barrier completes and release it on `empty`, then
+// write their tile of C, alpha applied and rounded to bf16, into shared
+// memory as BN / 64 column slabs of [BM, 64] in the 128-byte swizzle, and
+// one thread stores each slab with map_c (the TMA clips the box at the
+// tensor's edges: rows past M and columns past N are not written).
+//
+// A block computes tiles blockIdx.x, blockIdx.x + gridDim.x, ... (one tile
+// when PERSISTENT = 0, whose grid has a block per tile). The copying thread
+// and the computing warpgroups each keep their place in the ring (stage and
+// phase parity) from one tile to the next, so the next tile's stages fill
+// while C of the last one is stored. PERSISTENT = 1 stages C in an area of
+// its own after the ring (its bulk stores are waited for before it is
+// written again); PERSISTENT = 0 stages it over the ring, free by then.
+__device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap& map_b,
+                                         const TensorMap& map_c, float alpha, int m, int n, int k,
+                                         unsigned smem_a) {
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int tiles_m = (m + BM - 1) / BM;
+  const int tiles_n = (n + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int first_tile = blockIdx.x;
+  const int tile_step = PERSISTENT ? gridDim.x : tiles;  // PERSISTENT = 0: one tile
+  const int k_tiles = k / BK;
+  const unsigned smem_b = smem_a + STAGES * kStageBytesA;
+  const unsigned staging = PERSISTENT ? smem_b + STAGES * kStageBytesB : smem_a;
+
+  __shared__ unsigned long long barriers[2 * STAGES];  // full, then empty
+  const unsigned full = static_cast<unsigned>(__cvta_generic_to_shared(barriers));
+  const unsigned empty = full + STAGES * 8;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      MbarrierInit(full + s * 8, 1);  // the copying thread's arrival, with the bytes
+      MbarrierInit(empty + s * 8, kComputeThreads);
+    }
+    // The TMA (the async proxy) must see the initialized barriers.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  __syncthreads();
+
+  if (tid == 0) {
+    int stage = 0;
+    unsigned parity = 1;  // of the phase of `empty` that frees the stage
+    bool lapped = false;  // every stage filled once: each must be freed first
+    for (int tile = first_tile; tile < tiles; tile += tile_step) {
+      int m0, n0;
+      TileOrigin(tile, tiles_m, tiles_n, m0, n0);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        if (lapped) MbarrierWait(empty + stage * 8, parity);
+        MbarrierArriveExpectTx(full + stage * 8, kStageBytesA + kStageBytesB);
+        TmaLoad2d(smem_a + stage * kStageBytesA, map_a, kt * BK, m0, full + stage * 8);
+        TmaLoad2d(smem_b + stage * kStageBytesB, map_b, kt * BK, n0, full + stage * 8);
+        if (++stage == STAGES) {
+          stage = 0;
+          parity ^= 1;
+          lapped = true;
+        }
+      }
+    }
+    return;
+  }
+  if (tid < kFirstComputeThread) return;  // the rest of the copying warpgroup
+
+  const int ctid = tid - kFirstComputeThread;
+  const unsigned warpgroup_a = static_cast<unsigned>((warp / 4 - 1) * kWarpM * BK * 2);
+  const int tile_row = (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
+  int stage = 0;
+  unsigned parity = 0;  // of the phase of `full` that fills the stage
+  float acc[kFragM][kFragN][4];
+  for (int tile = first_tile; tile < tiles; tile += tile_step) {
+    int m0, n0;
+    TileOrigin(tile, tiles_m, tiles_n, m0, n0);
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+      }
+    }
+    int previous = 0;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      MbarrierWait(full + stage * 8, parity);
+      WgmmaStage(smem_a + stage * kStageBytesA + warpgroup_a, smem_b + stage * kStageBytesB, acc);
+      if (kt > 0) MbarrierArrive(empty + previous * 8);
+      previous = stage;
+      if (++stage == STAGES) {
+        stage = 0;
+        parity ^= 1;
+      }
+    }
+    WgmmaWait<0>();
+    FenceAccumulators(acc);
+    MbarrierArrive(empty + previous * 8);
+
+    // The staging area is free once the last tile's bulk stores have read
+    // it (PERSISTENT = 1), or once every warpgroup is past its last wgmma
+    // on the ring (PERSISTENT = 0): then the barrier.
+    if (PERSISTENT && ctid == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    ComputeBarrier();
+#pragma unroll
+    for (int mi = 0; mi < kFragM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < kFragN; ++ni) {
+        const float(&v)[4] = acc[mi][ni];
+        const int col = lane % 4 * 2 + ni * 8;
+        const int row = tile_row + mi * kFragRows;
+        const unsigned slab = staging + static_cast<unsigned>(col / 64 * BM * 128);
+        const unsigned chunk = static_cast<unsigned>(col % 64 / 8);
+        const unsigned within = static_cast<unsigned>(col % 8 * 2);
+        const __nv_bfloat162 top = __floats2bfloat162_rn(alpha * v[0], alpha * v[1]);
+        const __nv_bfloat162 bottom = __floats2bfloat162_rn(alpha * v[2], alpha * v[3]);
+        StoreShared32(slab + row * 128 + ((chunk ^ (row % 8)) << 4) + within,
+                      *reinterpret_cast<const unsigned*>(&top));
+        StoreShared32(slab + (row + 8) * 128 + ((chunk ^ ((row + 8) % 8)) << 4) + within,
+                      *reinterpret_cast<const unsigned*>(&bottom));
+      }
+    }
+    FenceProxyAsync();  // the TMA reads what the generic proxy wrote
+    ComputeBarrier();
+    if (ctid == 0) {
+#pragma unroll
+      for (int s = 0; s < BN / 64; ++s) {
+        // A slab wholly past N (the last tile of a ragged N) is not stored.
+        if (n0 + s * 64 < n) {
+          TmaStore2d(map_c, staging + static_cast<unsigned>(s * BM * 128), n0 + s * 64, m0);
+        }
+      }
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    }
+  }
+  // The block's shared memory must outlive the stores' reads of it.
+  if (ctid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+#endif  // WGMMA == 3 && SPLIT_K == 1
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
               float* __restrict__ workspace, const __grid_constant__ TensorMap map_a,
               const __grid_constant__ TensorMap map_b, const __grid_constant__ TensorMap map_c,
               float alpha, int m, int n, int k) {
   extern __shared__ __align__(128) unsigned char smem[];
+  // wgmma's swizzled tiles start at 1024-byte boundaries (the launch gives
+  // 1024 bytes more for it); every stage is a multiple of 8 KiB then.
+  unsigned smem_a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (WGMMA) smem_a = (smem_a + 1023) & ~1023u;
+#if WGMMA == 3 && SPLIT_K == 1
+  TmaTiles(map_a, map_b, map_c, alpha, m, n, k, smem_a);
+#else
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
 
-  // Grouped rasterization (Triton's matmul tutorial): blocks walk a band of
-  // GROUP_M tile rows column by column; the last band may be shorter.
   const int tiles_m = (m + BM - 1) / BM;
-  const int tiles_n = n / BN;
+  const int tiles_n = (n + BN - 1) / BN;
   const int tile = blockIdx.x;
-  const int band_tiles = GROUP_M * tiles_n;
-  const int first_m = tile / band_tiles * GROUP_M;
-  const int band_rows = min(tiles_m - first_m, GROUP_M);
-  const int in_band = tile % band_tiles;
-  const int m0 = (first_m + in_band % band_rows) * BM;
-  const int n0 = in_band / band_rows * BN;
+  int m0, n0;
+  TileOrigin(tile, tiles_m, tiles_n, m0, n0);
 
   const int split = blockIdx.y;
   const int split_k = k / SPLIT_K;
@@ -555,10 +742,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const TileLoader<BN, false> load_b(b + static_cast<long long>(n0) * k + split * split_k, k, BN,
                                      tid);
 
-  // wgmma's swizzled tiles start at 1024-byte boundaries (the launch gives
-  // 1024 bytes more for it); every stage is a multiple of 8 KiB then.
-  unsigned smem_a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if (WGMMA) smem_a = (smem_a + 1023) & ~1023u;
   const unsigned smem_b = smem_a + STAGES * kStageBytesA;
 
   float acc[kFragM][kFragN][4];
@@ -705,44 +888,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int ctid = tid - kFirstComputeThread;
   if constexpr (SPLIT_K == 1) {
     if (!computes) return;
-#if WGMMA == 3
-    // C leaves through the TMA too: the computing threads write the tile,
-    // alpha applied and rounded to bf16, into shared memory as BN / 64
-    // column slabs of [BM, 64] in the 128-byte swizzle (the stages are free
-    // once every warpgroup is past its last wgmma, hence the first barrier),
-    // then one thread stores each slab with map_c. Rows past M are not
-    // written: the TMA clips the box at the tensor's edge.
-    ComputeBarrier();
-    const int tile_row = (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
-#pragma unroll
-    for (int mi = 0; mi < kFragM; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < kFragN; ++ni) {
-        const float(&v)[4] = acc[mi][ni];
-        const int col = lane % 4 * 2 + ni * 8;
-        const int row = tile_row + mi * kFragRows;
-        const unsigned slab = smem_a + static_cast<unsigned>(col / 64 * BM * 128);
-        const unsigned chunk = static_cast<unsigned>(col % 64 / 8);
-        const unsigned within = static_cast<unsigned>(col % 8 * 2);
-        const __nv_bfloat162 top = __floats2bfloat162_rn(alpha * v[0], alpha * v[1]);
-        const __nv_bfloat162 bottom = __floats2bfloat162_rn(alpha * v[2], alpha * v[3]);
-        StoreShared32(slab + row * 128 + ((chunk ^ (row % 8)) << 4) + within,
-                      *reinterpret_cast<const unsigned*>(&top));
-        StoreShared32(slab + (row + 8) * 128 + ((chunk ^ ((row + 8) % 8)) << 4) + within,
-                      *reinterpret_cast<const unsigned*>(&bottom));
-      }
-    }
-    FenceProxyAsync();  // the TMA reads what the generic proxy wrote
-    ComputeBarrier();
-    if (ctid == 0) {
-#pragma unroll
-      for (int s = 0; s < BN / 64; ++s) {
-        TmaStore2d(map_c, smem_a + static_cast<unsigned>(s * BM * 128), n0 + s * 64, m0);
-      }
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    }
-#else
 #pragma unroll
     for (int mi = 0; mi < kFragM; ++mi) {
 #pragma unroll
@@ -751,7 +896,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         StoreFragment(c, row0 + mi * kFragRows, col0 + ni * 8, m, n, alpha, v[0], v[1], v[2], v[3]);
       }
     }
-#endif
   } else {
     // The tile's SPLIT_K partials, each in fragment order: float4 number
     // (mi * kFragN + ni) * kComputeThreads + ctid is this thread's fragment (mi, ni),
@@ -800,6 +944,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+#endif  // WGMMA == 3 && SPLIT_K == 1
 }
 
 #endif  // AUTOTUNE_REFERENCE

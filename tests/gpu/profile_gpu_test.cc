@@ -292,16 +292,19 @@ struct PreparedProblem {
 // `sample` > 0 keeps that many variants of the space, spread evenly over
 // it (the first and the last always among them), and compiles only those.
 // `arch` (empty: the GPU's, "sm_90") is the one the space is expanded and
-// compiled for; `keep`, when set, drops the variants it refuses first.
+// compiled for; `keep`, when set, drops the variants it refuses first;
+// `sm_count` is the launch's (0: unknown, a block per tile).
 absl::StatusOr<std::unique_ptr<PreparedProblem>> Prepare(
     const v1::KernelFamily& family, const v1::Problem& problem, size_t sample = 0,
-    std::string arch = "", const std::function<bool(const kernels::Variant&)>& keep = nullptr) {
+    std::string arch = "", const std::function<bool(const kernels::Variant&)>& keep = nullptr,
+    int64_t sm_count = 0) {
   auto prepared = std::make_unique<PreparedProblem>();
   prepared->family = family;
   prepared->problem = problem;
   if (arch.empty()) arch = gpu->Arch();
   kernels::DeviceLimits target;
   target.arch = arch;
+  target.sm_count = sm_count;
   ASSIGN_OR_RETURN(prepared->space, kernels::ExpandSearchSpace(family, problem, target));
   std::vector<kernels::Variant>& variants = prepared->space.variants;
   if (keep) {
@@ -987,11 +990,14 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
 
 // gemm_bf16 has thousands of configs a problem, too many to compile here:
 // an even spread of each problem's space validates, over problems with an
-// M that tiles no block exactly, a single row (split-K's case), and N and K
-// that several tile sizes and splits divide: 96 mma.sync configs for sm_90
+// M that tiles no block exactly, a single row (split-K's case), N and K
+// that several tile sizes and splits divide, and an N (640) that the TMA
+// path's 128, 192 and 256 tiles leave ragged: 96 mma.sync configs for sm_90
 // and, on a GPU that runs sm_90a, 48 of each wgmma path's (the third with
-// tensor maps the worker builds over each input set). Every config of a
-// tuned problem is validated again by the job that tunes it.
+// tensor maps the worker builds over each input set), and 48 of its
+// persistent schedule launched as if the GPU had 7 SMs, so that each block
+// walks several tiles and the blocks unequal numbers of them. Every config
+// of a tuned problem is validated again by the job that tunes it.
 TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
                        kernels::LoadFamilyFile(absl::StrCat(KernelsDir(), "/gemm_bf16.textproto")));
@@ -1002,27 +1008,33 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   struct Pass {
     std::string arch;
     size_t sample;
-    int64_t wgmma;  // the WGMMA param of the configs kept
+    int64_t wgmma;       // the WGMMA param of the configs kept
+    int64_t persistent;  // and their PERSISTENT
+    int64_t sm_count;    // the launch's (0: a block per tile)
   };
-  std::vector<Pass> passes = {{gpu->Arch(), 96, 0}};
+  std::vector<Pass> passes = {{gpu->Arch(), 96, 0, 0, 0}};
   if (gpu->Arch() == "sm_90") {
-    passes.push_back({"sm_90a", 48, 1});
-    passes.push_back({"sm_90a", 48, 2});
-    passes.push_back({"sm_90a", 48, 3});  // the TMA, through the tensor maps
+    passes.push_back({"sm_90a", 48, 1, 0, 0});
+    passes.push_back({"sm_90a", 48, 2, 0, 0});
+    passes.push_back({"sm_90a", 48, 3, 0, 0});  // the TMA, through the tensor maps
+    passes.push_back({"sm_90a", 48, 3, 1, 7});  // its persistent schedule, 7 blocks
   }
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}}) {
+           {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}, {300, 640, 1024}}) {
     for (const Pass& pass : passes) {
       v1::Problem problem;
       (*problem.mutable_dims())["M"] = m;
       (*problem.mutable_dims())["N"] = n;
       (*problem.mutable_dims())["K"] = k;
       problem.set_dtype(v1::BFLOAT16);
-      ASSERT_OK_AND_ASSIGN(
-          std::unique_ptr<PreparedProblem> prepared,
-          Prepare(family, problem, pass.sample, pass.arch, [&](const kernels::Variant& v) {
-            return v.config.params().at("WGMMA") == pass.wgmma;
-          }));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedProblem> prepared,
+                           Prepare(
+                               family, problem, pass.sample, pass.arch,
+                               [&](const kernels::Variant& v) {
+                                 return v.config.params().at("WGMMA") == pass.wgmma &&
+                                        v.config.params().at("PERSISTENT") == pass.persistent;
+                               },
+                               pass.sm_count));
       ASSERT_FALSE(prepared->space.variants.empty()) << pass.arch;
       if (pass.wgmma > 0) wgmma += static_cast<int>(prepared->space.variants.size());
       kernels::ProfileSettings settings;
@@ -1033,7 +1045,8 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
       }
       ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
                            MakeTask(*prepared, picks, settings,
-                                    absl::StrCat("gemm-", m, "-", n, "-", k, "-", pass.arch)));
+                                    absl::StrCat("gemm-", m, "-", n, "-", k, "-", pass.arch,
+                                                 pass.persistent ? "-persistent" : "")));
       service::ProfileResult result = pool_->Profile(task);
       ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
           << result.done.ShortDebugString();
@@ -1049,7 +1062,7 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
     }
   }
   Summary("builtin gemm_bf16",
-          absl::StrCat(outcomes.size(), " configs over 3 problems validated (", wgmma,
+          absl::StrCat(outcomes.size(), " configs over 4 problems validated (", wgmma,
                        " of them wgmma on sm_90a): ", CountStatuses(outcomes), " in ",
                        Seconds(absl::Now() - start)));
   EXPECT_EQ(failures, 0);
