@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # gemm_bf16 against cuBLAS on the GPU machine: the bundled daemon tunes the
 # shapes of a manifest (cold, on a fresh database), then
-# bench/gemm_vs_cublas.py times each tuned cubin and torch.matmul (cuBLAS)
-# the same way in one process (CUDA graphs over input sets larger than 2x
-# L2), and prints one row per shape with the tuned kernel's and cuBLAS's
-# TFLOP/s and their ratio, and the daemon's speedup over the family's
-# default config.
+# bench/gemm_vs_cublas.py times each tuned cubin, torch.matmul (cuBLAS) and
+# the fastest cuBLASLt algorithm for the shape the same way in one process
+# (CUDA graphs over input sets larger than 2x L2, the sides interleaved,
+# GEMM_RUNS runs, default 3), and prints one row per shape with the tuned
+# kernel's and cuBLAS's TFLOP/s, their ratios and spread over the runs, and
+# the daemon's speedup over the family's default config; then summaries per
+# M group, the GPU's clocks, and M <= 16 as a share of copy bandwidth.
 #
 #   bash bench/run_gemm_bench.sh [MANIFEST]   # default bench/gemm.manifest
 #
@@ -70,4 +72,4 @@ if [[ -x "$bundle/gemm-server" ]]; then
     --m "$ms,512" --n "$n" --k "$k" --expect-source "local cache"
 fi
 python3 "$repo/bench/gemm_vs_cublas.py" --lookups "$out/lookups" --job "$out/gemm_job.json" \
-  --json "$out/gemm_bench.json"
+  --json "$out/gemm_bench.json" --runs "${GEMM_RUNS:-3}"
