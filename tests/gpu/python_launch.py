@@ -13,7 +13,8 @@ import torch
 import autotune_client as at
 
 ADDRESS, LOCAL = sys.argv[1], sys.argv[2]
-torch.cuda.init()
+# No CUDA work before the first load: the launcher makes torch's context
+# current itself (torch creates it at the first tensor on the GPU).
 device = torch.cuda.get_device_name()
 # Tuned (EXACT), and one shape no job tuned (hidden 2048: a MISS whose
 # default config is compiled here from its recipe).

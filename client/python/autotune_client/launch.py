@@ -20,8 +20,9 @@ it. A call then costs those checks and one cuLaunchKernel, and it may be
 captured in a CUDA graph (the launch goes to the stream given).
 
 The CUDA driver is reached through ctypes (libcuda.so.1): no other
-dependency. Loading needs a current CUDA context on the thread, as PyTorch
-makes one (torch.cuda.init()).
+dependency. Kernels load into the thread's current CUDA context, or where
+there is none yet into the primary context of torch's current device, the
+one torch's tensors live in (CudaDriver.ensure_context).
 
 For torch.compile, `custom_op` registers a call as a PyTorch custom operator
 that mutates the output buffers, which compiled graphs call as they are.
@@ -39,6 +40,7 @@ import ctypes
 import hashlib
 import os
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
@@ -176,18 +178,57 @@ class Driver(Protocol):
     ) -> None: ...
 
 
+def _current_device_ordinal() -> int:
+    """torch's current CUDA device when torch is loaded, else 0."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            return int(torch.cuda.current_device())
+        except Exception:  # torch without CUDA: the driver will say what is wrong
+            return 0
+    return 0
+
+
 class CudaDriver:
-    """The CUDA driver API through ctypes, in the thread's current context."""
+    """The CUDA driver API through ctypes, in the thread's current context.
+
+    Where the thread has no current context (torch creates its context
+    lazily, at the first tensor on the GPU, and per thread makes it current
+    only when it works there), the driver makes the primary context of
+    torch's current device current: the one torch itself uses, so modules
+    loaded here and torch's tensors share one context. `cu` replaces the
+    driver library (tests)."""
 
     _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    _CUDA_ERROR_INVALID_CONTEXT = 201
 
-    def __init__(self, library: str = "libcuda.so.1") -> None:
-        try:
-            self._cu = ctypes.CDLL(library)
-        except OSError as error:
-            raise LaunchError(f"cannot load the CUDA driver ({library}): {error}") from None
+    def __init__(self, library: str = "libcuda.so.1", cu: Any = None) -> None:
+        if cu is not None:
+            self._cu = cu
+        else:
+            try:
+                self._cu = ctypes.CDLL(library)
+            except OSError as error:
+                raise LaunchError(f"cannot load the CUDA driver ({library}): {error}") from None
         self._check(self._cu.cuInit(0), "cuInit")
         self._modules: list[ctypes.c_void_p] = []  # kept loaded while the driver lives
+
+    def ensure_context(self) -> None:
+        """Makes the primary context of torch's current device (device 0
+        without torch) current on this thread when none is."""
+        context = ctypes.c_void_p()
+        self._check(self._cu.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        if context.value:
+            return
+        ordinal = _current_device_ordinal()
+        device = ctypes.c_int()
+        self._check(self._cu.cuDeviceGet(ctypes.byref(device), ordinal), f"cuDeviceGet({ordinal})")
+        # Retained for the life of the process, as torch retains it.
+        self._check(
+            self._cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+            f"cuDevicePrimaryCtxRetain(device {ordinal})",
+        )
+        self._check(self._cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
     def _check(self, result: int, what: str) -> None:
         if result == 0:
@@ -197,12 +238,7 @@ class CudaDriver:
         raise LaunchError(f"{what}: {name.value.decode() if name.value else result}")
 
     def load_function(self, cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
-        context = ctypes.c_void_p()
-        self._check(self._cu.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
-        if not context.value:
-            raise LaunchError(
-                "no current CUDA context on this thread: initialize CUDA first (torch.cuda.init())"
-            )
+        self.ensure_context()
         image = ctypes.create_string_buffer(cubin, len(cubin))
         module = ctypes.c_void_p()
         self._check(self._cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
@@ -225,6 +261,7 @@ class CudaDriver:
 
     def arch(self) -> str:
         """sm_<major><minor> of the current context's device."""
+        self.ensure_context()
         device = ctypes.c_int()
         self._check(self._cu.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
         major, minor = ctypes.c_int(), ctypes.c_int()
@@ -268,8 +305,9 @@ class CudaDriver:
             ctypes.memmove(aligned, value, len(value))
             buffers.append(storage)
             addresses[i] = aligned
-        self._check(
-            self._cu.cuLaunchKernel(
+
+        def launch_once() -> int:
+            return self._cu.cuLaunchKernel(
                 function,
                 *(ctypes.c_uint(v) for v in grid),
                 *(ctypes.c_uint(v) for v in block),
@@ -277,9 +315,15 @@ class CudaDriver:
                 ctypes.c_void_p(stream),
                 addresses,
                 None,
-            ),
-            "cuLaunchKernel",
-        )
+            )
+
+        result = launch_once()
+        if result == self._CUDA_ERROR_INVALID_CONTEXT:
+            # A thread that has not touched CUDA yet: its context first
+            # (checked here, not before every launch).
+            self.ensure_context()
+            result = launch_once()
+        self._check(result, "cuLaunchKernel")
 
 
 def _load_nvrtc() -> ctypes.CDLL:

@@ -5,7 +5,13 @@ import struct
 import unittest
 
 from autotune_client import autotune_pb2 as pb
-from autotune_client.launch import LaunchError, TunedKernel, scalar_bytes, tensor_map_arguments
+from autotune_client.launch import (
+    CudaDriver,
+    LaunchError,
+    TunedKernel,
+    scalar_bytes,
+    tensor_map_arguments,
+)
 from autotune_client.lookups import LookupResult
 
 
@@ -150,3 +156,89 @@ class PackingTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FakeCudaLibrary:
+    """The CUDA driver calls CudaDriver makes, over a thread that has no
+    current context until one is set; records the calls."""
+
+    PRIMARY = 0x1000
+
+    def __init__(self, current=0, invalid_context_launches=0):
+        self.current = current
+        self.calls = []
+        self.invalid_context_launches = invalid_context_launches
+
+    def cuInit(self, flags):
+        return 0
+
+    def cuGetErrorName(self, result, name):
+        return 0
+
+    def cuCtxGetCurrent(self, context):
+        self.calls.append("cuCtxGetCurrent")
+        context._obj.value = self.current or None
+        return 0
+
+    def cuDeviceGet(self, device, ordinal):
+        self.calls.append(f"cuDeviceGet({ordinal})")
+        device._obj.value = ordinal
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, context, device):
+        self.calls.append(f"cuDevicePrimaryCtxRetain({device.value})")
+        context._obj.value = self.PRIMARY
+        return 0
+
+    def cuCtxSetCurrent(self, context):
+        self.calls.append("cuCtxSetCurrent")
+        self.current = context.value
+        return 0
+
+    def cuModuleLoadData(self, module, image):
+        self.calls.append("cuModuleLoadData")
+        return 0 if self.current else 201
+
+    def cuModuleGetFunction(self, function, module, name):
+        function._obj.value = 0x2000
+        return 0
+
+    def cuLaunchKernel(self, *args):
+        self.calls.append("cuLaunchKernel")
+        if self.invalid_context_launches:
+            self.invalid_context_launches -= 1
+            return 201
+        return 0
+
+
+class CudaDriverContextTest(unittest.TestCase):
+    def test_without_a_current_context_the_primary_one_is_made_current(self):
+        cu = FakeCudaLibrary()
+        driver = CudaDriver(cu=cu)
+        driver.load_function(b"cubin", "k", 0)
+        self.assertEqual(cu.current, FakeCudaLibrary.PRIMARY)
+        self.assertEqual(
+            cu.calls,
+            ["cuCtxGetCurrent", "cuDeviceGet(0)", "cuDevicePrimaryCtxRetain(0)",
+             "cuCtxSetCurrent", "cuModuleLoadData"],
+        )
+
+    def test_a_current_context_is_kept(self):
+        cu = FakeCudaLibrary(current=0x3000)
+        CudaDriver(cu=cu).load_function(b"cubin", "k", 0)
+        self.assertEqual(cu.current, 0x3000)
+        self.assertEqual(cu.calls, ["cuCtxGetCurrent", "cuModuleLoadData"])
+
+    def test_a_launch_on_a_thread_without_a_context_sets_it_and_launches_once_more(self):
+        cu = FakeCudaLibrary(invalid_context_launches=1)
+        CudaDriver(cu=cu).launch(0x2000, (1, 1, 1), (32, 1, 1), 0, 0, [b"\0" * 8])
+        self.assertEqual(
+            cu.calls,
+            ["cuLaunchKernel", "cuCtxGetCurrent", "cuDeviceGet(0)", "cuDevicePrimaryCtxRetain(0)",
+             "cuCtxSetCurrent", "cuLaunchKernel"],
+        )
+
+    def test_a_launch_that_still_fails_is_an_error(self):
+        cu = FakeCudaLibrary(current=0x3000, invalid_context_launches=2)
+        with self.assertRaisesRegex(LaunchError, "cuLaunchKernel"):
+            CudaDriver(cu=cu).launch(0x2000, (1, 1, 1), (32, 1, 1), 0, 0, [b"\0" * 8])
