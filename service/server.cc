@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,6 +35,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "kernels/builtin/builtin_dir.h"
 #include "kernels/family_loader.h"
 #include "service/jobs/job_runner.h"
 #include "service/lookup/cache_admin.h"
@@ -145,48 +145,6 @@ absl::Status ClaimSocketPath(const std::string& path) {
   }
   spdlog::info("removed stale socket {}", path);
   return absl::OkStatus();
-}
-
-struct KernelsDir {
-  std::string path;
-  const char* origin;  // for the log: how `path` was chosen
-};
-
-// The built-in families when --kernels is not given: installed beside this
-// program (<prefix>/bin/autotuned -> <prefix>/share/autotune/kernels), else,
-// for a binary that sits in its build tree, the checkout it was built from.
-// An installed daemon never reads the checkout: a deployed service must not
-// depend on a source tree (nor can it reach one under ProtectHome=yes).
-absl::StatusOr<KernelsDir> DefaultKernelsDir() {
-  namespace fs = std::filesystem;
-  const std::string program_dir = ThisProgramDirectory();
-  const std::string source = AUTOTUNE_SOURCE_KERNELS_DIR;
-  std::error_code error;
-  if (program_dir.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "built-in kernel families: cannot tell where this program is (/proc/self/exe), so "
-        "neither the installed families nor ",
-        source, " can be found; pass --kernels DIR, or --kernels none"));
-  }
-  const std::string installed =
-      (fs::path(program_dir) / AUTOTUNE_INSTALLED_KERNELS_DIR).lexically_normal().string();
-  if (fs::is_directory(installed, error)) return KernelsDir{installed, "installed"};
-  const std::string build_tree = fs::weakly_canonical(AUTOTUNE_BUILD_TREE_DIR, error).string();
-  const bool in_build_tree =
-      !error && absl::StartsWith(absl::StrCat(program_dir, "/"), absl::StrCat(build_tree, "/"));
-  if (in_build_tree && fs::is_directory(source, error)) {
-    return KernelsDir{source, "the checkout of this build tree"};
-  }
-  if (in_build_tree) {
-    return absl::NotFoundError(absl::StrCat(
-        "built-in kernel families: neither ", installed, " (the installed layout) nor ", source,
-        " (the checkout this build tree was made from) exists; pass --kernels DIR, or "
-        "--kernels none"));
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "built-in kernel families: ", installed, " (the installed layout beside ", program_dir,
-      ") does not exist, and ", source, " serves only binaries in the build tree ",
-      AUTOTUNE_BUILD_TREE_DIR, "; pass --kernels DIR, or --kernels none"));
 }
 
 // Each HTTP connection, idle or not, is a descriptor (http_server.h holds up
@@ -510,16 +468,17 @@ void Server::Impl::WatchDatabase(absl::Duration interval) {
 
 absl::Status Server::Impl::RegisterStartupFamilies(const std::vector<std::string>& dirs) {
   struct Folder {
-    KernelsDir where;
+    kernels::BuiltinFamiliesDir where;
     bool builtin = false;
   };
   std::vector<Folder> folders;
   if (!absl::c_linear_search(dirs, "none")) {
-    ASSIGN_OR_RETURN(KernelsDir builtin, DefaultKernelsDir());
+    ASSIGN_OR_RETURN(kernels::BuiltinFamiliesDir builtin,
+                     kernels::FindBuiltinFamilies("pass --kernels DIR, or --kernels none"));
     folders.push_back({builtin, true});
   }
   for (const std::string& dir : dirs) {
-    if (dir != "none") folders.push_back({KernelsDir{dir, "--kernels"}, false});
+    if (dir != "none") folders.push_back({kernels::BuiltinFamiliesDir{dir, "--kernels"}, false});
   }
   std::map<std::string, std::string> defined_in;  // family name -> folder
   for (const Folder& folder : folders) {

@@ -114,7 +114,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       ExportCommand(app, io),     ImportCommand(app, io),        WarmupCommand(app, io),
       ReportCommand(app, io),     ExportConfigsCommand(app, io), TokenCommand(app, io),
       BackupCommand(app, io),     UnregisterCommand(app, io),    CheckCommand(app, io),
-      AdminUrlCommand(app, io),
+      AdminUrlCommand(app, io),   PlanCommand(app, io),
   };
 
   try {

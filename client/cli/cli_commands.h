@@ -1,6 +1,6 @@
 // The `autotune` subcommands, for the command table in cli.cc, and what they
-// share. Private to the CLI: cli.cc, cli_lookup.cc, cli_jobs.cc and
-// cli_admin.cc.
+// share. Private to the CLI: cli.cc, cli_lookup.cc, cli_jobs.cc,
+// cli_admin.cc, cli_check.cc and cli_plan.cc.
 //
 // Each factory adds its subcommand to `root` and returns how to prepare and
 // run it. A command that asks the daemon once ends in PrintAnswer:
@@ -93,6 +93,9 @@ Command AdminUrlCommand(CLI::App& root, Streams io);       // admin-url
 
 // cli_check.cc: a family checked and compiled here, with no daemon.
 Command CheckCommand(CLI::App& root, Streams io);  // check
+
+// cli_plan.cc: a model's warmup manifest, written here with no daemon.
+Command PlanCommand(CLI::App& root, Streams io);  // plan
 
 }  // namespace autotune::client
 

@@ -621,9 +621,11 @@ TEST(GemmBf16Test, TheWgmmaPathIsOnlyForSm90aAndCompilesThere) {
   for (size_t i = 0; i < kSample; ++i) {
     sample.push_back(&variants[i * (variants.size() - 1) / (kSample - 1)]);
   }
-  for (const auto& [param, value] :
+  for (const std::pair<const char*, int64_t>& wanted :
        {std::pair<const char*, int64_t>{"PERSISTENT", 1}, {"BN", 192}}) {
-    const auto has = [&](const Variant& v) { return v.config.params().at(param) == value; };
+    const auto has = [&wanted](const Variant& v) {
+      return v.config.params().at(wanted.first) == wanted.second;
+    };
     sample.push_back(&*std::find_if(variants.begin(), variants.end(), has));
     sample.push_back(&*std::find_if(variants.rbegin(), variants.rend(), has));
   }
