@@ -84,7 +84,7 @@ def _check_sha256_name(sha256: str) -> None:
         raise InvalidArgument(f"'{sha256}' is not a lower-case sha256 hex digest")
 
 
-def _read_if_present(path: Path, what: str) -> Optional[bytes]:
+def _read_if_present(path: Union[str, Path], what: str) -> Optional[bytes]:
     """The file's bytes; None when it does not exist."""
     try:
         with open(path, "rb") as file:
@@ -132,6 +132,9 @@ class LocalCache:
                 "no local cache directory: set AUTOTUNE_LOCAL_CACHE, XDG_CACHE_HOME or HOME"
             )
         self._directory = Path(chosen)
+        # Plain strings for the per-lookup paths: a start joins thousands.
+        self._answers = os.path.join(chosen, "answers") + os.sep
+        self._cubins = os.path.join(chosen, "cubins") + os.sep
         for path in (self._directory, self._directory / "answers", self._directory / "cubins"):
             try:
                 os.makedirs(path, mode=0o700, exist_ok=True)
@@ -147,10 +150,20 @@ class LocalCache:
         return self._directory
 
     def answer_path(self, request: pb.LookupRequest) -> Path:
-        return self._directory / "answers" / f"{answer_key(request)}.answer"
+        return Path(self._answer_file(request))
 
     def cubin_path(self, sha256: str) -> Path:
-        return self._directory / "cubins" / f"{sha256}.cubin"
+        return Path(self._cubin_file(sha256))
+
+    def has_answer(self, request: pb.LookupRequest) -> bool:
+        """Whether an answer file exists for `request` (not read, not checked)."""
+        return os.path.exists(self._answer_file(request))
+
+    def _answer_file(self, request: pb.LookupRequest) -> str:
+        return f"{self._answers}{answer_key(request)}.answer"
+
+    def _cubin_file(self, sha256: str) -> str:
+        return f"{self._cubins}{sha256}.cubin"
 
     def put_answer(self, answer: pb.LocalAnswer) -> None:
         """Stores `answer` under answer_key(answer.request); the request's
@@ -162,7 +175,7 @@ class LocalCache:
         stored.response.ClearField("cubin")
         payload = stored.SerializeToString()
         sealed = _SEAL_PREFIX + sha256_hex(payload).encode("ascii") + b"\n" + payload
-        _write_atomically(self.answer_path(stored.request), sealed, "local answer")
+        _write_atomically(Path(self._answer_file(stored.request)), sealed, "local answer")
 
     def get_answer(self, request: pb.LookupRequest) -> Optional[pb.LocalAnswer]:
         """The answer stored for `request`; None when there is none.
@@ -170,7 +183,7 @@ class LocalCache:
         Raises LocalCacheCorrupt when its file fails its seal or does not
         parse, LocalCacheError when it cannot be read.
         """
-        path = self.answer_path(request)
+        path = self._answer_file(request)
         data = _read_if_present(path, "local answer")
         if data is None:
             return None
@@ -199,7 +212,7 @@ class LocalCache:
         _check_sha256_name(sha256)
         if sha256_hex(cubin) != sha256:
             raise InvalidArgument(f"the cubin's bytes do not hash to {sha256}; not stored")
-        path = self.cubin_path(sha256)
+        path = self._cubin_file(sha256)
         try:
             same_size = os.stat(path).st_size == len(cubin)
         except OSError:
@@ -212,7 +225,7 @@ class LocalCache:
                     return
             except (LocalCacheCorrupt, LocalCacheError):
                 pass
-        _write_atomically(path, cubin, "local cubin")
+        _write_atomically(Path(path), cubin, "local cubin")
 
     def get_cubin(self, sha256: str) -> Optional[bytes]:
         """The binary `sha256`; None when absent.
@@ -222,7 +235,7 @@ class LocalCache:
         LocalCacheError when it cannot be read.
         """
         _check_sha256_name(sha256)
-        path = self.cubin_path(sha256)
+        path = self._cubin_file(sha256)
         data = _read_if_present(path, "local cubin")
         if data is not None and sha256_hex(data) != sha256:
             raise LocalCacheCorrupt(

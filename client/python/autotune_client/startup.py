@@ -243,7 +243,7 @@ class StartupLookup:
             return True
         step = max(1, len(pending) // 16)
         sample = pending[::step]
-        kept = sum(1 for item in sample if self._local.answer_path(item.answer.request).exists())
+        kept = sum(1 for item in sample if self._local.has_answer(item.answer.request))
         return 2 * kept < len(sample)
 
     def _attach_cubins(self, deadline: float, pending: list[_Pending]) -> None:
@@ -326,10 +326,10 @@ class StartupLookup:
         for item in pending:
             answer = item.answer
             answer.source = SOURCE_LOCAL_CACHE
-            context = describe_request(answer.request)
             if self._local is None:
                 answer.error = error_for_code(
-                    why.code, f"{context}: {service} and there is no local cache"
+                    why.code,
+                    f"{describe_request(answer.request)}: {service} and there is no local cache",
                 )
                 continue
             directory = self._local.directory
@@ -338,13 +338,15 @@ class StartupLookup:
             except AutotuneError as error:
                 answer.error = error_for_code(
                     error.code,
-                    f"{context}: {service} and the local cache {directory}: {error.message}",
+                    f"{describe_request(answer.request)}: {service} and the local cache "
+                    f"{directory}: {error.message}",
                 )
                 continue
             if local is None:
                 answer.error = error_for_code(
                     why.code,
-                    f"{context}: {service} and the local cache {directory} has no answer for it",
+                    f"{describe_request(answer.request)}: {service} and the local cache "
+                    f"{directory} has no answer for it",
                 )
                 continue
             item.response = local.response
