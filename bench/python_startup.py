@@ -17,8 +17,10 @@ loaded). Then, round after round, three paths take turns:
   local, down      that local cache alone, the daemon's address a socket
                    nobody listens on
 
-A start is timed from the call to the answers in hand (the StartupLookup is
-made and closed inside the time: a server's start makes its own). Every
+A start is timed from making the StartupLookup (a server's start makes its
+own) to the answers in hand; the local cache's writes that follow, behind
+the answers, are waited for (close()) outside that time and reported on
+their own, as autotune-bench-startup does. Every
 answer is checked: EXACT, from the expected source, with a cubin whose
 sha256 is the entry's. Medians and maxima over the rounds are printed; the
 goals (issue "PyTorch inference servers"): a service start under 100 ms, a
@@ -68,10 +70,13 @@ def requests_of(bundle_path):
 
 
 def start(requests, address, local):
-    """One start: (milliseconds, answers)."""
+    """One start: (milliseconds to the answers, milliseconds of the writes behind, answers)."""
     began = time.perf_counter()
-    answers = at.startup_lookup(requests, deadline=10.0, local_cache=local, address=address)
-    return 1000.0 * (time.perf_counter() - began), answers
+    lookup = at.StartupLookup(address=address, deadline=10.0, local_cache=local)
+    answers = lookup.lookup_all(requests)
+    answered = time.perf_counter()
+    lookup.close()
+    return 1000.0 * (answered - began), 1000.0 * (time.perf_counter() - answered), answers
 
 
 def check(answers, source):
@@ -115,30 +120,34 @@ def main():
             requests = requests_of(bundle)
             down = f"unix://{scratch / 'nobody.sock'}"
             ms = {path: [] for path in PATHS}
+            writes_ms = {path: [] for path in PATHS}
             for round_number in range(args.rounds):
                 local = scratch / f"local-{round_number}"
                 for path, address, source in (
                         ("service", daemon.address, "service"),
                         ("service + local", daemon.address, "service"),
                         ("local, down", down, "local cache")):
-                    took, answers = start(requests, address, str(local))
+                    took, writes, answers = start(requests, address, str(local))
                     wrong = check(answers, source)
                     if wrong:
                         print(f"python_startup: {path}, round {round_number}: {wrong}",
                               file=sys.stderr)
                         return 1
                     ms[path].append(took)
+                    writes_ms[path].append(writes)
         finally:
             daemon.stop()
 
-    print(f"{'path':<16} {'median ms':>10} {'max ms':>8}  goal")
+    print(f"{'path':<16} {'median ms':>10} {'max ms':>8} {'writes behind':>14}  goal")
     rows = {}
     for path in PATHS:
         median, worst = statistics.median(ms[path]), max(ms[path])
+        writes = statistics.median(writes_ms[path])
         goal = GOALS_MS[path]
-        rows[path] = {"median_ms": median, "max_ms": worst, "goal_ms": goal}
-        print(f"{path:<16} {median:>10.1f} {worst:>8.1f}  every start < {goal:.0f} ms: "
-              f"{'met' if worst < goal else 'MISSED'}")
+        rows[path] = {"median_ms": median, "max_ms": worst, "writes_behind_median_ms": writes,
+                      "goal_ms": goal}
+        print(f"{path:<16} {median:>10.1f} {worst:>8.1f} {writes:>11.1f} ms  every start < "
+              f"{goal:.0f} ms: {'met' if worst < goal else 'MISSED'}")
     print(f"{args.entries} problems with {args.cubin_bytes}-byte cubins, {args.rounds} rounds; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     if args.json:

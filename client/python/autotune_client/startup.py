@@ -23,7 +23,9 @@ Cost: at most `deadline` seconds waiting on the service, whatever it does
 by sha256, for the cubins the local cache lacks or holds damaged (a damaged cubin is refused
 and fetched again). Then only local reads. Each answer the service gives is
 written to the local cache with its cubin, so the next start finds it when
-the service is down; a failed write is said in the answer's note.
+the service is down: behind the answers, by a thread of the StartupLookup,
+which flush_local_cache() and close() wait for (startup_lookup() returns
+once they are done); a failed write is said in the answer's note by then.
 
 Per item: an error from the service for one lookup (unknown family, bad
 dims) is that answer's error; the service is not asked again and the local
@@ -35,7 +37,9 @@ local cache's.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional, Sequence, Union
@@ -153,6 +157,11 @@ class StartupLookup:
         # A client handed in stays the caller's to close.
         self._owns_client = client is None
         self._client = client if client is not None else Client(address, timeout=deadline)
+        # The local cache's writes, behind the answers (one thread, made at
+        # the first answers to keep).
+        self._writes_lock = threading.Lock()
+        self._writer: Optional[ThreadPoolExecutor] = None
+        self._writes: list[Future[None]] = []
 
     @property
     def local_cache(self) -> Optional[LocalCache]:
@@ -162,8 +171,22 @@ class StartupLookup:
     def client(self) -> Client:
         return self._client
 
+    def flush_local_cache(self) -> None:
+        """Waits until every answer given so far is written to the local
+        cache (or its note says why not)."""
+        with self._writes_lock:
+            writes, self._writes = self._writes, []
+        for write in writes:
+            write.result()
+
     def close(self) -> None:
-        """Closes the client this lookup made (not one it was given)."""
+        """Waits for the local cache's writes, then closes the client this
+        lookup made (not one it was given)."""
+        self.flush_local_cache()
+        with self._writes_lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
         if self._owns_client:
             self._client.close()
 
@@ -219,10 +242,18 @@ class StartupLookup:
                     item.fetched = True
         if self._cubins and not cubins_now:
             self._attach_cubins(deadline, pending)
-        for item in pending:
-            if item.answer.error is None:
-                self._store(item)
-        return [item.finish() for item in pending]
+        answers = [item.finish() for item in pending]
+        kept = [item for item in pending if item.answer.error is None and item.response is not None]
+        if self._local is not None and kept:
+            with self._writes_lock:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="autotune-local-cache")
+                self._writes.append(self._writer.submit(self._store_all, kept))
+        return answers
+
+    def _store_all(self, items: list[_Pending]) -> None:
+        for item in items:
+            self._store(item)
 
     def _request(self, lookup: Union[Lookup, pb.LookupRequest]) -> pb.LookupRequest:
         request = pb.LookupRequest()

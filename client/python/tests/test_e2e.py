@@ -100,6 +100,12 @@ class DaemonTestCase(unittest.TestCase):
         self.addCleanup(lookup.close)
         return lookup
 
+    def warm_local_cache(self) -> None:
+        """One start with the service up, its local cache writes done."""
+        lookup = self.lookup()
+        lookup.lookup_all(server_shapes())
+        lookup.flush_local_cache()
+
     def expect_server_shapes_answered(self, answers: list[StartupAnswer], source: str) -> None:
         """The answers to server_shapes(), checked."""
         self.assertEqual(len(answers), 4)
@@ -246,7 +252,9 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertIn("no_such_family", str(answers[3].error))
         self.assertIn(f"answered by {self.address}", answers[0].note)
         self.assertEqual(answers[0].request.device.name, DEVICE)
-        # What a restart will find, read by a cache of its own.
+        # What a restart will find, once the writes behind the answers are
+        # done, read by a cache of its own.
+        lookup.flush_local_cache()
         local = LocalCache(self.local_dir)
         kept = local.get_answer(answers[0].request)
         assert kept is not None
@@ -258,8 +266,22 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertEqual(len(list((self.local_dir / "answers").iterdir())), 3)
         self.assertEqual(len(list((self.local_dir / "cubins").iterdir())), 1)
 
+    def test_a_failed_local_cache_write_is_in_the_note_once_flushed(self) -> None:
+        lookup = self.lookup()
+        # answers/ replaced by a file: every answer's write fails.
+        answers_dir = self.local_dir / "answers"
+        for child in answers_dir.iterdir():
+            child.unlink()
+        answers_dir.rmdir()
+        answers_dir.write_bytes(b"")
+        answers = lookup.lookup_all(server_shapes())
+        self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
+        lookup.flush_local_cache()
+        self.assertIn("not kept in the local cache", answers[0].note)
+        self.assertIn("cannot write local answer", answers[0].note)
+
     def test_with_the_service_down_a_warm_local_cache_answers(self) -> None:
-        self.lookup().lookup_all(server_shapes())
+        self.warm_local_cache()
         self.stop_daemon()
         lookup = self.lookup()
         start = time.monotonic()
@@ -291,7 +313,7 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertIn("vector_scale batch=8,n=4096 bf16", str(answers[0].error))
 
     def test_a_hung_service_costs_the_deadline_and_no_more(self) -> None:
-        self.lookup().lookup_all(server_shapes())
+        self.warm_local_cache()
         # A socket that accepts connections and never says a word.
         path = self.dir / "hung.sock"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -310,6 +332,7 @@ class StartupEndToEndTest(DaemonTestCase):
     def test_a_damaged_local_cubin_is_refused_and_fetched_again(self) -> None:
         lookup = self.lookup()
         lookup.lookup_all(server_shapes())
+        lookup.flush_local_cache()
         assert lookup.local_cache is not None
         cubin_path = lookup.local_cache.cubin_path(self.sample_sha256)
         with open(cubin_path, "r+b") as file:
@@ -319,6 +342,7 @@ class StartupEndToEndTest(DaemonTestCase):
         self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
         self.assertIn("does not match its sha256", answers[0].note)
         self.assertIn("fetched again", answers[0].note)
+        lookup.flush_local_cache()
         self.assertEqual(lookup.local_cache.get_cubin(self.sample_sha256), self.sample_cubin)
 
         # With the service down, a damaged cubin is refused, not served.
@@ -341,6 +365,7 @@ class StartupEndToEndTest(DaemonTestCase):
         assert result is not None
         self.assertEqual(result.match, Match.EXACT)
         self.assertIsNone(result.cubin)
+        lookup.flush_local_cache()
         self.assertEqual(list((self.local_dir / "cubins").iterdir()), [])
 
 
