@@ -200,9 +200,15 @@ TEST_F(CostSecurityTest, ABatchOfAHundredThousandMissesStopsAtItsCpuBudget) {
             << absl::FormatDuration(cpu) << " of CPU\n";
   // A miss cost 0.45 ms on 2bc4d71 (about 2,200 answered in the budget);
   // with the family's expressions parsed once, about 11 us (91,776 answered
-  // in 1.33 s of the call's CPU, on a 2-core CI-sized machine).
-  EXPECT_GE(answered, 50000);
-  EXPECT_LT(cpu, absl::Seconds(2));
+  // in 1.33 s of the call's CPU, on a quiet 2-core CI-sized machine). The
+  // daemon's CPU time per miss grows with what runs beside it: 55,744-60,816
+  // answered beside a compile, 34,512 among CI's parallel tests. The floor
+  // tells the regression (2,200) from any of those; what a miss costs is
+  // autotune-bench-lookup's to measure.
+  EXPECT_GE(answered, 20000);
+  // The budget and what the call costs outside it (the 4 MB request parsed,
+  // 100,000 results written): 1.3-1.9 s seen, against 48 s before.
+  EXPECT_LT(cpu, absl::Seconds(3));
 }
 
 // Finding: a job's variant_timeout_s had no upper bound (a launch could hold
