@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -162,12 +163,15 @@ TEST(ModelPlanTest, EveryWrittenManifestLoadsAndExpandsToItsProblems) {
       ASSERT_OK_AND_ASSIGN(std::vector<kernels::ManifestProblem> problems,
                            kernels::ExpandManifest(loaded, BuiltinFamilies()));
       EXPECT_THAT(problems, SizeIs(6 * 18));  // five projections and rmsnorm
-      // What a warmup expands, for each item's first problem at tp 1
-      // (gemm_bf16's whole space costs a third of a second a problem).
-      if (tp != 1) continue;
+      // What a warmup expands, for the first problem of each family, of one
+      // model at tp 1 (gemm_bf16's whole space costs a third of a second a
+      // problem, ten seconds under ASan).
+      if (tp != 1 || file != "llama3_8b_gqa.json") continue;
       kernels::DeviceLimits limits;
       limits.arch = loaded.arch();
+      std::set<std::string> expanded;
       for (int item = 0; item < loaded.items_size(); ++item) {
+        if (!expanded.insert(loaded.items(item).family()).second) continue;
         const auto first =
             std::find_if(problems.begin(), problems.end(),
                          [item](const kernels::ManifestProblem& p) { return p.item == item; });
@@ -435,12 +439,12 @@ TEST(ModelPlanTest, NothingLeftIsAnError) {
                                         "odd.json"));
   PlanOptions options;
   options.arch = "sm_90";
-  options.m_buckets = {1, 64};
+  options.m_buckets = {1};  // each drop expands the whole space for its reason
   ASSERT_OK_AND_ASSIGN(ModelPlan plan, PlanModel(model, options));
   EXPECT_THAT(CheckPlanProblems(BuiltinFamilies(), plan),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "odd.json: no problem of the model has a valid config for sm_90"));
-  EXPECT_THAT(DroppedProblemLines(plan), SizeIs(7 * 2));
+  EXPECT_THAT(DroppedProblemLines(plan), SizeIs(7));
   EXPECT_THAT(PlanManifest(plan).items(), IsEmpty());
 }
 
