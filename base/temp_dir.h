@@ -10,16 +10,14 @@
 #ifndef AUTOTUNE_BASE_TEMP_DIR_H_
 #define AUTOTUNE_BASE_TEMP_DIR_H_
 
-#include <dirent.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <filesystem>
 #include <string>
-#include <string_view>
 #include <system_error>
+
+#include "base/pid_folder.h"
 
 namespace autotune::testing {
 
@@ -34,18 +32,10 @@ inline std::filesystem::path TempDirParent() {
 // namespace's: two containers sharing one temporary folder should each set
 // TEST_TMPDIR to a folder of their own.
 inline int ReapTempDirsOfDeadProcesses(const std::filesystem::path& parent = TempDirParent()) {
-  constexpr std::string_view kPrefix = "autotune-test-";
   int removed = 0;
   std::error_code error;
   for (const auto& item : std::filesystem::directory_iterator(parent, error)) {
-    const std::string name = item.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    const size_t dash = name.find('-', kPrefix.size());
-    if (dash == std::string::npos) continue;
-    char* end = nullptr;
-    const long pid = strtol(name.c_str() + kPrefix.size(), &end, 10);
-    if (end != name.c_str() + dash || pid <= 0) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    if (!FolderOfGoneProcess(item.path().filename().string(), "autotune-test-")) continue;
     std::error_code ignored;
     if (std::filesystem::remove_all(item.path(), ignored) > 0) ++removed;
   }

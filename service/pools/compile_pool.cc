@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/pid_folder.h"
 
 namespace autotune::service {
 namespace {
@@ -24,6 +25,19 @@ wv1::CompileOutcome Failed(const wv1::CompileTask& task, wv1::CompileOutcome::St
   outcome.set_status(status);
   outcome.set_log(std::move(log));
   return outcome;
+}
+
+// Removes the empty working folders (autotune-compile-<pid>-XXXXXX) of
+// pools whose process is gone: a daemon killed by a signal cannot remove
+// its own. A folder that is not empty, or whose process still runs, stays.
+void RemoveFoldersOfGoneProcesses(const std::filesystem::path& temp) {
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(temp, error), end; !error && it != end;
+       it.increment(error)) {
+    if (FolderOfGoneProcess(it->path().filename().string(), "autotune-compile-")) {
+      rmdir(it->path().c_str());  // only when empty
+    }
+  }
 }
 
 }  // namespace
@@ -43,7 +57,8 @@ absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(const CompilePoo
   std::error_code error;
   std::filesystem::path temp = std::filesystem::temp_directory_path(error);
   if (error) temp = "/tmp";
-  std::string folder = (temp / "autotune-compile-XXXXXX").string();
+  RemoveFoldersOfGoneProcesses(temp);
+  std::string folder = (temp / absl::StrCat("autotune-compile-", getpid(), "-XXXXXX")).string();
   if (mkdtemp(folder.data()) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("compile pool: cannot make the workers' working directory ", folder, ": ",

@@ -81,7 +81,9 @@ class CompilePool {
   // Every worker's working directory: an empty folder of this pool's own
   // (mode 0700, under TMPDIR), so that no relative path a compile names
   // finds a file, whatever this process's working directory holds ("/"
-  // under systemd holds etc/passwd). Removed when the pool goes.
+  // under systemd holds etc/passwd). Named autotune-compile-<pid>-XXXXXX;
+  // removed when the pool goes, or, when its process was killed, by the
+  // next pool started under the same TMPDIR.
   std::string work_dir_;
   std::string nvrtc_version_;
   std::string confinement_;

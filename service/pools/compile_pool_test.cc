@@ -1,5 +1,6 @@
 #include "service/pools/compile_pool.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
+#include "base/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/pools/worker_process.h"
@@ -21,6 +23,7 @@ namespace {
 
 namespace wv1 = ::autotune::worker::v1;
 using ::autotune::testing::StatusIs;
+using ::autotune::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -44,10 +47,11 @@ wv1::CompileTask Task(const std::string& id, const std::string& source = kScale)
   return task;
 }
 
-std::unique_ptr<CompilePool> StartPool(int workers) {
+std::unique_ptr<CompilePool> StartPool(int workers, bool allow_unconfined = false) {
   CompilePoolOptions options;
   options.worker_path = AUTOTUNE_WORKER_PATH;
   options.workers = workers;
+  options.allow_unconfined = allow_unconfined;
   auto pool = CompilePool::Start(options);
   EXPECT_OK(pool);
   return pool.ok() ? std::move(*pool) : nullptr;
@@ -164,17 +168,13 @@ TEST(CompilePoolTest, WorkersRunInAnEmptyFolderOfThePoolsOwn) {
   ASSERT_EQ(chdir(dir.c_str()), 0);
   std::string work_dir;
   {
-    CompilePoolOptions options;
-    options.worker_path = AUTOTUNE_WORKER_PATH;
-    options.workers = 1;
-    options.allow_unconfined = true;
-    auto pool = CompilePool::Start(options);
-    ASSERT_OK(pool);
-    const wv1::CompileOutcome outcome = (*pool)->Compile(
+    std::unique_ptr<CompilePool> pool = StartPool(1, /*allow_unconfined=*/true);
+    ASSERT_NE(pool, nullptr);
+    const wv1::CompileOutcome outcome = pool->Compile(
         Task("relative", "#include \"secret.h\"\n" + std::string(kScale)), absl::Seconds(60));
     EXPECT_EQ(outcome.status(), wv1::CompileOutcome::COMPILE_ERROR);
     EXPECT_THAT(outcome.log(), Not(HasSubstr("TOPSECRET")));
-    work_dir = (*pool)->work_dir();
+    work_dir = pool->work_dir();
     EXPECT_THAT(work_dir, HasSubstr("autotune-compile-"));
     EXPECT_NE(std::filesystem::canonical(work_dir), std::filesystem::canonical(dir));
     EXPECT_TRUE(std::filesystem::is_empty(work_dir));
@@ -182,6 +182,40 @@ TEST(CompilePoolTest, WorkersRunInAnEmptyFolderOfThePoolsOwn) {
   EXPECT_FALSE(std::filesystem::exists(work_dir));
   ASSERT_EQ(chdir("/"), 0);
   std::filesystem::remove_all(dir);
+}
+
+// A daemon killed by a signal cannot remove its pool's folder: the next pool
+// removes the empty folders of processes that are gone, and nothing else.
+TEST(CompilePoolTest, APoolRemovesTheEmptyFoldersOfKilledDaemons) {
+  TempDir temp;
+  ASSERT_EQ(setenv("TMPDIR", temp.path().c_str(), 1), 0);
+  // A process that is gone: a child that has exited and been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const std::filesystem::path root(temp.path());
+  const std::filesystem::path gone = root / absl::StrCat("autotune-compile-", child, "-abc123");
+  const std::filesystem::path gone_with_file =
+      root / absl::StrCat("autotune-compile-", child, "-def456");
+  const std::filesystem::path alive =
+      root / absl::StrCat("autotune-compile-", getppid(), "-ghi789");
+  const std::filesystem::path other = root / "autotune-compile-notapid-jkl012";
+  for (const auto& folder : {gone, gone_with_file, alive, other}) {
+    ASSERT_TRUE(std::filesystem::create_directory(folder));
+  }
+  { std::ofstream(gone_with_file / "kept") << "x"; }
+  {
+    std::unique_ptr<CompilePool> pool = StartPool(1, /*allow_unconfined=*/true);
+    ASSERT_NE(pool, nullptr);
+    EXPECT_THAT(pool->work_dir(), HasSubstr(absl::StrCat("autotune-compile-", getpid(), "-")));
+  }
+  unsetenv("TMPDIR");
+  EXPECT_FALSE(std::filesystem::exists(gone));
+  EXPECT_TRUE(std::filesystem::exists(gone_with_file));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_TRUE(std::filesystem::exists(other));
 }
 
 // A source that grows the compiler's memory without end (an initializer of
