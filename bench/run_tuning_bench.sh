@@ -8,7 +8,10 @@
 #       state: everything cached). Prints each run's wall time and report;
 #       with RUNS > 1 compares the choices (bench/tuning_compare.py
 #       stability). RETUNE=1 adds a --retune of the last database to the
-#       comparison. AB=1 then times each choice of the last database
+#       comparison. SCREENS=1 keeps each cold run's screens (save_screens)
+#       and compares them across the runs (tuning_compare.py screens: how
+#       far one variant's screen moves from run to run, and whether each
+#       run's choice was screened and a serial candidate in the others). AB=1 then times each choice of the last database
 #       against its runner-up, long and interleaved (autotune-bench-ab;
 #       AB_FLAGS adds flags), into ab.md and ab.json.
 #   bash bench/run_tuning_bench.sh grow [MANIFEST]
@@ -140,6 +143,7 @@ fixture() {
     start_daemon "fixture$run"
     warmup "fixture$run" "fixture-cold-$run" "$manifest" || failed=1
     jobs+=("$out/fixture-cold-$run.json")
+    [[ "${SCREENS:-0}" == 1 ]] && { save_screens "fixture$run" "fixture-cold-$run" || failed=1; }
     if ((run == runs)); then
       warmup "fixture$run" "fixture-rerun" "$manifest" || failed=1
       show_report "fixture-cold-$run"
@@ -154,6 +158,11 @@ fixture() {
   done
   if ((runs > 1)); then
     python3 "$(dirname "$0")/tuning_compare.py" stability "${jobs[@]}" || failed=1
+    if [[ "${SCREENS:-0}" == 1 ]]; then
+      local screen_dirs=()
+      for run in $(seq "$runs"); do screen_dirs+=("$out/screens/fixture-cold-$run"); done
+      python3 "$(dirname "$0")/tuning_compare.py" screens "${screen_dirs[@]}" || failed=1
+    fi
   fi
   if [[ "${AB:-0}" == 1 ]]; then
     # The last database's choices against their runners-up, long and

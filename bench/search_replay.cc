@@ -19,6 +19,18 @@
 // number of measurements each took, and the median and worst final gap.
 // `--floor-within-1pct F` makes it exit 1 when fewer than F of the runs of
 // a problem end within 1% (CI's floor on a search's quality).
+//
+// The same answer every time: `--noise S` gives each run a screen of its
+// own, every stored median times exp(S * a standard normal draw) (a run's
+// screen noise, drawn from the run's seed), and each run then picks its
+// serial candidates from what it saw as a job does (SelectCandidates,
+// service/jobs/choice.h) and chooses the truly fastest of them by the stored
+// medians (a serial phase that never errs). Printed per problem: the runs
+// whose choice is the most frequent choice or within 0.5% of it by the
+// stored medians ("same or tie", what tuning_compare.py stability counts on
+// a GPU), and how far the choices are from the exhaustive best.
+// `--floor-stable F` makes it exit 1 when fewer than F of a problem's runs
+// are the same or a tie.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +38,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -50,6 +63,7 @@
 #include "proto/autotune.pb.h"
 #include "proto/problem.h"
 #include "service/defaults.h"
+#include "service/jobs/choice.h"
 #include "service/jobs/search.h"
 
 namespace autotune {
@@ -207,6 +221,9 @@ struct Run {
   int64_t later_guessed = 0;
   int64_t guesses = 0;
   int64_t guesses_unused = 0;
+  // The variant an error-free serial phase chooses among the candidates the
+  // run's screen (with its noise) sends it.
+  int64_t choice = -1;
 };
 
 // The launch features (service::LaunchFeatures) of each screened variant,
@@ -301,8 +318,18 @@ service::SearchSpaceView ViewOf(const Screens& screens) {
 
 // With `trace`, prints each round: its size, its best and the best so far.
 absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceView& view,
-                           const service::SearchOptions& options, double best, bool trace) {
+                           const service::SearchOptions& options, double best, double noise,
+                           const service::CandidateRule& rule, bool trace) {
   ASSIGN_OR_RETURN(std::unique_ptr<service::Search> search, service::MakeSearch(options, view));
+  // What this run's screen sees: the stored medians with its own noise.
+  std::vector<double> seen(screens.variants.size());
+  std::mt19937_64 draws(options.seed * 0x9e3779b97f4a7c15ULL + 1);
+  std::normal_distribution<double> normal(0, 1);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const double draw = normal(draws);
+    seen[i] = screens.variants[i].median_us * std::exp(noise * draw);
+  }
+  std::vector<int64_t> valid_measured;
   Run run;
   run.budget = search->budget();
   double found = std::numeric_limits<double>::infinity();
@@ -334,8 +361,11 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
       }
       ++measured;
       const bool valid = variant.median_us > 0;
-      search->Record(i, {.valid = valid, .median_us = variant.median_us});
-      if (valid) found = std::min(found, variant.median_us);
+      search->Record(i, {.valid = valid, .median_us = seen[static_cast<size_t>(i)]});
+      if (valid) {
+        found = std::min(found, variant.median_us);
+        valid_measured.push_back(i);
+      }
       if (run.to_within_1pct == 0 && found <= best * 1.01) run.to_within_1pct = measured;
       if (run.to_best == 0 && found <= best) run.to_best = measured;
     }
@@ -355,6 +385,20 @@ absl::StatusOr<Run> Replay(const Screens& screens, const service::SearchSpaceVie
   }
   run.measured = measured;
   run.final_gap = found / best - 1;
+  std::vector<service::Candidate> screened;
+  for (int64_t i : valid_measured) {
+    service::Candidate candidate;
+    candidate.index = i;
+    candidate.timing.set_median_us(seen[static_cast<size_t>(i)]);
+    screened.push_back(std::move(candidate));
+  }
+  for (size_t k : service::SelectCandidates(screened, nullptr, nullptr, rule)) {
+    const int64_t i = screened[k].index;
+    if (run.choice < 0 || screens.variants[static_cast<size_t>(i)].median_us <
+                              screens.variants[static_cast<size_t>(run.choice)].median_us) {
+      run.choice = i;
+    }
+  }
   run.guesses = static_cast<int64_t>(guessed.size());
   for (int64_t i : guessed) run.guesses_unused += proposed.contains(i) ? 0 : 1;
   return run;
@@ -375,16 +419,18 @@ struct Derived {
 
 int RunCommand(const std::vector<std::string>& files, const std::string& search_name,
                int64_t max_variants, double fraction, int first_seed, int seeds, double floor,
-               bool trace, const Derived& derived) {
+               double noise, const service::CandidateRule& rule, double floor_stable, bool trace,
+               const Derived& derived) {
   absl::StatusOr<service::SearchKind> kind = service::ParseSearchKind(search_name);
   if (!kind.ok()) {
     std::cerr << "autotune-search-replay: " << kind.status().message() << "\n";
     return 2;
   }
-  std::printf("%-52s %8s %-10s %7s %8s %13s %13s %9s %9s %9s %9s\n", "problem", "variants",
-              "search", "budget", "measured", "within 1%", "best found", "gap med", "gap max",
-              "ahead hit", "unused");
+  std::printf("%-52s %8s %-10s %7s %8s %13s %13s %9s %9s %9s %9s %12s %9s %9s\n", "problem",
+              "variants", "search", "budget", "measured", "within 1%", "best found", "gap med",
+              "gap max", "ahead hit", "unused", "same or tie", "chose med", "chose max");
   bool below_floor = false;
+  bool below_stable = false;
   for (const std::string& file : files) {
     absl::StatusOr<Screens> screens = FromTsv(file);
     if (!screens.ok()) {
@@ -411,7 +457,8 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       view.derived = *std::move(features);
       view.derived_count = service::kLaunchFeatures;
     }
-    std::vector<double> within, found, gaps, measured;
+    std::vector<double> within, found, gaps, measured, chose_gaps;
+    std::map<int64_t, int> choices;
     int64_t budget = 0;
     int reached = 0, exact = 0;
     int64_t later = 0, later_guessed = 0, guesses = 0, unused = 0;
@@ -422,7 +469,7 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       service::SearchOptions options{.kind = *kind,
                                      .budget = {.count = max_variants, .fraction = fraction},
                                      .seed = static_cast<uint64_t>(seed)};
-      absl::StatusOr<Run> run = Replay(*screens, view, options, best, trace);
+      absl::StatusOr<Run> run = Replay(*screens, view, options, best, noise, rule, trace);
       if (!run.ok()) {
         std::cerr << "autotune-search-replay: " << file << ": " << run.status().message() << "\n";
         return 2;
@@ -438,6 +485,11 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
         found.push_back(static_cast<double>(run->to_best));
       }
       gaps.push_back(run->final_gap);
+      if (run->choice >= 0) {
+        ++choices[run->choice];
+        chose_gaps.push_back(screens->variants[static_cast<size_t>(run->choice)].median_us / best -
+                             1);
+      }
       if (run->final_gap > worst_gap) {
         worst_gap = run->final_gap;
         worst_seed = seed;
@@ -457,29 +509,56 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
       return at.empty() ? absl::StrFormat("%d/%d", runs, seeds)
                         : absl::StrFormat("%d/%d @%.0f", runs, seeds, Median(at));
     };
-    std::printf("%-52s %8zu %-10s %7lld %8.0f %13s %13s %8.2f%% %8.2f%% %9s %9s\n",
-                screens->problem.substr(0, 52).c_str(), screens->variants.size(),
-                search_name.c_str(), static_cast<long long>(budget), Median(measured),
-                cell(reached, within).c_str(), cell(exact, found).c_str(), 100 * Median(gaps),
-                100 * *std::max_element(gaps.begin(), gaps.end()),
-                share(later_guessed, later).c_str(), share(unused, guesses).c_str());
+    // The most frequent choice (the lowest index among equals), and the
+    // runs that chose it or a config within 0.5% of it either way.
+    int64_t modal = -1;
+    for (const auto& [index, count] : choices) {
+      if (modal < 0 || count > choices[modal]) modal = index;
+    }
+    int stable = 0;
+    for (const auto& [index, count] : choices) {
+      const double a = screens->variants[static_cast<size_t>(index)].median_us;
+      const double b = screens->variants[static_cast<size_t>(modal)].median_us;
+      const double band = (1 + service::kTieBand) * (1 + 1e-9);  // 0.5% itself is within
+      if (a <= b * band && b <= a * band) stable += count;
+    }
+    std::printf(
+        "%-52s %8zu %-10s %7lld %8.0f %13s %13s %8.2f%% %8.2f%% %9s %9s %12s %8.2f%% %8.2f%%\n",
+        screens->problem.substr(0, 52).c_str(), screens->variants.size(), search_name.c_str(),
+        static_cast<long long>(budget), Median(measured), cell(reached, within).c_str(),
+        cell(exact, found).c_str(), 100 * Median(gaps),
+        100 * *std::max_element(gaps.begin(), gaps.end()), share(later_guessed, later).c_str(),
+        share(unused, guesses).c_str(), absl::StrFormat("%d/%d", stable, seeds).c_str(),
+        chose_gaps.empty() ? 0.0 : 100 * Median(chose_gaps),
+        chose_gaps.empty() ? 0.0 : 100 * *std::max_element(chose_gaps.begin(), chose_gaps.end()));
     if (worst_gap > 0.01) {
       std::printf("  worst run: seed %d, %.2f%% from the best after %lld measured\n", worst_seed,
                   100 * worst_gap, static_cast<long long>(worst_measured));
     }
     if (reached < floor * seeds) below_floor = true;
+    if (stable < floor_stable * seeds) below_stable = true;
   }
   std::printf(
       "measured: the median of the runs (a search may stop before its budget); within 1%% / "
       "best found: runs that got there of all runs, @ the median number of measurements it "
       "took; gap: best found / exhaustive best - 1 where the search stopped; ahead hit: the "
       "proposals after the first batch that were compiled ahead (Search::Ahead, twice the batch "
-      "being measured), unused: the guesses never proposed, over all runs\n");
+      "being measured), unused: the guesses never proposed, over all runs; same or tie: the runs "
+      "whose choice (the truly fastest of the serial candidates their screen picked) is the "
+      "most frequent choice or within 0.5%% of it; chose: the choices' gap from the exhaustive "
+      "best\n");
   if (below_floor) {
     std::fprintf(stderr,
                  "autotune-search-replay: a problem's runs within 1%% fell below the floor "
                  "of %.0f%%\n",
                  100 * floor);
+    return 1;
+  }
+  if (below_stable) {
+    std::fprintf(stderr,
+                 "autotune-search-replay: a problem's runs that chose the same config or a tie "
+                 "fell below the floor of %.0f%%\n",
+                 100 * floor_stable);
     return 1;
   }
   return 0;
@@ -529,6 +608,20 @@ int main(int argc, char** argv) {
   run->add_option("--floor-within-1pct", floor,
                   "Exit 1 when fewer of a problem's runs than this fraction end within 1%")
       ->check(CLI::Range(0.0, 1.0));
+  double noise = 0;
+  run->add_option("--noise", noise,
+                  "Each run's screen sees every median times exp(S * N(0,1)), drawn from its seed")
+      ->check(CLI::Range(0.0, 1.0));
+  autotune::service::CandidateRule rule;
+  run->add_option("--serial-candidates", rule.max_count,
+                  "The most screened variants a run sends to the serial phase")
+      ->capture_default_str()
+      ->check(CLI::Range(1, autotune::service::kMaxSerialCandidates));
+  double floor_stable = 0;
+  run->add_option("--floor-stable", floor_stable,
+                  "Exit 1 when fewer of a problem's runs than this fraction choose the same "
+                  "config or one within 0.5% of it")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   if (convert->parsed()) {
     absl::StatusOr<autotune::Screens> screens = autotune::FromShowJson(show_json, default_config);
@@ -551,5 +644,5 @@ int main(int argc, char** argv) {
     derived.families = *std::move(families);
   }
   return autotune::RunCommand(files, search, max_variants, fraction, first_seed, seeds, floor,
-                              trace, derived);
+                              noise, rule, floor_stable, trace, derived);
 }

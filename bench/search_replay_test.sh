@@ -28,6 +28,20 @@ if "$replay" run "$work/axpy.tsv" --search random --max-variants 1 --seeds 3 \
 fi
 grep -q "0/3 .* 8.00%" "$work/out" || { cat "$work/out"; exit 1; }
 
+# Each run's screen with its own noise, and the choice an error-free serial
+# phase makes from the candidates that screen picks: with no noise every run
+# chooses the best; with noise far above the gaps (8-20% between most
+# configs here) and a single candidate, the runs disagree, which the floor
+# on "same or tie" catches.
+"$replay" run "$work/axpy.tsv" --search exhaustive --seeds 4 --noise 0 --floor-stable 1 \
+  >"$work/out" || { cat "$work/out"; exit 1; }
+grep -q " 4/4 *0.00% *0.00%$" "$work/out" || { cat "$work/out"; exit 1; }
+if "$replay" run "$work/axpy.tsv" --search exhaustive --seeds 8 --noise 1 \
+    --serial-candidates 1 --floor-stable 1 >"$work/out" 2>"$work/err"; then
+  echo "runs that chose differently passed the stability floor"; cat "$work/out"; exit 1
+fi
+grep -q "same config or a tie fell below" "$work/err" || { cat "$work/err"; exit 1; }
+
 # The floor on the model's quality, over real exhaustive screens of the
 # GEMM family (five shapes, all 7,296 configs of each, on an H100): with 5%
 # of the space, at least 6 of 8 seeds end within 1% of the exhaustive best at

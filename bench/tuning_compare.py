@@ -24,11 +24,24 @@
       CONTENDED and what they say. Exit 1 when an expectation does not hold
       (every entry CONTENDED; a wait for a quiet GPU).
 
+  tuning_compare.py screens DIR DIR ...
+      The screens of one manifest tuned cold in several runs (each DIR the
+      `autotune show --json` files of one run, as run_tuning_bench.sh
+      SCREENS=1 keeps them): how far one variant's screen median moves from
+      run to run (the spread of log(median in run a / median in run b) over
+      the variants both screened, all of them and the 16 fastest), and for
+      each run's choice whether the other runs screened it and took it into
+      their serial phase. Information only: exit 0 unless a file is unreadable.
+
 Medians and gaps are printed as a table; numbers are from the files and the
 oracle's stored measurements, nothing else.
 """
 import argparse
+import glob
+import gzip
 import json
+import math
+import os
 import shlex
 import statistics
 import subprocess
@@ -186,6 +199,83 @@ def contention(path, expect_contended, expect_waited):
     return failed
 
 
+def load_screens(directory):
+    """{file name: (screen medians by config, serial candidates, entry config)}."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.json.gz"))):
+        with gzip.open(path, "rt") as f:
+            shown = json.load(f)
+        screen, serial = {}, set()
+        for m in shown.get("measurements", []):
+            if m.get("status") != "OK":
+                continue
+            config = config_text(m.get("config", {}))
+            median = m.get("timing", {}).get("median_us", 0)
+            if m.get("phase") == "SCREEN" and median > 0:
+                screen[config] = median
+            elif m.get("phase") == "SERIAL_VALIDATION":
+                serial.add(config)
+        entry = shown.get("entry") or {}
+        runs[os.path.basename(path)] = (screen, serial,
+                                        config_text(entry.get("config", {})) if entry else None)
+    return runs
+
+
+def spread(values):
+    if len(values) < 2:
+        return float("nan")
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def screens(directories):
+    runs = [load_screens(d) for d in directories]
+    problems = sorted(set().union(*[set(r) for r in runs]))
+    print(f"{'problem':50} {'common':>7} {'sigma all':>10} {'sigma top16':>12}  "
+          "each run's choice in the others: screened (rank) / serial candidate")
+    pooled_all, pooled_top, missed, pairs = [], [], 0, 0
+    for problem in problems:
+        have = [r[problem] for r in runs if problem in r]
+        logs_all, logs_top = [], []
+        for a in range(len(have)):
+            for b in range(a + 1, len(have)):
+                sa, sb = have[a][0], have[b][0]
+                top = set(sorted(sa, key=sa.get)[:16]) | set(sorted(sb, key=sb.get)[:16])
+                for config in set(sa) & set(sb):
+                    d = math.log(sa[config] / sb[config])
+                    logs_all.append(d)
+                    if config in top:
+                        logs_top.append(d)
+        # A difference of two runs' noise: sigma of one run is that / sqrt(2).
+        sigma_all = spread(logs_all) / math.sqrt(2)
+        sigma_top = spread(logs_top) / math.sqrt(2)
+        pooled_all += logs_all
+        pooled_top += logs_top
+        cells = []
+        for a, (_, _, chosen) in enumerate(have):
+            if chosen is None:
+                continue
+            for b, (screen_b, serial_b, _) in enumerate(have):
+                if a == b:
+                    continue
+                pairs += 1
+                if chosen in screen_b:
+                    rank = 1 + sorted(screen_b, key=screen_b.get).index(chosen)
+                    in_serial = chosen in serial_b
+                    missed += 0 if in_serial else 1
+                    cells.append(f"{a + 1}->{b + 1}: #{rank}{'' if in_serial else ' not serial'}")
+                else:
+                    missed += 1
+                    cells.append(f"{a + 1}->{b + 1}: unscreened")
+        shown_cells = [c for c in cells if not c.endswith(": #1")]
+        print(f"{problem[:50]:50} {len(logs_all):7d} {sigma_all * 100:9.2f}% {sigma_top * 100:11.2f}%  "
+              f"{', '.join(shown_cells) if shown_cells else 'every choice first in every run'}")
+    print(f"pooled: screen noise of one run (sigma of log median) {spread(pooled_all) / math.sqrt(2) * 100:.2f}% "
+          f"over all common variants, {spread(pooled_top) / math.sqrt(2) * 100:.2f}% over the 16 fastest; "
+          f"a run's choice missing from another run's serial candidates: {missed} of {pairs}")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,7 +294,11 @@ def main():
     c.add_argument("job")
     c.add_argument("--expect-contended", action="store_true")
     c.add_argument("--expect-waited", action="store_true")
+    sc = sub.add_parser("screens")
+    sc.add_argument("dirs", nargs="+")
     args = parser.parse_args()
+    if args.command == "screens":
+        return screens(args.dirs)
     if args.command == "stability":
         return stability(args.jobs, args.band, args.floor)
     if args.command == "contention":
