@@ -572,13 +572,18 @@ class TunedKernel:
             if not 0 <= index < len(self.buffers):
                 raise LaunchError(f"{self.label}: output {index} is not one of its buffers")
 
-        @operators.custom_op(name, mutates_args=("tensors",))
-        def op(tensors: list[torch.Tensor]) -> None:
+        def run(tensors):
             self(*tensors)
 
-        @op.register_fake
-        def _(tensors: list[torch.Tensor]) -> None:
+        def fake(tensors):
             return None
 
+        # Types, not the strings this module's annotations are (postponed
+        # evaluation): torch infers the operator's schema from them, and
+        # cannot resolve "torch" in this module's globals.
+        for function in (run, fake):
+            function.__annotations__ = {"tensors": list[torch.Tensor], "return": None}
+        op = operators.custom_op(name, run, mutates_args=("tensors",))
+        op.register_fake(fake)
         return op
 
