@@ -116,7 +116,7 @@ double RoundsMedian(const std::vector<double>& rounds) {
   return MedianOf(timed);
 }
 
-size_t Leader(const std::vector<std::vector<double>>& rounds) {
+size_t Leader(const std::vector<std::vector<double>>& rounds, const std::vector<int>& process) {
   size_t leader = rounds.size();
   double best = 0;
   for (size_t i = 0; i < rounds.size(); ++i) {
@@ -126,6 +126,28 @@ size_t Leader(const std::vector<std::vector<double>>& rounds) {
       leader = i;
       best = median;
     }
+  }
+  return leader == rounds.size() ? leader : PairedLeader(rounds, process, leader);
+}
+
+size_t PairedLeader(const std::vector<std::vector<double>>& rounds, const std::vector<int>& process,
+                    size_t start) {
+  std::vector<bool> left(rounds.size(), false);
+  size_t leader = start;
+  while (leader < rounds.size() && !left[leader]) {
+    size_t faster = rounds.size();
+    double lowest = 1;
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      if (i == leader || left[i]) continue;
+      const RoundRatio r = CompareRounds(rounds[i], rounds[leader], process);
+      if (r.known() && r.median < lowest) {
+        lowest = r.median;
+        faster = i;
+      }
+    }
+    if (faster == rounds.size()) break;
+    left[leader] = true;
+    leader = faster;
   }
   return leader;
 }

@@ -61,8 +61,20 @@ Versus Classify(const RoundRatio& challenger_over_leader, double band);
 double RoundsMedian(const std::vector<double>& rounds);
 
 // The candidate with the lowest RoundsMedian among those timed (the lower
-// index on equal medians); `rounds.size()` when none was timed.
-size_t Leader(const std::vector<std::vector<double>>& rounds);
+// index on equal medians), then PairedLeader from it; `rounds.size()` when
+// none was timed. `process` as for CompareRounds.
+size_t Leader(const std::vector<std::vector<double>>& rounds, const std::vector<int>& process = {});
+
+// From `start`, the fastest by the rounds candidates share: while another
+// candidate is faster than the current one over the rounds both were timed
+// in (CompareRounds' median ratio below 1, with an interval), move to the
+// one with the lowest such ratio (the lower index among equals); a
+// candidate is left at most once, so it ends. Medians pooled over rounds
+// compare different mixes of rounds when candidates were timed in
+// different passes (a first pass of every candidate in a slow process,
+// later ones of the leaders only): the shared rounds do not.
+size_t PairedLeader(const std::vector<std::vector<double>>& rounds, const std::vector<int>& process,
+                    size_t start);
 
 // The relative noise of a candidate's median across rounds: half the width
 // of the bootstrap interval of its rounds' median, over that median (so

@@ -104,6 +104,32 @@ TEST(RoundCompareTest, TheLeaderIsTheLowestMedianOfTheRoundsTimed) {
   EXPECT_DOUBLE_EQ(RoundsMedian({0, 3, 1, 2}), 2);
 }
 
+// A first pass of every candidate in a slow process (rounds 0-4), a later
+// pass of the first only in a fast one (rounds 5-9): pooled over its
+// rounds the first has the lower median (105 against 109), but over the
+// rounds both were timed in the second is faster (109 against 110), and it
+// leads.
+TEST(RoundCompareTest, TheLeaderIsTheFastestOverTheRoundsCandidatesShare) {
+  const std::vector<std::vector<double>> rounds = {
+      {110, 110, 110, 110, 110, 100, 100, 100, 100, 100},
+      {109, 109, 109, 109, 109, 0, 0, 0, 0, 0},
+      {120, 120, 120, 120, 120, 0, 0, 0, 0, 0}};
+  const std::vector<int> process = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+  EXPECT_DOUBLE_EQ(RoundsMedian(rounds[0]), 105);
+  EXPECT_EQ(Leader(rounds, process), 1u);
+  EXPECT_EQ(PairedLeader(rounds, process, 2), 1u);  // from the slowest, via the fastest ratio
+  // Fewer than kMinPairedRounds shared rounds say nothing: the pooled
+  // leader stays.
+  const std::vector<std::vector<double>> few = {{110, 110, 100, 100, 100}, {109, 109, 0, 0, 0}};
+  EXPECT_EQ(Leader(few, {0, 0, 1, 1, 1}), 0u);
+  // Three candidates each faster than the next over different rounds (a
+  // cycle) still end.
+  const std::vector<std::vector<double>> cycle = {{10, 10, 10, 11, 11, 11, 0, 0, 0},
+                                                  {11, 11, 11, 0, 0, 0, 10, 10, 10},
+                                                  {0, 0, 0, 10, 10, 10, 11, 11, 11}};
+  EXPECT_LT(Leader(cycle, {}), 3u);
+}
+
 TEST(RoundCompareTest, NoiseIsTheIntervalOfTheRoundsMedian) {
   EXPECT_TRUE(std::isinf(RoundsNoise({10, 10})));
   EXPECT_DOUBLE_EQ(RoundsNoise({10, 10, 10, 10}), 0);

@@ -72,7 +72,8 @@ class Rounds {
     return over_rounds > 0 ? over_rounds : candidates_[i].timing.median_us();
   }
 
-  // The lowest median; equal ones go to the first in parameter order.
+  // The lowest median (equal ones go to the first in parameter order),
+  // then the fastest by the rounds candidates share (kernels::PairedLeader).
   size_t Leader() const {
     size_t leader = 0;
     for (size_t i = 1; i < size(); ++i) {
@@ -80,7 +81,9 @@ class Rounds {
       const double b = Median(leader);
       if (a < b || (a == b && candidates_[i].index < candidates_[leader].index)) leader = i;
     }
-    return leader;
+    std::vector<std::vector<double>> timed;
+    for (const Candidate& c : candidates_) timed.push_back(c.rounds);
+    return kernels::PairedLeader(timed, round_process_, leader);
   }
 
   kernels::RoundRatio Versus(size_t a, size_t b) const {

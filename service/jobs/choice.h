@@ -8,7 +8,10 @@
 // The candidates were timed together in interleaved rounds, in at least
 // two worker processes when there were two or more (serial_phase.h); each
 // carries its median per round. The fastest (the leader) is the lowest
-// median over its rounds; every other candidate is compared with it round by
+// median over its rounds, unless another candidate is faster over the
+// rounds the two share (kernels::PairedLeader: the later passes time only
+// the leaders, so pooled medians mix other rounds); every other candidate
+// is compared with it round by
 // round (kernels/round_compare.h: a bootstrap over rounds within each
 // process, widened to each process's own median ratio) and is within the
 // band of it (the interval inside 1 +- band, even when it is slower beyond

@@ -237,7 +237,7 @@ class ProblemSerial {
     const std::vector<Candidate> candidates = Pooled(chosen, &indices, &process);
     std::vector<std::vector<double>> rounds;
     for (const Candidate& c : candidates) rounds.push_back(c.rounds);
-    const size_t leader = kernels::Leader(rounds);
+    const size_t leader = kernels::Leader(rounds, process);
     if (leader == candidates.size()) return indices;
     struct Other {
       bool slower = false;  // beyond doubt and beyond the band
