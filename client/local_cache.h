@@ -6,8 +6,8 @@
 //   RETURN_IF_ERROR(cache.PutAnswer(answer));
 //   ASSIGN_OR_RETURN(std::optional<v1::LocalAnswer> again, cache.GetAnswer(request));
 //
-// Layout of the directory (a format shared with the Python client, but
-// for packs/, which only the C++ client reads and writes):
+// Layout of the directory (a format shared with the Python client,
+// client/python/autotune_client/local_cache.py, packs/ included):
 //   answers/<key>.answer    one LocalAnswer per lookup, key = AnswerKey(request):
 //                           the line "autotune-answer 1 <sha256 hex of the rest>\n",
 //                           then the serialized LocalAnswer

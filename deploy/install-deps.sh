@@ -50,6 +50,7 @@ packages=(
   python3              # the Python client and the tests that read exported configs
   python3-grpcio       # the Python client (client/python)
   python3-protobuf
+  python3-xxhash       # XXH3: the Python client's local cache packs
 )
 # Only the tests and CI's checks need these.
 test_packages=(

@@ -48,7 +48,7 @@ from autotune_client.errors import (
 )
 from autotune_client.families import CheckResult, read_family
 from autotune_client.jobs import JobState, read_manifest, search_options
-from autotune_client.local_cache import LocalCache, answer_key
+from autotune_client.local_cache import LocalCache, answer_key, pack_key
 from autotune_client.lookups import (
     BatchAnswer,
     DimDistance,
@@ -117,6 +117,7 @@ __all__ = [
     "export_server_configs",
     "format_dims",
     "parse_dtype",
+    "pack_key",
     "pb",
     "read_family",
     "read_manifest",

@@ -79,6 +79,16 @@ REGISTER_KERNEL_TIMEOUT = 300.0
 ProgressCallback = Callable[[pb.JobProgress], None]
 
 
+def _serialized(request: Union[Message, bytes]) -> bytes:
+    """A request's bytes: a message serialized, or bytes sent as they are (a
+    start-up serializes its batch once, for the call and for its pack's
+    key)."""
+    if isinstance(request, bytes):
+        return request
+    serialized: bytes = request.SerializeToString()
+    return serialized
+
+
 def error_from_rpc(error: grpc.RpcError, address: str) -> AutotuneError:
     """The AutotuneError for a failed call, as the C++ client words it
     (client/grpc_status.cc)."""
@@ -151,15 +161,17 @@ class Client:
         else:
             self._channel = grpc.secure_channel(self._address, credentials, options=options)
 
-        def unary(name: str, request: Any, response: Any) -> Any:
+        def unary(name: str, request: Any, response: Any, serializer: Any = None) -> Any:
             return self._channel.unary_unary(
                 f"{_SERVICE}/{name}",
-                request_serializer=request.SerializeToString,
+                request_serializer=serializer or request.SerializeToString,
                 response_deserializer=response.FromString,
             )
 
         self._lookup = unary("Lookup", pb.LookupRequest, pb.LookupResponse)
-        self._batch_lookup = unary("BatchLookup", pb.BatchLookupRequest, pb.BatchLookupResponse)
+        self._batch_lookup = unary(
+            "BatchLookup", pb.BatchLookupRequest, pb.BatchLookupResponse, _serialized
+        )
         self._get_binaries = unary("GetBinaries", pb.GetBinariesRequest, pb.GetBinariesResponse)
         self._list_kernels = unary("ListKernels", pb.ListKernelsRequest, pb.ListKernelsResponse)
         self._list_entries = unary("ListEntries", pb.ListEntriesRequest, pb.ListEntriesResponse)
@@ -456,7 +468,7 @@ class Client:
         """
         return check_family(path, arch=arch, cli=cli)
 
-    def _ask(self, method: Any, request: Message, timeout: Optional[float]) -> Any:
+    def _ask(self, method: Any, request: Union[Message, bytes], timeout: Optional[float]) -> Any:
         """A unary call with this client's token and its timeout unless
         `timeout`; a failure raised as the AutotuneError for it."""
         try:
@@ -477,11 +489,17 @@ class Client:
         return response
 
     def raw_batch_lookup(
-        self, request: pb.BatchLookupRequest, timeout: Optional[float] = None
+        self,
+        request: pb.BatchLookupRequest,
+        timeout: Optional[float] = None,
+        serialized: Optional[bytes] = None,
     ) -> pb.BatchLookupResponse:
-        """The BatchLookup RPC on messages. Raises AutotuneError (INTERNAL) when
-        the service answers a different number of items than were asked."""
-        response: pb.BatchLookupResponse = self._ask(self._batch_lookup, request, timeout)
+        """The BatchLookup RPC on messages; `serialized`, when given, is
+        `request` serialized already, sent as it is. Raises AutotuneError
+        (INTERNAL) when the service answers a different number of items than
+        were asked."""
+        sent = request if serialized is None else serialized
+        response: pb.BatchLookupResponse = self._ask(self._batch_lookup, sent, timeout)
         if len(response.results) != len(request.lookups):
             raise AutotuneError(
                 f"the service answered {len(response.results)} of {len(request.lookups)} "

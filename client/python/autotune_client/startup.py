@@ -22,10 +22,15 @@ Cost: at most `deadline` seconds waiting on the service, whatever it does
 (absent, slow, hung): one BatchLookup without cubins, then one GetBinaries,
 by sha256, for the cubins the local cache lacks or holds damaged (a damaged cubin is refused
 and fetched again). Then only local reads. Each answer the service gives is
-written to the local cache with its cubin, so the next start finds it when
-the service is down: behind the answers, by a thread of the StartupLookup,
+written to the local cache with its cubin, and the batch's answers and
+cubins to its pack (local_cache.py), so the next start finds them when the
+service is down: behind the answers, by a thread of the StartupLookup,
 which flush_local_cache() and close() wait for (startup_lookup() returns
 once they are done); a failed write is said in the answer's note by then.
+A start reads the batch's pack first, for the cubins when the service
+answers and for the answers too when it does not, and reads file by file
+what the pack lacks, holds older than answers/ does, or all of it when the
+pack is damaged (the answers' note then names it).
 
 Per item: an error from the service for one lookup (unknown family, bad
 dims) is that answer's error; the service is not asked again and the local
@@ -47,7 +52,13 @@ from typing import Optional, Sequence, Union
 from autotune_client.client import Client, error_from_code_number
 from autotune_client.errors import AutotuneError, InvalidArgument, error_for_code
 from autotune_client.lookups import Device, Lookup, LookupResult, describe_request, sha256_hex
-from autotune_client.local_cache import LocalCache
+from autotune_client.local_cache import (
+    LocalCache,
+    Pack,
+    PackedAnswer,
+    batch_pack_key,
+    packs_supported,
+)
 from autotune_client.messages import pb
 
 SOURCE_SERVICE = "service"
@@ -87,6 +98,9 @@ class _Pending:
         self.response: Optional[pb.LookupResponse] = None
         self.cubin: Optional[bytes] = None
         self.fetched = False  # the cubin came from the service now
+        # The response was read from the local cache for this answer alone:
+        # the result takes it as it is, uncopied.
+        self.response_is_own = False
 
     def binary_sha256(self) -> str:
         """The sha256 of the entry's binary; empty when the answer has none to
@@ -98,7 +112,9 @@ class _Pending:
     def finish(self) -> StartupAnswer:
         if self.answer.error is None and self.response is not None:
             try:
-                self.answer.result = LookupResult.from_response(self.response, self.cubin)
+                self.answer.result = LookupResult.from_response(
+                    self.response, self.cubin, copy=not self.response_is_own
+                )
             except AutotuneError as error:
                 self.answer.error = error
         return self.answer
@@ -154,6 +170,8 @@ class StartupLookup:
                 self._local = LocalCache(local_cache)
             except AutotuneError as error:
                 raise error_for_code(error.code, f"local cache: {error.message}") from None
+        # The batches' packs, where this Python can check them.
+        self._packs = self._local is not None and packs_supported()
         # A client handed in stays the caller's to close.
         self._owns_client = client is None
         self._client = client if client is not None else Client(address, timeout=deadline)
@@ -202,7 +220,12 @@ class StartupLookup:
         lookup that cannot be made into a request (a dim that is not an
         integer, an unknown dtype name)."""
         deadline = time.monotonic() + self._deadline
-        pending = [_Pending(self._request(lookup)) for lookup in lookups]
+        # The requests are made in the batch, and each answer refers to its own.
+        batch = pb.BatchLookupRequest(include_recipe=self._recipes)
+        batch.lookups.extend(
+            lookup.to_request() if isinstance(lookup, Lookup) else lookup for lookup in lookups
+        )
+        pending = [_Pending(self._filled_in(request)) for request in batch.lookups]
         if not pending:
             return []
         # A first start on this host (most answers not kept here, judged on
@@ -210,13 +233,16 @@ class StartupLookup:
         # Otherwise the answers alone, and the cubins the local cache lacks
         # by their sha256 (GetBinaries).
         cubins_now = self._cubins and self._mostly_new(pending)
-        batch = pb.BatchLookupRequest(include_cubin=cubins_now, include_recipe=self._recipes)
-        for item in pending:
-            batch.lookups.append(item.answer.request)
+        batch.include_cubin = cubins_now
+        # Serialized once: sent, and the key of the batch's pack.
+        serialized = batch.SerializeToString(deterministic=True)
+        key = batch_pack_key(serialized) if self._packs else ""
         try:
-            answered = self._client.raw_batch_lookup(batch, timeout=self._deadline)
+            answered = self._client.raw_batch_lookup(
+                batch, timeout=self._deadline, serialized=serialized
+            )
         except AutotuneError as why:
-            self._from_local_cache(why, pending)
+            self._from_local_cache(why, pending, key)
             return [item.finish() for item in pending]
         for item, result in zip(pending, answered.results):
             item.answer.source = SOURCE_SERVICE
@@ -241,30 +267,60 @@ class StartupLookup:
                     item.cubin = cubin
                     item.fetched = True
         if self._cubins and not cubins_now:
-            self._attach_cubins(deadline, pending)
+            self._attach_cubins(deadline, pending, key)
         answers = [item.finish() for item in pending]
-        kept = [item for item in pending if item.answer.error is None and item.response is not None]
-        if self._local is not None and kept:
+        if self._local is not None and any(self._keeps(item) for item in pending):
             with self._writes_lock:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(1, thread_name_prefix="autotune-local-cache")
-                self._writes.append(self._writer.submit(self._store_all, kept))
+                self._writes.append(self._writer.submit(self._store_all, pending, key))
         return answers
 
-    def _store_all(self, items: list[_Pending]) -> None:
-        for item in items:
-            self._store(item)
+    @staticmethod
+    def _keeps(item: _Pending) -> bool:
+        """Whether the item's answer is one to keep in the local cache."""
+        return item.answer.error is None and item.response is not None
 
-    def _request(self, lookup: Union[Lookup, pb.LookupRequest]) -> pb.LookupRequest:
-        request = pb.LookupRequest()
-        if isinstance(lookup, Lookup):
-            request.CopyFrom(lookup.to_request())
-        else:
-            request.CopyFrom(lookup)
-        request.ClearField("include_cubin")
-        if not request.HasField("device") and self._device is not None:
+    def _store_all(self, pending: list[_Pending], key: str) -> None:
+        """Writes the answers to keep and their cubins, then the batch's pack:
+        each answer as its file holds it now."""
+        packed: list[Optional[PackedAnswer]] = [None] * len(pending)
+        cubins: dict[str, Optional[bytes]] = {}
+        kept: list[_Pending] = []
+        for position, item in enumerate(pending):
+            if not self._keeps(item):
+                continue
+            kept.append(item)
+            packed[position] = self._store(item)
+            if packed[position] is not None and item.cubin is not None:
+                cubins[item.binary_sha256()] = item.cubin
+        if not key or self._local is None:
+            return
+        try:
+            self._local.put_pack(key, packed, cubins)
+        except AutotuneError as error:
+            for item in kept:
+                item.answer.add_note(f"not kept in the local cache's pack: {error.message}")
+
+    def _read_pack(self, key: str, answers: bool = True) -> tuple[Optional[Pack], str]:
+        """The batch's pack (None when there is none or packs are not used),
+        with its answers or not (LocalCache.get_pack), and, when it cannot be
+        read, a note that says why."""
+        if not key or self._local is None:
+            return None, ""
+        try:
+            return self._local.get_pack(key, answers=answers), ""
+        except AutotuneError as error:
+            return None, f"{error.message}; read file by file"
+
+    def _filled_in(self, request: pb.LookupRequest) -> pb.LookupRequest:
+        """`request` without include_cubin, and with the device and driver
+        version this StartupLookup sets where it has none; returns it."""
+        if request.include_cubin:
+            request.ClearField("include_cubin")
+        if self._device is not None and not request.HasField("device"):
             request.device.CopyFrom(self._device.to_proto())
-        if not request.driver_version:
+        if not request.driver_version and self._driver_version:
             request.driver_version = self._driver_version
         return request
 
@@ -277,14 +333,19 @@ class StartupLookup:
         kept = sum(1 for item in sample if self._local.has_answer(item.answer.request))
         return 2 * kept < len(sample)
 
-    def _attach_cubins(self, deadline: float, pending: list[_Pending]) -> None:
-        """Fills each item's cubin from the local cache or, for those it lacks,
-        from the service before `deadline`."""
+    def _attach_cubins(self, deadline: float, pending: list[_Pending], key: str) -> None:
+        """Fills each item's cubin from the local cache (the pack `key` first)
+        or, for those it lacks, from the service before `deadline`."""
+        # A damaged pack only costs time: its cubins are read file by file.
+        pack, _ = self._read_pack(key, answers=False)
         fetch = pb.GetBinariesRequest()
         fetched: list[_Pending] = []
         for item in pending:
             sha256 = item.binary_sha256()
             if item.answer.error is not None or not sha256:
+                continue
+            if pack is not None and sha256 in pack.cubins:
+                item.cubin = pack.cubins[sha256]
                 continue
             if self._local is not None:
                 try:
@@ -325,11 +386,13 @@ class StartupLookup:
                 item.cubin = binaries.binaries[sha256]
                 item.fetched = True
 
-    def _store(self, item: _Pending) -> None:
+    def _store(self, item: _Pending) -> Optional[PackedAnswer]:
         """Writes the answer and its cubin to the local cache; a failure is
-        noted: serving this start is what matters, the next asks again."""
+        noted: serving this start is what matters, the next asks again.
+        Returns the answer as its file holds it now, for the pack; None when
+        that is not this answer (a failed write, another writer's since)."""
         if self._local is None or item.response is None:
-            return
+            return None
         sha256 = item.binary_sha256()
         local = pb.LocalAnswer(
             request=item.answer.request,
@@ -340,21 +403,37 @@ class StartupLookup:
         try:
             # An answer the cache holds already is not written again, nor a
             # cubin it gave.
-            try:
-                there = self._local.get_answer(item.answer.request)
-            except AutotuneError:
-                there = None
-            if there is None or there.response != item.response:
+            there = self._stamped_answer(item.answer.request)
+            holds = there is not None and there.answer.response == item.response
+            if not holds:
                 self._local.put_answer(local)
+                # Read back for the pack: the file may be another writer's by now.
+                there = self._stamped_answer(item.answer.request)
+                holds = there is not None and there.answer.response == item.response
             if item.cubin is not None and item.fetched:
                 self._local.put_cubin(sha256, item.cubin)
         except AutotuneError as error:
             item.answer.add_note(f"not kept in the local cache: {error.message}")
+            return None
+        return there if holds else None
 
-    def _from_local_cache(self, why: AutotuneError, pending: list[_Pending]) -> None:
-        """The answers from the local cache when the service failed with `why`."""
+    def _stamped_answer(self, request: pb.LookupRequest) -> Optional[PackedAnswer]:
+        """The answer the local cache holds for `request`; None when it holds
+        none or one that cannot be read (written again, then)."""
+        assert self._local is not None
+        try:
+            return self._local.get_stamped_answer(request)
+        except AutotuneError:
+            return None
+
+    def _from_local_cache(self, why: AutotuneError, pending: list[_Pending], key: str) -> None:
+        """The answers from the local cache when the service failed with `why`:
+        from the batch's pack `key` first; those it lacks (or holds older than
+        answers/ does) file by file."""
         service = f"the service did not answer ({why.message})"
-        for item in pending:
+        pack, pack_note = self._read_pack(key)
+        packed = pack.answers if pack is not None and len(pack.answers) == len(pending) else None
+        for position, item in enumerate(pending):
             answer = item.answer
             answer.source = SOURCE_LOCAL_CACHE
             if self._local is None:
@@ -365,7 +444,9 @@ class StartupLookup:
                 continue
             directory = self._local.directory
             try:
-                local = self._local.get_answer(answer.request)
+                local = packed[position] if packed is not None else None
+                if local is None:
+                    local = self._local.get_answer(answer.request)
             except AutotuneError as error:
                 answer.error = error_for_code(
                     error.code,
@@ -381,9 +462,15 @@ class StartupLookup:
                 )
                 continue
             item.response = local.response
+            item.response_is_own = True
             answer.note = f"{service}; answer stored {local.stored_at} by {local.server}"
+            if pack_note:
+                answer.add_note(pack_note)
             sha256 = item.binary_sha256()
             if not self._cubins or not sha256:
+                continue
+            if pack is not None and sha256 in pack.cubins:
+                item.cubin = pack.cubins[sha256]
                 continue
             try:
                 cubin = self._local.get_cubin(sha256)

@@ -7,6 +7,8 @@ missing or older than the proto, so the tests run without pip.
 Daemon starts build/service/autotuned on a socket and database of its own
 (AUTOTUNED overrides the binary; AUTOTUNE_CLI the autotune CLI used to
 wait for it and to import; AUTOTUNE_MAKE_SAMPLE the sample bundle writer).
+AUTOTUNE_LOCAL_PACK names build/client/autotune-local-pack, the C++
+client's local cache packs from the command line.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ AUTOTUNE_CLI = binary("AUTOTUNE_CLI", REPO_ROOT / "build" / "client" / "autotune
 MAKE_SAMPLE = binary(
     "AUTOTUNE_MAKE_SAMPLE", REPO_ROOT / "build" / "tests" / "autotune-make-sample"
 )
+# The C++ client's local cache packs from the command line
+# (client/testing/local_pack_tool_main.cc).
+LOCAL_PACK = binary("AUTOTUNE_LOCAL_PACK", REPO_ROOT / "build" / "client" / "autotune-local-pack")
 
 
 def missing_binaries() -> list[Path]:
@@ -64,6 +69,12 @@ def missing_binaries() -> list[Path]:
 
 def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_local_pack(*args: str) -> subprocess.CompletedProcess[str]:
+    """autotune-local-pack with `args`: "key REQUESTS", "write DIR REQUESTS" or
+    "read DIR REQUESTS", REQUESTS a serialized BatchLookupRequest."""
+    return run([str(LOCAL_PACK), *args])
 
 
 def fake_cubin(size: int = 4096) -> bytes:

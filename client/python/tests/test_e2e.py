@@ -9,6 +9,7 @@ Skipped, saying which, when the C++ binaries are not built.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ import unittest
 import warnings
 from pathlib import Path
 from typing import Optional
+from unittest import mock
 
 import support
 
@@ -43,6 +45,8 @@ from autotune_client import (
     read_token_file,
     startup_lookup,
 )
+from autotune_client import local_cache
+from autotune_client.local_cache import pack_key
 
 DEVICE = "NVIDIA H200"
 
@@ -329,10 +333,16 @@ class StartupEndToEndTest(DaemonTestCase):
         self.expect_server_shapes_answered(answers, SOURCE_LOCAL_CACHE)
         self.assertIn("the service did not answer", answers[0].note)
 
+    def remove_packs(self) -> None:
+        """Removes the local cache's packs: what follows reads file by file."""
+        shutil.rmtree(self.local_dir / "packs")
+        (self.local_dir / "packs").mkdir()
+
     def test_a_damaged_local_cubin_is_refused_and_fetched_again(self) -> None:
         lookup = self.lookup()
         lookup.lookup_all(server_shapes())
         lookup.flush_local_cache()
+        self.remove_packs()
         assert lookup.local_cache is not None
         cubin_path = lookup.local_cache.cubin_path(self.sample_sha256)
         with open(cubin_path, "r+b") as file:
@@ -346,6 +356,7 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertEqual(lookup.local_cache.get_cubin(self.sample_sha256), self.sample_cubin)
 
         # With the service down, a damaged cubin is refused, not served.
+        self.remove_packs()
         with open(cubin_path, "r+b") as file:
             file.seek(10)
             file.write(b"Y")
@@ -367,6 +378,121 @@ class StartupEndToEndTest(DaemonTestCase):
         self.assertIsNone(result.cubin)
         lookup.flush_local_cache()
         self.assertEqual(list((self.local_dir / "cubins").iterdir()), [])
+
+
+class StartupPackEndToEndTest(DaemonTestCase):
+    """A start keeps its batch's answers and cubins in one pack
+    (local_cache.py), as the C++ StartupLookup does (tests/e2e/
+    e2e_startup_test.cc): the next start reads it instead of each file."""
+
+    def setUp(self) -> None:
+        without_xxhash = self._testMethodName.startswith("test_without_xxhash")
+        if not without_xxhash and importlib.util.find_spec("xxhash") is None:
+            self.skipTest("python3-xxhash is not installed: packs are not read or written")
+        super().setUp()
+
+    def warm_and_stop(self) -> tuple[list[StartupAnswer], Path]:
+        """One start with the service up, its writes done, then the daemon
+        stopped: its answers and the path of its pack."""
+        lookup = self.lookup()
+        first = lookup.lookup_all(server_shapes())
+        lookup.flush_local_cache()
+        assert lookup.local_cache is not None
+        pack_path = lookup.local_cache.pack_path(pack_key(answer.request for answer in first))
+        self.assertTrue(pack_path.is_file())
+        self.stop_daemon()
+        return first, pack_path
+
+    def test_with_the_service_down_the_batchs_pack_answers_unless_it_is_damaged(self) -> None:
+        _, pack_path = self.warm_and_stop()
+        # The pack alone answers: the cubin file is gone.
+        os.remove(self.local_dir / "cubins" / f"{self.sample_sha256}.cubin")
+        offline = self.lookup().lookup_all(server_shapes())
+        self.expect_server_shapes_answered(offline, SOURCE_LOCAL_CACHE)
+        self.assertNotIn("local pack", offline[0].note)
+
+        # Damaged: refused whole, the files answer (here without the cubin).
+        os.chmod(pack_path, 0o644)
+        with open(pack_path, "r+b") as file:
+            file.seek(-1, os.SEEK_END)
+            file.write(b"Z")
+        offline = self.lookup().lookup_all(server_shapes())
+        result = offline[0].result
+        assert result is not None
+        self.assertEqual(result.match, Match.EXACT)
+        self.assertIsNone(result.cubin)
+        self.assertIn(f"local pack {pack_path} ", offline[0].note)
+        self.assertIn("(corrupted); read file by file", offline[0].note)
+        self.assertIn("its cubin is not in the local cache", offline[0].note)
+
+    def test_an_answer_kept_since_the_pack_wins_over_it(self) -> None:
+        first, _ = self.warm_and_stop()
+        # Another server on this host kept a newer answer for the first lookup.
+        newer = pb.LocalAnswer(
+            request=first[0].request,
+            server="unix:///elsewhere.sock",
+            stored_at="2026-12-05T00:00:00Z",
+        )
+        assert first[0].result is not None
+        newer.response.CopyFrom(first[0].result.response)
+        newer.response.entry.config.params["BLOCK"] = 1024
+        LocalCache(self.local_dir).put_answer(newer)
+        offline = self.lookup().lookup_all(server_shapes())
+        self.expect_server_shapes_answered(offline, SOURCE_LOCAL_CACHE)
+        assert offline[0].result is not None and offline[1].result is not None
+        self.assertEqual(offline[0].result.config["BLOCK"], 1024)
+        self.assertIn("by unix:///elsewhere.sock", offline[0].note)
+        assert first[1].result is not None
+        self.assertEqual(offline[1].result.config, first[1].result.config)
+
+    def test_with_the_service_up_the_cubins_come_from_the_pack(self) -> None:
+        lookup = self.lookup()
+        lookup.lookup_all(server_shapes())
+        lookup.flush_local_cache()
+        cubin_path = self.local_dir / "cubins" / f"{self.sample_sha256}.cubin"
+        os.remove(cubin_path)
+        answers = lookup.lookup_all(server_shapes())
+        self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
+        lookup.flush_local_cache()
+        # Not fetched, so not written again.
+        self.assertFalse(cubin_path.exists())
+
+    def test_the_pack_a_start_writes_is_read_by_the_cpp_client(self) -> None:
+        if not os.access(support.LOCAL_PACK, os.X_OK):
+            self.skipTest(f"{support.LOCAL_PACK} is not built")
+        first, _ = self.warm_and_stop()
+        requests_file = self.dir / "requests.pb"
+        batch = pb.BatchLookupRequest(lookups=[answer.request for answer in first])
+        requests_file.write_bytes(batch.SerializeToString())
+        read = support.run_local_pack("read", str(self.local_dir), str(requests_file))
+        self.assertEqual(read.returncode, 0, read.stderr)
+        lines = read.stdout.splitlines()
+        self.assertEqual(lines[0], "changed 0")
+        # Three answers kept (not the unknown family's), one cubin.
+        packed = [line.split()[2] != "-" for line in lines[1:5]]
+        self.assertEqual(packed, [True, True, True, False])
+        self.assertEqual(
+            lines[5:],
+            [f"cubin {self.sample_sha256} {len(self.sample_cubin)} {self.sample_sha256}"],
+        )
+
+    def test_without_xxhash_no_pack_is_written_and_that_is_said_once(self) -> None:
+        with mock.patch.object(local_cache, "_xxhash", None), mock.patch.object(
+            local_cache, "_packs_warned", False
+        ), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lookup = self.lookup()
+            answers = lookup.lookup_all(server_shapes())
+            lookup.flush_local_cache()
+            self.expect_server_shapes_answered(answers, SOURCE_SERVICE)
+            self.assertEqual(len(list((self.local_dir / "answers").iterdir())), 3)
+            self.assertEqual(list((self.local_dir / "packs").iterdir()), [])
+            self.stop_daemon()
+            offline = self.lookup().lookup_all(server_shapes())
+            self.expect_server_shapes_answered(offline, SOURCE_LOCAL_CACHE)
+        said = [str(warning.message) for warning in caught]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("python3-xxhash", said[0])
 
 
 AXPY_MANIFEST = """\

@@ -145,7 +145,7 @@ class LocalCacheTest(unittest.TestCase):
         self.cache.put_cubin(sha256_hex(cubin), cubin)
         cubin_path = self.root / "local" / "cubins" / f"{sha256_hex(cubin)}.cubin"
         self.assertEqual(cubin_path.read_bytes(), cubin)
-        for directory in ("", "answers", "cubins"):
+        for directory in ("", "answers", "cubins", "packs"):
             mode = os.stat(self.root / "local" / directory).st_mode & 0o777
             self.assertEqual(mode, 0o700, directory)
 
