@@ -452,7 +452,9 @@ TEST(CheckJobOptionsTest, EveryNumberHasARangeAndItsErrorNamesIt) {
       {[](v1::JobOptions& o, double v) { o.set_compile_timeout_s(v); }, kMaxCompileTimeoutS,
        "options.compile_timeout_s is 601, not in 0..600 (0 = 120 s)"},
       {[](v1::JobOptions& o, double v) { o.set_serial_candidates(static_cast<int>(v)); },
-       kMaxSerialCandidates, "options.serial_candidates is 257, not in 0..256 (0 = 8)"},
+       kMaxSerialCandidates,
+       absl::StrCat(
+           "options.serial_candidates is 257, not in 0..256 (0 = ", kDefaultSerialCandidates, ")")},
       {[](v1::JobOptions& o, double v) { o.set_quiet_wait_s(v); }, kMaxQuietWaitS,
        "options.quiet_wait_s is 604801, not in 0..604800 (0 = the daemon's quiet wait)"},
       {[](v1::JobOptions& o, double v) { o.set_serial_max_s(v); }, kMaxSerialMaxS,
