@@ -83,19 +83,6 @@ FileStamp StampOf(const struct stat& info) {
       .ctime_ns = static_cast<int64_t>(info.st_ctim.tv_sec) * 1000000000 + info.st_ctim.tv_nsec};
 }
 
-// Serialized the same way every time (map fields in key order), so that
-// two indexes of the same pack compare equal byte for byte.
-std::string SerializeDeterministically(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }
-  return bytes;
-}
-
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? "" : value;
@@ -124,6 +111,17 @@ absl::StatusOr<std::optional<std::string>> ReadIfPresent(const std::string& path
 }
 
 }  // namespace
+
+std::string SerializeDeterministically(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
 
 std::string LocalCache::DefaultDirectory() {
   if (std::string dir = Env("AUTOTUNE_LOCAL_CACHE"); !dir.empty()) return dir;

@@ -27,8 +27,6 @@
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "client/local_cache.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace autotune::client {
 namespace {
@@ -41,17 +39,6 @@ absl::StatusOr<v1::BatchLookupRequest> ReadBatch(const std::string& path) {
         absl::StrCat(path, " does not parse as a serialized BatchLookupRequest"));
   }
   return batch;
-}
-
-std::string SerializeDeterministically(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }
-  return bytes;
 }
 
 absl::Status Write(const LocalCache& cache, const v1::BatchLookupRequest& batch) {
