@@ -60,8 +60,7 @@ case "$mode" in
     # Also left out, run by the Release tests only: the longest waits and
     # choreographies, whose daemon code the other tests here drive too
     # (98, 88, 70, 62, 60, 43 and 40 s here at 47de23c, a fifth of the
-    # step's 2,469 test-seconds): the search replay floor (the search's
-    # code runs here in service/jobs' tests), a job resumed after a crash
+    # step's 2,469 test-seconds): a job resumed after a crash
     # (the resume tests after kills stay), a compile past its deadline,
     # `tune --local` end to end, the Python client's tests (the same RPCs
     # as the C++ end-to-end tests) and the two Chromium pages (the HTTP API
@@ -74,7 +73,7 @@ case "$mode" in
     # the step's 3,014 test-seconds at fbc7f6e, 24 kills): the Release
     # tests kill it 100 times; here the workers killed mid-compile and
     # mid-measurement (CrashTest) and the resumes after a kill stay.
-    select=(-E '^(downstream_find_package|kernels\.Builtin/BuiltinFamilyTest\.((EveryDistinctVariantCompilesForItsManifestsArch|PassesTheCompileCheckOfRegister)/.*|(EveryDefaultProblemHasEnoughValidConfigs|TheDefaultConfigIsValidForEveryDefaultProblem)/gemm_bf16 .*)|kernels\.GemmBf16Test\.TheWgmmaPathIsOnlyForSm90aAndCompilesThere|client\.ModelPlanTest\.(EveryWrittenManifestLoadsAndExpandsToItsProblems|NothingLeftIsAnError)|docs\.ExampleFamilyTest\.EveryVariantTheManifestPlansCompiles|bench_search_replay|python_client|reliability\.FourDaemons/CrashShardTest\..*|e2e\.CostSecurityTest\.(AManifestOfAMillionProblemsIsRefusedByItsCount|ABatchOfAHundredThousandMissesStopsAtItsCpuBudget)|JobPlanTest\.TheProblemLimitIsKeptByArithmeticShardedOrNot|reliability\.HostileRpcTest\.AJobOfMillionsOfProblemsOrValuesIsRefusedAtOnce|e2e\.ResumeEndToEndTest\.AJobCutShortByACrashIsFinishedAfterTheRestart|e2e\.WarmupEndToEndTest\.(ACompilePastItsDeadlineIsATimeoutAndIsNotCached|TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon)|e2e\.WebEndToEndTest\.(TheReportAndTheAdminPageRenderInChromium|TheAdminPageFollowsARunningJob))$')
+    select=(-E '^(downstream_find_package|kernels\.Builtin/BuiltinFamilyTest\.((EveryDistinctVariantCompilesForItsManifestsArch|PassesTheCompileCheckOfRegister)/.*|(EveryDefaultProblemHasEnoughValidConfigs|TheDefaultConfigIsValidForEveryDefaultProblem)/gemm_bf16 .*)|kernels\.GemmBf16Test\.TheWgmmaPathIsOnlyForSm90aAndCompilesThere|client\.ModelPlanTest\.(EveryWrittenManifestLoadsAndExpandsToItsProblems|NothingLeftIsAnError)|docs\.ExampleFamilyTest\.EveryVariantTheManifestPlansCompiles|python_client|reliability\.FourDaemons/CrashShardTest\..*|e2e\.CostSecurityTest\.(AManifestOfAMillionProblemsIsRefusedByItsCount|ABatchOfAHundredThousandMissesStopsAtItsCpuBudget)|JobPlanTest\.TheProblemLimitIsKeptByArithmeticShardedOrNot|reliability\.HostileRpcTest\.AJobOfMillionsOfProblemsOrValuesIsRefusedAtOnce|e2e\.ResumeEndToEndTest\.AJobCutShortByACrashIsFinishedAfterTheRestart|e2e\.WarmupEndToEndTest\.(ACompilePastItsDeadlineIsATimeoutAndIsNotCached|TuneLocalTunesTheFamiliesOfAFolderOnAPrivateDaemon)|e2e\.WebEndToEndTest\.(TheReportAndTheAdminPageRenderInChromium|TheAdminPageFollowsARunningJob))$')
     ;;
   thread)
     dir=build-tsan

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compile_request.h"
+#include "kernels/testdata.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -28,10 +29,6 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string Testdata(const std::string& relative) {
-  return absl::StrCat(AUTOTUNE_KERNELS_DIR, "/testdata/", relative);
-}
 
 v1::KernelFamily GoodFamily() {
   absl::StatusOr<v1::KernelFamily> family = LoadFamilyFile(Testdata("good/axpy.textproto"));

@@ -15,6 +15,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "kernels/testdata.h"
 #include "proto/problem.h"
 
 namespace autotune::kernels {
@@ -23,10 +24,6 @@ namespace {
 using ::autotune::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string Testdata(const std::string& relative) {
-  return absl::StrCat(AUTOTUNE_KERNELS_DIR, "/testdata/", relative);
-}
 
 absl::flat_hash_map<std::string, v1::KernelFamily> GoodFamilies() {
   absl::flat_hash_map<std::string, v1::KernelFamily> families;

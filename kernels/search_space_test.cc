@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/family_loader.h"
+#include "kernels/testdata.h"
 
 namespace autotune::kernels {
 namespace {
@@ -22,10 +23,6 @@ using ::autotune::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
-
-std::string Testdata(const std::string& relative) {
-  return absl::StrCat(AUTOTUNE_KERNELS_DIR, "/testdata/", relative);
-}
 
 v1::KernelFamily Load(const std::string& relative) {
   absl::StatusOr<v1::KernelFamily> family = LoadFamilyFile(Testdata(relative));

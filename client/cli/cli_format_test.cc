@@ -68,7 +68,7 @@ TEST(FormatTest, ConfigsAreSortedByNameAndSpaceSeparated) {
   EXPECT_EQ(FormatConfig(v1::Config()), "");
 }
 
-v1::Entry SampleEntry() {
+v1::Entry FormatSampleEntry() {
   v1::Entry entry;
   entry.set_family("flash_attn");
   (*entry.mutable_problem()->mutable_dims())["heads"] = 32;
@@ -88,7 +88,7 @@ v1::Entry SampleEntry() {
 
 TEST(PrintEntryTableTest, OneRowPerEntryUnderTheHeader) {
   google::protobuf::RepeatedPtrField<v1::Entry> entries;
-  *entries.Add() = SampleEntry();
+  *entries.Add() = FormatSampleEntry();
   std::ostringstream out;
   PrintEntryTable(entries, out);
   EXPECT_EQ(out.str(),
@@ -106,7 +106,7 @@ TEST(PrintLookupResponseTest, NearestShowsTheDistancePerDimension) {
   request.mutable_problem()->set_dtype(v1::BFLOAT16);
   v1::LookupResponse response;
   response.set_match(v1::NEAREST);
-  *response.mutable_entry() = SampleEntry();
+  *response.mutable_entry() = FormatSampleEntry();
   v1::DimDistance* distance = response.add_distance();
   distance->set_name("batch");
   distance->set_requested(12);
@@ -170,7 +170,7 @@ v1::Measurement* AddMeasurement(v1::GetEntryResponse& response, v1::Phase phase,
 v1::GetEntryResponse SampleEvidence() {
   v1::GetEntryResponse response;
   v1::Entry& entry = *response.mutable_entry();
-  entry = SampleEntry();
+  entry = FormatSampleEntry();
   entry.set_tie(true);
   entry.set_tied(3);
   entry.set_margin(-0.002);
@@ -271,7 +271,7 @@ TEST(PrintEntryDetailTest, ExplainsWhyTheEntryWon) {
 
 TEST(PrintEntryDetailTest, AScreenedEntryHasNoSerialTable) {
   v1::GetEntryResponse response;
-  *response.mutable_entry() = SampleEntry();
+  *response.mutable_entry() = FormatSampleEntry();
   response.mutable_entry()->set_phase(v1::SCREEN);
   AddMeasurement(response, v1::SCREEN, v1::OK, 64, 41.256);
   std::ostringstream out;
@@ -285,7 +285,7 @@ TEST(PrintEntryDetailTest, AScreenedEntryHasNoSerialTable) {
 
 TEST(PrintEntryDetailTest, ListsTenRejectedVariantsAndCountsTheRest) {
   v1::GetEntryResponse response;
-  *response.mutable_entry() = SampleEntry();
+  *response.mutable_entry() = FormatSampleEntry();
   for (int64_t block_n = 1; block_n <= 12; ++block_n) {
     AddMeasurement(response, v1::SCREEN, v1::TIMEOUT, block_n, 0);
   }

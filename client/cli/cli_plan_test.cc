@@ -11,6 +11,7 @@
 #include "base/temp_dir.h"
 #include "client/cli/cli.h"
 #include "client/cli/cli_flags.h"
+#include "client/cli/model_testdata.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/manifest.h"
@@ -41,10 +42,6 @@ PlanRun RunPlan(const std::vector<std::string>& args) {
   std::ostringstream err;
   const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
   return {code, out.str(), err.str()};
-}
-
-std::string ModelFile(const std::string& name) {
-  return absl::StrCat(AUTOTUNE_CLIENT_TESTDATA, "/models/", name);
 }
 
 std::vector<std::string> Lines(const std::string& text) {

@@ -15,6 +15,7 @@
 #include "base/file.h"
 #include "base/status_matchers.h"
 #include "base/temp_dir.h"
+#include "client/cli/model_testdata.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -33,10 +34,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::SizeIs;
-
-std::string ModelFile(const std::string& name) {
-  return absl::StrCat(AUTOTUNE_CLIENT_TESTDATA, "/models/", name);
-}
 
 const absl::flat_hash_map<std::string, v1::KernelFamily>& BuiltinFamilies() {
   static const auto* families = [] {

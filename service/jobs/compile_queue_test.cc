@@ -21,7 +21,7 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
-CompileUnit Unit(const std::string& key) {
+CompileUnit KeyUnit(const std::string& key) {
   CompileUnit unit;
   unit.key = key;
   return unit;
@@ -29,7 +29,7 @@ CompileUnit Unit(const std::string& key) {
 
 std::vector<CompileUnit> Units(const std::vector<std::string>& keys) {
   std::vector<CompileUnit> units;
-  for (const std::string& key : keys) units.push_back(Unit(key));
+  for (const std::string& key : keys) units.push_back(KeyUnit(key));
   return units;
 }
 
