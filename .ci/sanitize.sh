@@ -52,7 +52,7 @@ case "$mode" in
     # with a few lines of our code around it that the Release tests run too
     # (the cubin reader under the checks runs here in
     # kernels_family_check_test); and gemm_bf16's expansion of its whole space
-    # for each default problem (7,296 configs each, now 7,410, through muparser: 99 and
+    # for each default problem (7,296 configs each, now 7,622, through muparser: 99 and
     # 96 s under ASan at 67b158c, 195 of the step's 1,835 CPU seconds; the
     # same code runs here for the other families and in kernels_test), as in
     # `autotune plan`'s tests of whole manifests (153 and 31 s under ASan at

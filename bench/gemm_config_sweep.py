@@ -13,7 +13,7 @@ instance the best tiles of each instruction path at large M.
       --configs "WGMMA=1 BM=128 BN=256 BK=64 WM=2 WN=1 STAGES=4 GROUP_M=8 SPLIT_K=1"
 
 --configs takes configs separated by ';' (every param of the family given;
-PERSISTENT, added last, is 0 when left out).
+PERSISTENT and CLUSTER, added last, are 0 and 1 when left out).
 Prints one row per shape and config; writes them to --json.
 """
 import argparse
@@ -29,7 +29,8 @@ from gemm_vs_cublas import gemm_args, time_graph, workspace_floats  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "kernels", "builtin", "gemm_bf16.cu")
-PARAMS = ("WGMMA", "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "PERSISTENT")
+PARAMS = ("WGMMA", "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "PERSISTENT",
+          "CLUSTER")
 
 
 def nvrtc_compile(source, options, arch):
@@ -62,8 +63,10 @@ def nvrtc_compile(source, options, arch):
 def launch_of(config, m, n, sm_count):
     """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
     c = config
-    tiles = -(-m // c["BM"]) * -(-n // c["BN"])
-    grid = (min(tiles, sm_count) if c["PERSISTENT"] else tiles, c["SPLIT_K"], 1)
+    cluster = c["CLUSTER"]
+    tiles = -(-(-(-m // c["BM"])) // cluster) * -(-n // c["BN"])  # in clusters' tiles
+    grid = (cluster * (min(tiles, sm_count // cluster) if c["PERSISTENT"] else tiles),
+            c["SPLIT_K"], 1)
     threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1),
                3: 128 * (c["WM"] + 1)}
     block = (threads[c["WGMMA"]], 1, 1)
@@ -92,6 +95,7 @@ def main():
     for text in filter(None, (t.strip() for t in args.configs.split(";"))):
         config = {k: int(v) for k, v in (p.split("=") for p in text.split())}
         config.setdefault("PERSISTENT", 0)
+        config.setdefault("CLUSTER", 1)
         missing = [p for p in PARAMS if p not in config]
         if missing:
             sys.exit(f"config '{text}' lacks {', '.join(missing)}")

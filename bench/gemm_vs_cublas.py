@@ -92,7 +92,9 @@ def gemm_args(driver, config, a, b, c, work, alpha):
     return [ctypes.c_uint64(a.data_ptr()), ctypes.c_uint64(b.data_ptr()),
             ctypes.c_uint64(c.data_ptr()), ctypes.c_uint64(work.data_ptr()),
             driver.tensor_map_2d(a.data_ptr(), m, k, config["BM"], config["BK"]),
-            driver.tensor_map_2d(b.data_ptr(), n, k, config["BN"], config["BK"]),
+            # CLUSTER = 2: each block of a pair loads half of the B tile.
+            driver.tensor_map_2d(b.data_ptr(), n, k, config["BN"] // config.get("CLUSTER", 1),
+                                 config["BK"]),
             driver.tensor_map_2d(c.data_ptr(), m, n, config["BM"], 64),
             ctypes.c_float(alpha), ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k)]
 

@@ -600,29 +600,30 @@ TEST(GemmBf16Test, TheWgmmaPathIsOnlyForSm90aAndCompilesThere) {
   EXPECT_TRUE(wgmma_variants("sm_100a").empty());
   const std::vector<Variant> variants = wgmma_variants("sm_90a");
   // The counts the descriptor's comment gives, per path: (WGMMA,
-  // PERSISTENT, BN = 192).
-  std::map<std::tuple<int64_t, int64_t, bool>, int> paths;
+  // PERSISTENT, BN = 192, CLUSTER).
+  using Path = std::tuple<int64_t, int64_t, bool, int64_t>;
+  std::map<Path, int> paths;
   for (const Variant& variant : variants) {
     const auto& params = variant.config.params();
-    ++paths[{params.at("WGMMA"), params.at("PERSISTENT"), params.at("BN") == 192}];
+    ++paths[{params.at("WGMMA"), params.at("PERSISTENT"), params.at("BN") == 192,
+             params.at("CLUSTER")}];
   }
-  EXPECT_THAT(paths,
-              ::testing::ElementsAre(Pair(std::tuple<int64_t, int64_t, bool>{1, 0, false}, 288),
-                                     Pair(std::tuple<int64_t, int64_t, bool>{2, 0, false}, 392),
-                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 0, false}, 392),
-                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 0, true}, 16),
-                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 1, false}, 84),
-                                     Pair(std::tuple<int64_t, int64_t, bool>{3, 1, true}, 14)));
+  EXPECT_THAT(paths, ::testing::ElementsAre(
+                         Pair(Path{1, 0, false, 1}, 288), Pair(Path{2, 0, false, 1}, 392),
+                         Pair(Path{3, 0, false, 1}, 392), Pair(Path{3, 0, false, 2}, 98),
+                         Pair(Path{3, 0, true, 1}, 16), Pair(Path{3, 0, true, 2}, 16),
+                         Pair(Path{3, 1, false, 1}, 84), Pair(Path{3, 1, false, 2}, 84),
+                         Pair(Path{3, 1, true, 1}, 14), Pair(Path{3, 1, true, 2}, 14)));
 
   // An even spread over the paths, and the first and the last config of the
-  // persistent schedule and of the 192-column tiles.
+  // persistent schedule, of the 192-column tiles and of the clusters.
   constexpr size_t kSample = 32;
   std::vector<const Variant*> sample;
   for (size_t i = 0; i < kSample; ++i) {
     sample.push_back(&variants[i * (variants.size() - 1) / (kSample - 1)]);
   }
   for (const std::pair<const char*, int64_t>& wanted :
-       {std::pair<const char*, int64_t>{"PERSISTENT", 1}, {"BN", 192}}) {
+       {std::pair<const char*, int64_t>{"PERSISTENT", 1}, {"BN", 192}, {"CLUSTER", 2}}) {
     const auto has = [&wanted](const Variant& v) {
       return v.config.params().at(wanted.first) == wanted.second;
     };

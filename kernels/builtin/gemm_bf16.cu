@@ -23,6 +23,13 @@
 //               blockIdx.x, + gridDim.x, ...: the TMA thread fetches the next
 //               tile's stages while the computing warpgroups store the last
 //               one's C from a staging area of its own; 0 = a block per tile
+//   CLUSTER     WGMMA = 3, SPLIT_K = 1 only: 2 = blocks in clusters of two
+//               (__cluster_dims__) that compute two tiles one above the
+//               other (the same columns of C, so the same tile of B): each
+//               block's TMA thread loads half of that B tile and multicasts
+//               it into both blocks' shared memory, so B is read from L2
+//               once for two tiles; a stage is freed when the computing
+//               warpgroups of both blocks have released it. 1 = no cluster
 //   BM, BN, BK  the block's tile of C (BM x BN) and the K step of one stage
 //   WM, WN      mma.sync: warps along M and N; each warp owns a (BM/WM) x
 //               (BN/WN) tile of C in m16n8 accumulator fragments (multiples
@@ -59,11 +66,13 @@
 // or a config with another SPLIT_K, finds every counter at 0.
 //
 // Launch: grid = (ceil(M / BM) * ceil(N / BN), SPLIT_K), or for PERSISTENT
-// = 1 (min(that, sm_count), 1); block = 32 * WM * WN (mma.sync), 128 * WM
-// (WGMMA = 1) or 128 * (WM + 1) (WGMMA = 2, 3); dynamic shared memory =
-// STAGES * (BM + BN) * BK * 2 bytes, plus 1024 for wgmma (its tiles are
-// 1024-aligned), plus BM * BN * 2 for PERSISTENT = 1 (the staging of C).
-// A block's result never depends on the grid: PERSISTENT = 1 is correct for
+// = 1 (min(that, sm_count), 1); with CLUSTER = 2 the tile rows are counted
+// in pairs, ceil(ceil(M / BM) / 2) * 2 (a block of a pair whose tile lies
+// wholly past M still loads its half of B and stores nothing), and a
+// persistent grid is 2 * min(pairs of tiles, floor(sm_count / 2)); block = 32 * WM * WN (mma.sync),
+// 128 * WM (WGMMA = 1) or 128 * (WM + 1) (WGMMA = 2, 3); dynamic shared memory = STAGES * (BM + BN)
+// * BK * 2 bytes, plus 1024 for wgmma (its tiles are 1024-aligned), plus BM * BN * 2 for PERSISTENT
+// = 1 (the staging of C). A block's result never depends on the grid: PERSISTENT = 1 is correct for
 // any grid of at least one block.
 #include <cuda_bf16.h>
 
@@ -99,8 +108,8 @@ extern "C" __global__ void __launch_bounds__(256)
 
 #if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) ||  \
     !defined(STAGES) || !defined(GROUP_M) || !defined(SPLIT_K) || !defined(WGMMA) || \
-    !defined(PERSISTENT)
-#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K, WGMMA and PERSISTENT"
+    !defined(PERSISTENT) || !defined(CLUSTER)
+#error "define BM, BN, BK, WM, WN, STAGES, GROUP_M, SPLIT_K, WGMMA, PERSISTENT and CLUSTER"
 #endif
 #if WGMMA && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "the wgmma paths (WGMMA=1, 2, 3) run on sm_90a only: compile with -arch=sm_90a"
@@ -152,6 +161,11 @@ static_assert(STAGES >= 2, "the ring needs at least two stages");
 static_assert(GROUP_M >= 1 && SPLIT_K >= 1, "GROUP_M and SPLIT_K must be at least 1");
 static_assert(PERSISTENT == 0 || (PERSISTENT == 1 && WGMMA == 3 && SPLIT_K == 1),
               "PERSISTENT = 1 is a schedule of the TMA path without a split (WGMMA = 3, "
+              "SPLIT_K = 1)");
+// Each block of a pair loads BN / 2 rows of the B tile: whole 8-row atoms
+// of the 128-byte swizzle, so either half lands as the whole box would.
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && WGMMA == 3 && SPLIT_K == 1 && BN / 2 % 8 == 0),
+              "CLUSTER = 2 is a schedule of the TMA path without a split (WGMMA = 3, "
               "SPLIT_K = 1)");
 
 // One counter per 16 x 32 tile of C, rounded up to 4 words so that the fp32
@@ -407,6 +421,41 @@ __device__ __forceinline__ void StoreShared32(unsigned address, unsigned value) 
 __device__ __forceinline__ void ComputeBarrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kComputeThreads) : "memory");
 }
+#if CLUSTER > 1
+// This block's rank in its cluster.
+__device__ __forceinline__ unsigned ClusterRank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of every block of the cluster (release, then acquire).
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The address in block `rank`'s shared memory of what is at `address` in
+// this block's.
+__device__ __forceinline__ unsigned ClusterAddress(unsigned address, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  return remote;
+}
+// One arrival on the barrier at `remote` (an address from ClusterAddress),
+// releasing this thread's reads before it to the cluster.
+__device__ __forceinline__ void MbarrierArriveCluster(unsigned remote) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+               : "memory");
+}
+// TmaLoad2d into the shared memory of every block of `mask` (bit r = rank
+// r), at `dst` in each, counting the bytes on the barrier at `bar` in each.
+__device__ __forceinline__ void TmaLoad2dMulticast(unsigned dst, const TensorMap& map, int x, int y,
+                                                   unsigned bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+#endif
 #endif
 #endif  // WGMMA >= 2
 
@@ -560,12 +609,14 @@ __device__ __forceinline__ void CopyRing(const LoaderA& load_a, const LoaderB& l
 // The origin (m0, n0) in C of tile number `tile`, in grouped rasterization
 // (Triton's matmul tutorial): tiles walk a band of GROUP_M tile rows column
 // by column; the last band may be shorter.
-__device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
+// `rows`: the height of a tile row (CLUSTER = 2 counts pairs of tiles).
+__device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n, int& m0, int& n0,
+                                           int rows = BM) {
   const int band_tiles = GROUP_M * tiles_n;
   const int first_m = tile / band_tiles * GROUP_M;
   const int band_rows = min(tiles_m - first_m, GROUP_M);
   const int in_band = tile % band_tiles;
-  m0 = (first_m + in_band % band_rows) * BM;
+  m0 = (first_m + in_band % band_rows) * rows;
   n0 = in_band / band_rows * BN;
 }
 
@@ -586,67 +637,103 @@ __device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n, i
 // while C of the last one is stored. PERSISTENT = 1 stages C in an area of
 // its own after the ring (its bulk stores are waited for before it is
 // written again); PERSISTENT = 0 stages it over the ring, free by then.
-__device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap& map_b,
-                                         const TensorMap& map_c, float alpha, int m, int n, int k,
-                                         unsigned smem_a) {
+// Where a block's tiles are: its cluster's tiles (pairs of tiles one above
+// the other when CLUSTER = 2, counted as one tile of CLUSTER * BM rows) and
+// its rank in the cluster, whose BM rows of each it computes.
+struct TmaSchedule {
+  int tiles_m, tiles_n, tiles;  // in cluster tiles
+  int first_tile, tile_step;
+  int rank;
+  int k_tiles;
+
+  __device__ __forceinline__ TmaSchedule(int m, int n, int k) {
+    tiles_m = ((m + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
+    tiles_n = (n + BN - 1) / BN;
+    tiles = tiles_m * tiles_n;
+    first_tile = blockIdx.x / CLUSTER;
+    tile_step = PERSISTENT ? gridDim.x / CLUSTER : tiles;  // PERSISTENT = 0: one tile
+#if CLUSTER > 1
+    rank = static_cast<int>(ClusterRank());
+#else
+    rank = 0;
+#endif
+    k_tiles = k / BK;
+  }
+  // The origin in C of this block's part of cluster tile `tile`.
+  __device__ __forceinline__ void Origin(int tile, int& m0, int& n0) const {
+    TileOrigin(tile, tiles_m, tiles_n, m0, n0, CLUSTER * BM);
+    m0 += rank * BM;
+  }
+};
+
+// The copying thread: each K step's [BM, BK] box of A into this block's
+// stage and, CLUSTER = 2, its half of the [BN, BK] box of B into the same
+// stage of both blocks of the pair (the other half comes from the other
+// block), each block's `full` barrier counting the bytes it receives.
+__device__ __forceinline__ void TmaCopies(const TmaSchedule& schedule, const TensorMap& map_a,
+                                          const TensorMap& map_b, unsigned smem_a, unsigned smem_b,
+                                          unsigned full, unsigned empty) {
+  int stage = 0;
+  unsigned parity = 1;  // of the phase of `empty` that frees the stage
+  bool lapped = false;  // every stage filled once: each must be freed first
+  for (int tile = schedule.first_tile; tile < schedule.tiles; tile += schedule.tile_step) {
+    int m0, n0;
+    schedule.Origin(tile, m0, n0);
+    for (int kt = 0; kt < schedule.k_tiles; ++kt) {
+      if (lapped) MbarrierWait(empty + stage * 8, parity);
+      MbarrierArriveExpectTx(full + stage * 8, kStageBytesA + kStageBytesB);
+      TmaLoad2d(smem_a + stage * kStageBytesA, map_a, kt * BK, m0, full + stage * 8);
+#if CLUSTER > 1
+      constexpr int kHalfRows = BN / CLUSTER;
+      TmaLoad2dMulticast(smem_b + stage * kStageBytesB + schedule.rank * kHalfRows * BK * 2, map_b,
+                         kt * BK, n0 + schedule.rank * kHalfRows, full + stage * 8,
+                         static_cast<unsigned short>((1u << CLUSTER) - 1));
+#else
+      TmaLoad2d(smem_b + stage * kStageBytesB, map_b, kt * BK, n0, full + stage * 8);
+#endif
+      if (++stage == STAGES) {
+        stage = 0;
+        parity ^= 1;
+        lapped = true;
+      }
+    }
+  }
+}
+
+// A computing thread's release of the stage at `bar` (its `empty` barrier):
+// CLUSTER = 2, one lane a warp arrives on the barrier of both blocks, whose
+// copies both write into this block's stage.
+__device__ __forceinline__ void ReleaseStage(unsigned bar) {
+#if CLUSTER > 1
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (unsigned r = 0; r < CLUSTER; ++r) MbarrierArriveCluster(ClusterAddress(bar, r));
+  }
+#else
+  MbarrierArrive(bar);
+#endif
+}
+
+// The computing warpgroups: the products of each stage once its `full`
+// barrier completes, then C of the tile through the staging area and the
+// TMA.
+__device__ __forceinline__ void TmaProducts(const TmaSchedule& schedule, const TensorMap& map_c,
+                                            float alpha, int n, unsigned smem_a, unsigned smem_b,
+                                            unsigned staging, unsigned full, unsigned empty) {
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int tiles_m = (m + BM - 1) / BM;
-  const int tiles_n = (n + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n;
-  const int first_tile = blockIdx.x;
-  const int tile_step = PERSISTENT ? gridDim.x : tiles;  // PERSISTENT = 0: one tile
-  const int k_tiles = k / BK;
-  const unsigned smem_b = smem_a + STAGES * kStageBytesA;
-  const unsigned staging = PERSISTENT ? smem_b + STAGES * kStageBytesB : smem_a;
-
-  __shared__ unsigned long long barriers[2 * STAGES];  // full, then empty
-  const unsigned full = static_cast<unsigned>(__cvta_generic_to_shared(barriers));
-  const unsigned empty = full + STAGES * 8;
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      MbarrierInit(full + s * 8, 1);  // the copying thread's arrival, with the bytes
-      MbarrierInit(empty + s * 8, kComputeThreads);
-    }
-    // The TMA (the async proxy) must see the initialized barriers.
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    FenceProxyAsync();
-  }
-  __syncthreads();
-
-  if (tid == 0) {
-    int stage = 0;
-    unsigned parity = 1;  // of the phase of `empty` that frees the stage
-    bool lapped = false;  // every stage filled once: each must be freed first
-    for (int tile = first_tile; tile < tiles; tile += tile_step) {
-      int m0, n0;
-      TileOrigin(tile, tiles_m, tiles_n, m0, n0);
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        if (lapped) MbarrierWait(empty + stage * 8, parity);
-        MbarrierArriveExpectTx(full + stage * 8, kStageBytesA + kStageBytesB);
-        TmaLoad2d(smem_a + stage * kStageBytesA, map_a, kt * BK, m0, full + stage * 8);
-        TmaLoad2d(smem_b + stage * kStageBytesB, map_b, kt * BK, n0, full + stage * 8);
-        if (++stage == STAGES) {
-          stage = 0;
-          parity ^= 1;
-          lapped = true;
-        }
-      }
-    }
-    return;
-  }
-  if (tid < kFirstComputeThread) return;  // the rest of the copying warpgroup
-
   const int ctid = tid - kFirstComputeThread;
   const unsigned warpgroup_a = static_cast<unsigned>((warp / 4 - 1) * kWarpM * BK * 2);
   const int tile_row = (warp / 4 - 1) * kWarpM + warp % 4 * 16 + lane / 4;
+  const int k_tiles = schedule.k_tiles;
   int stage = 0;
   unsigned parity = 0;  // of the phase of `full` that fills the stage
   float acc[kFragM][kFragN][4];
-  for (int tile = first_tile; tile < tiles; tile += tile_step) {
+  for (int tile = schedule.first_tile; tile < schedule.tiles; tile += schedule.tile_step) {
     int m0, n0;
-    TileOrigin(tile, tiles_m, tiles_n, m0, n0);
+    schedule.Origin(tile, m0, n0);
 #pragma unroll
     for (int mi = 0; mi < kFragM; ++mi) {
 #pragma unroll
@@ -659,7 +746,7 @@ __device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap
     for (int kt = 0; kt < k_tiles; ++kt) {
       MbarrierWait(full + stage * 8, parity);
       WgmmaStage(smem_a + stage * kStageBytesA + warpgroup_a, smem_b + stage * kStageBytesB, acc);
-      if (kt > 0) MbarrierArrive(empty + previous * 8);
+      if (kt > 0) ReleaseStage(empty + previous * 8);
       previous = stage;
       if (++stage == STAGES) {
         stage = 0;
@@ -668,7 +755,7 @@ __device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap
     }
     WgmmaWait<0>();
     FenceAccumulators(acc);
-    MbarrierArrive(empty + previous * 8);
+    ReleaseStage(empty + previous * 8);
 
     // The staging area is free once the last tile's bulk stores have read
     // it (PERSISTENT = 1), or once every warpgroup is past its last wgmma
@@ -709,9 +796,56 @@ __device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap
   // The block's shared memory must outlive the stores' reads of it.
   if (ctid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
+
+__device__ __forceinline__ void TmaTiles(const TensorMap& map_a, const TensorMap& map_b,
+                                         const TensorMap& map_c, float alpha, int m, int n, int k,
+                                         unsigned smem_a) {
+  const int tid = threadIdx.x;
+  const TmaSchedule schedule(m, n, k);
+  const unsigned smem_b = smem_a + STAGES * kStageBytesA;
+  const unsigned staging = PERSISTENT ? smem_b + STAGES * kStageBytesB : smem_a;
+
+  __shared__ unsigned long long barriers[2 * STAGES];  // full, then empty
+  const unsigned full = static_cast<unsigned>(__cvta_generic_to_shared(barriers));
+  const unsigned empty = full + STAGES * 8;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      MbarrierInit(full + s * 8, 1);  // the copying thread's arrival, with the bytes
+      // Every computing thread's release, or CLUSTER = 2 one per warp of
+      // both blocks.
+      MbarrierInit(empty + s * 8, CLUSTER > 1 ? CLUSTER * kComputeThreads / 32 : kComputeThreads);
+    }
+    // The TMA (the async proxy) and the other block of the cluster must see
+    // the initialized barriers.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+#if CLUSTER > 1
+  ClusterSync();  // no copy reaches a block whose barriers are not ready
+#else
+  __syncthreads();
+#endif
+
+  if (tid == 0) {
+    TmaCopies(schedule, map_a, map_b, smem_a, smem_b, full, empty);
+  } else if (tid >= kFirstComputeThread) {
+    TmaProducts(schedule, map_c, alpha, n, smem_a, smem_b, staging, full, empty);
+  }
+#if CLUSTER > 1
+  // No block leaves while the other may still arrive on its barriers.
+  ClusterSync();
+#endif
+}
 #endif  // WGMMA == 3 && SPLIT_K == 1
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+// CLUSTER = 2: the cluster's shape is part of the kernel, so a plain launch
+// (a grid of pairs) forms the clusters.
+#if CLUSTER > 1
+#define GEMM_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define GEMM_CLUSTER_DIMS
+#endif
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
     gemm_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c,
               float* __restrict__ workspace, const __grid_constant__ TensorMap map_a,
               const __grid_constant__ TensorMap map_b, const __grid_constant__ TensorMap map_c,

@@ -996,7 +996,9 @@ TEST_P(BuiltinFamilyGpuTest, EveryVariantOfEveryDefaultProblemValidates) {
 // and, on a GPU that runs sm_90a, 48 of each wgmma path's (the third with
 // tensor maps the worker builds over each input set), and 48 of its
 // persistent schedule launched as if the GPU had 7 SMs, so that each block
-// walks several tiles and the blocks unequal numbers of them. Every config
+// walks several tiles and the blocks unequal numbers of them; the same two
+// schedules in clusters of two (whose second block of a pair lies wholly
+// past M where the tile rows are odd: M = 1, 300 with 64-row tiles). Every config
 // of a tuned problem is validated again by the job that tunes it.
 TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   ASSERT_OK_AND_ASSIGN(v1::KernelFamily family,
@@ -1008,9 +1010,10 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
   struct Pass {
     std::string arch;
     size_t sample;
-    int64_t wgmma;       // the WGMMA param of the configs kept
-    int64_t persistent;  // and their PERSISTENT
-    int64_t sm_count;    // the launch's (0: a block per tile)
+    int64_t wgmma;        // the WGMMA param of the configs kept
+    int64_t persistent;   // and their PERSISTENT
+    int64_t sm_count;     // the launch's (0: a block per tile)
+    int64_t cluster = 1;  // and their CLUSTER
   };
   std::vector<Pass> passes = {{gpu->Arch(), 96, 0, 0, 0}};
   if (gpu->Arch() == "sm_90") {
@@ -1018,6 +1021,10 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
     passes.push_back({"sm_90a", 48, 2, 0, 0});
     passes.push_back({"sm_90a", 48, 3, 0, 0});  // the TMA, through the tensor maps
     passes.push_back({"sm_90a", 48, 3, 1, 7});  // its persistent schedule, 7 blocks
+    // Clusters of two sharing B: a pair of blocks per pair of tiles, and
+    // persistent on "7 SMs" (3 pairs, each walking several pairs of tiles).
+    passes.push_back({"sm_90a", 48, 3, 0, 0, 2});
+    passes.push_back({"sm_90a", 48, 3, 1, 7, 2});
   }
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 512, 2048}, {77, 256, 1024}, {300, 768, 4096}, {300, 640, 1024}}) {
@@ -1032,7 +1039,8 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
                                family, problem, pass.sample, pass.arch,
                                [&](const kernels::Variant& v) {
                                  return v.config.params().at("WGMMA") == pass.wgmma &&
-                                        v.config.params().at("PERSISTENT") == pass.persistent;
+                                        v.config.params().at("PERSISTENT") == pass.persistent &&
+                                        v.config.params().at("CLUSTER") == pass.cluster;
                                },
                                pass.sm_count));
       ASSERT_FALSE(prepared->space.variants.empty()) << pass.arch;
@@ -1046,7 +1054,8 @@ TEST_F(GpuTest, AnEvenSpreadOfGemmConfigsValidates) {
       ASSERT_OK_AND_ASSIGN(wv1::ProfileTask task,
                            MakeTask(*prepared, picks, settings,
                                     absl::StrCat("gemm-", m, "-", n, "-", k, "-", pass.arch,
-                                                 pass.persistent ? "-persistent" : "")));
+                                                 pass.persistent ? "-persistent" : "",
+                                                 pass.cluster > 1 ? "-cluster" : "")));
       service::ProfileResult result = pool_->Profile(task);
       ASSERT_EQ(result.outcomes.size(), static_cast<size_t>(task.variants_size()))
           << result.done.ShortDebugString();
