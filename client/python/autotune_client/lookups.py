@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Optional, Union, cast
+from dataclasses import dataclass
+from typing import Callable, Mapping, NamedTuple, Optional, TypeVar, Union, cast
 
 from autotune_client.errors import AutotuneError, InvalidArgument
 from autotune_client.messages import pb
+
+_T = TypeVar("_T")
 
 
 class NamedIntEnum(enum.IntEnum):
@@ -240,7 +242,6 @@ class DimDistance(NamedTuple):
     tuned: int
 
 
-@dataclass
 class LookupResult:
     """One answer of the service.
 
@@ -255,22 +256,92 @@ class LookupResult:
     sha256 checked; None otherwise. `response` is the full message (its
     cubin field cleared), for everything else an Entry holds (timing, NVRTC
     version, ...).
+
+    The plain values are read from `response` when first asked for, not when
+    the answer arrives: a start-up of a thousand answers that launches from
+    the messages (autotune_client.launch) never builds their dicts.
     """
 
-    match: Match
-    config: dict[str, int]
-    launch: Optional[LaunchDims]
-    function_name: str
-    binary_sha256: str
-    tuned_dims: dict[str, int]
-    distance: tuple[DimDistance, ...]
-    log2_distance: float
-    miss_kind: MissKind
-    miss_reason: str
-    default_config: dict[str, int]
-    default_launch: Optional[LaunchDims]
-    cubin: Optional[bytes] = None
-    response: pb.LookupResponse = field(default_factory=pb.LookupResponse, repr=False)
+    __slots__ = ("match", "miss_kind", "cubin", "response", "_values")
+
+    def __init__(
+        self,
+        match: Match,
+        response: pb.LookupResponse,
+        cubin: Optional[bytes] = None,
+        miss_kind: MissKind = MissKind.NONE,
+    ) -> None:
+        self.match = match
+        self.miss_kind = miss_kind
+        self.cubin = cubin
+        self.response = response
+        self._values: dict[str, object] = {}
+
+    def _value(self, name: str, make: Callable[[], _T]) -> _T:
+        try:
+            return cast(_T, self._values[name])
+        except KeyError:
+            value = self._values[name] = make()
+            return value
+
+    @property
+    def config(self) -> dict[str, int]:
+        return self._value("config", lambda: _as_dict(self.response.entry.config.params))
+
+    @property
+    def launch(self) -> Optional[LaunchDims]:
+        return self._value("launch", lambda: _launch_for(self.match, self.response))
+
+    @property
+    def function_name(self) -> str:
+        return self.response.entry.function_name
+
+    @property
+    def binary_sha256(self) -> str:
+        return self.response.entry.binary_sha256
+
+    @property
+    def tuned_dims(self) -> dict[str, int]:
+        return self._value("tuned_dims", lambda: _as_dict(self.response.entry.problem.dims))
+
+    @property
+    def distance(self) -> tuple[DimDistance, ...]:
+        return self._value(
+            "distance",
+            lambda: tuple(
+                DimDistance(d.name, d.requested, d.tuned) for d in self.response.distance
+            ),
+        )
+
+    @property
+    def log2_distance(self) -> float:
+        return self.response.log2_distance
+
+    @property
+    def miss_reason(self) -> str:
+        return self.response.miss_reason
+
+    @property
+    def default_config(self) -> dict[str, int]:
+        return self._value(
+            "default_config",
+            lambda: (
+                _as_dict(self.response.default_config.params)
+                if self.response.HasField("default_config")
+                else {}
+            ),
+        )
+
+    @property
+    def default_launch(self) -> Optional[LaunchDims]:
+        return self._value(
+            "default_launch",
+            lambda: (
+                LaunchDims.from_proto(self.response.default_launch)
+                if self.response.HasField("default_launch")
+                else None
+            ),
+        )
 
     @property
     def entry(self) -> pb.Entry:
@@ -289,6 +360,28 @@ class LookupResult:
     def has_binary(self) -> bool:
         """An answer whose cubin can be loaded: EXACT or NEAREST with a binary."""
         return self.match != Match.MISS and bool(self.binary_sha256)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LookupResult):
+            return NotImplemented
+        return (self.match, self.miss_kind, self.cubin, self.response) == (
+            other.match,
+            other.miss_kind,
+            other.cubin,
+            other.response,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return (
+            f"LookupResult(match={self.match}, config={self.config}, launch={self.launch}, "
+            f"function_name={self.function_name!r}, binary_sha256={self.binary_sha256!r}, "
+            f"tuned_dims={self.tuned_dims}, distance={self.distance}, "
+            f"miss_kind={self.miss_kind}, miss_reason={self.miss_reason!r}, "
+            f"default_config={self.default_config}, default_launch={self.default_launch}, "
+            f"cubin={'None' if self.cubin is None else f'<{len(self.cubin)} bytes>'})"
+        )
 
     @classmethod
     def from_response(
@@ -319,29 +412,7 @@ class LookupResult:
         else:
             kept = response
         kept.ClearField("cubin")
-        entry = kept.entry
-        return cls(
-            match=match,
-            config=_as_dict(entry.config.params),
-            launch=_launch_for(match, kept),
-            function_name=entry.function_name,
-            binary_sha256=entry.binary_sha256,
-            tuned_dims=_as_dict(entry.problem.dims),
-            distance=tuple(DimDistance(d.name, d.requested, d.tuned) for d in kept.distance),
-            log2_distance=kept.log2_distance,
-            miss_kind=miss_kind,
-            miss_reason=kept.miss_reason,
-            default_config=(
-                _as_dict(kept.default_config.params) if kept.HasField("default_config") else {}
-            ),
-            default_launch=(
-                LaunchDims.from_proto(kept.default_launch)
-                if kept.HasField("default_launch")
-                else None
-            ),
-            cubin=cubin,
-            response=kept,
-        )
+        return cls(match, kept, cubin, miss_kind)
 
 
 def _as_dict(values: Mapping[str, int]) -> dict[str, int]:
