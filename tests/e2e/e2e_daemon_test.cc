@@ -20,6 +20,7 @@
 #include "proto/autotune.grpc.pb.h"
 #include "tests/probes/health.grpc.pb.h"
 #include "tests/probes/reflection.grpc.pb.h"
+#include "tests/support/host_files.h"
 #include "tests/support/process.h"
 
 namespace autotune::testing {
@@ -27,25 +28,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-mode_t ModeOf(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 ? (st.st_mode & 0777) : 0;
-}
-
-// A TCP port nobody listens on right now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string LastLine(const std::string& text) {
   std::string trimmed = text;

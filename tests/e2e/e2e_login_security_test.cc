@@ -34,6 +34,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
+#include "tests/support/host_files.h"
 #include "tests/support/process.h"
 
 namespace autotune::testing {
@@ -50,28 +51,6 @@ int HttpPort(const Daemon& daemon) {
   if (at == std::string::npos) return 0;
   const std::string rest = log.substr(at + marker.size());
   return absl::SimpleAtoi(rest.substr(0, rest.find('/')), &port) ? port : 0;
-}
-
-// A free TCP port on loopback, for the daemon's gRPC listener.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-mode_t ModeOf(const std::string& path) {
-  struct stat info {};
-  EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
-  return info.st_mode & 07777;
 }
 
 // The Set-Cookie header of an answer, or "".

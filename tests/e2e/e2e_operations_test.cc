@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "proto/autotune.grpc.pb.h"
 #include "tests/probes/health.grpc.pb.h"
+#include "tests/support/host_files.h"
 #include "tests/support/process.h"
 
 namespace autotune::testing {
@@ -29,15 +30,6 @@ namespace {
 
 using grpc::health::v1::HealthCheckResponse;
 using ::testing::HasSubstr;
-
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool Exists(const std::string& path) {
   struct stat st;

@@ -28,6 +28,7 @@
 #include "proto/autotune.pb.h"
 #include "proto/problem.h"
 #include "tests/support/daemon_test.h"
+#include "tests/support/host_files.h"
 #include "tests/support/process.h"
 
 namespace autotune::testing {
@@ -35,13 +36,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 class WarmupEndToEndTest : public DaemonTest {
  protected:

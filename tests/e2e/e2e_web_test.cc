@@ -35,7 +35,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int kProblems = 3;
+constexpr int kPageProblems = 3;
 
 class WebEndToEndTest : public DaemonTest {
  protected:
@@ -120,7 +120,7 @@ class WebEndToEndTest : public DaemonTest {
 TEST_F(WebEndToEndTest, TheApiAnswersWithRolesAndInvalidatesOnlyForAnAdmin) {
   const CommandResult warmup = Cli({"warmup", Path("modes.manifest")});
   ASSERT_EQ(warmup.exit_code, 0) << warmup.out << warmup.err;
-  ASSERT_EQ(EntryCount(), kProblems);
+  ASSERT_EQ(EntryCount(), kPageProblems);
 
   EXPECT_EQ(Get("/api/entries", "").status, 401) << "no token, and --anonymous-role none";
   const HttpAnswer whoami = Get("/api/whoami", "reader");
@@ -154,12 +154,12 @@ TEST_F(WebEndToEndTest, TheApiAnswersWithRolesAndInvalidatesOnlyForAnAdmin) {
   EXPECT_EQ(Invalidate("admin", "application/json", "{not json").status, 400);
   // The media type exactly: "application/jsonfoo" is not JSON (found on e01f360).
   EXPECT_EQ(Invalidate("admin", "application/jsonfoo", body).status, 400);
-  EXPECT_EQ(EntryCount(), kProblems) << "nothing refused changed anything";
+  EXPECT_EQ(EntryCount(), kPageProblems) << "nothing refused changed anything";
 
   const HttpAnswer removed = Invalidate("admin", "application/json", body);
   ASSERT_EQ(removed.status, 200) << removed.body;
   EXPECT_THAT(removed.body, HasSubstr("\"entries_removed\":\"1\""));
-  EXPECT_EQ(EntryCount(), kProblems - 1);
+  EXPECT_EQ(EntryCount(), kPageProblems - 1);
   ASSERT_OK_AND_ASSIGN(const std::string audit, ReadFile(Path("audit.log")));
   EXPECT_THAT(audit, HasSubstr("(HTTP)"));
   EXPECT_THAT(audit, HasSubstr("token:ops"));
@@ -194,16 +194,16 @@ TEST_F(WebEndToEndTest, TheReportAndTheAdminPageRenderInChromium) {
   const CommandResult report =
       Node("report_page.mjs",
            {"--report", html, "--screenshot", Artifact("warmup-report.png"), "--expect-problems",
-            absl::StrCat(kProblems), "--expect-winners", absl::StrCat(kProblems)});
+            absl::StrCat(kPageProblems), "--expect-winners", absl::StrCat(kPageProblems)});
   EXPECT_EQ(report.exit_code, 0) << report.out << report.err;
 
   const CommandResult admin =
-      Node("admin_page.mjs",
-           {"--url", absl::StrCat("http://127.0.0.1:", port_, "/admin"), "--token-file",
-            Path("admin.token"), "--reader-token-file", Path("reader.token"), "--expect-entries",
-            absl::StrCat(kProblems), "--invalidate", "--screenshot", Artifact("admin-page.png")});
+      Node("admin_page.mjs", {"--url", absl::StrCat("http://127.0.0.1:", port_, "/admin"),
+                              "--token-file", Path("admin.token"), "--reader-token-file",
+                              Path("reader.token"), "--expect-entries", absl::StrCat(kPageProblems),
+                              "--invalidate", "--screenshot", Artifact("admin-page.png")});
   EXPECT_EQ(admin.exit_code, 0) << admin.out << admin.err;
-  EXPECT_EQ(EntryCount(), kProblems - 1) << "the page's invalidation went through";
+  EXPECT_EQ(EntryCount(), kPageProblems - 1) << "the page's invalidation went through";
 }
 
 // Live progress: the page, opened while a job runs, follows it by itself.
@@ -236,11 +236,12 @@ TEST_F(WebEndToEndTest, TheAdminPageFollowsARunningJob) {
   EXPECT_EQ(listed.state(), v1::SCREENING);
   absl::SleepFor(absl::Seconds(1));
 
-  const CommandResult admin = Node(
-      "admin_page.mjs", {"--url", absl::StrCat("http://127.0.0.1:", port_, "/admin"),
-                         "--token-file", Path("reader.token"), "--expect-running", "--go-files",
-                         absl::StrCat(running.go_file(), ",", moved.go_file()), "--expect-entries",
-                         absl::StrCat(kProblems), "--screenshot", Artifact("admin-page-live.png")});
+  const CommandResult admin =
+      Node("admin_page.mjs",
+           {"--url", absl::StrCat("http://127.0.0.1:", port_, "/admin"), "--token-file",
+            Path("reader.token"), "--expect-running", "--go-files",
+            absl::StrCat(running.go_file(), ",", moved.go_file()), "--expect-entries",
+            absl::StrCat(kPageProblems), "--screenshot", Artifact("admin-page-live.png")});
   // Whatever the page did, the job ends.
   running.Go();
   moved.Go();
