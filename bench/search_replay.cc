@@ -38,6 +38,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -64,6 +65,7 @@
 #include "proto/problem.h"
 #include "service/defaults.h"
 #include "service/jobs/choice.h"
+#include "service/jobs/config_predictor.h"
 #include "service/jobs/search.h"
 
 namespace autotune {
@@ -564,6 +566,182 @@ int RunCommand(const std::vector<std::string>& files, const std::string& search_
   return 0;
 }
 
+// `predict`: one problem left out at a time. A predictor
+// (service/jobs/config_predictor.h) fitted on the validated variants of
+// every other problem of the family (their param values and launch
+// features, on a GPU of derived.sms SMs) ranks the left-out problem's
+// screened variants; the one it ranks first is scored by its stored median:
+// the exhaustive best / its median (1 = the best; 0 when it did not
+// validate). Beside it, as a lookup without a prediction would answer: the
+// best config of the nearest other problem (by the log2 of its dims, then
+// the dtype), and the family's default config.
+struct Problem {
+  std::string file;
+  Screens screens;
+  std::string family;
+  std::vector<float> features;  // service::ProblemFeatures
+  std::vector<float> variants;  // per variant: its param values, then its launch features
+  int64_t variant_columns = 0;
+  double best = 0;
+  int64_t best_index = -1;
+};
+
+// The stored median of the variant whose param values are `values`, or 0.
+double MedianOf(const Screens& screens, const std::vector<int64_t>& values) {
+  for (const ScreenedVariant& v : screens.variants) {
+    if (v.values == values) return v.median_us;
+  }
+  return 0;
+}
+
+absl::StatusOr<Problem> LoadProblem(const std::string& file, const Derived& derived) {
+  Problem problem;
+  problem.file = file;
+  ASSIGN_OR_RETURN(problem.screens, FromTsv(file));
+  const std::vector<std::string> words = absl::StrSplit(problem.screens.problem, ' ');
+  if (words.size() < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": problem '", problem.screens.problem, "' has no dims and dtype"));
+  }
+  problem.family = words[0];
+  ASSIGN_OR_RETURN(const auto dims, ParseDims(words[1]));
+  ASSIGN_OR_RETURN(const v1::DType dtype, ParseDType(words[2]));
+  std::vector<int64_t> dim_values;
+  for (const auto& [name, value] : dims) dim_values.push_back(value);
+  problem.features = service::ProblemFeatures(dim_values, DTypeBytes(dtype));
+  ASSIGN_OR_RETURN(const std::vector<float> launch,
+                   DerivedOf(problem.screens, derived.families, derived.sms));
+  const size_t params = problem.screens.params.size();
+  problem.variant_columns = static_cast<int64_t>(params) + service::kLaunchFeatures;
+  for (size_t i = 0; i < problem.screens.variants.size(); ++i) {
+    const ScreenedVariant& v = problem.screens.variants[i];
+    for (int64_t value : v.values) problem.variants.push_back(static_cast<float>(value));
+    const auto first = launch.begin() + static_cast<std::ptrdiff_t>(i * service::kLaunchFeatures);
+    problem.variants.insert(problem.variants.end(), first, first + service::kLaunchFeatures);
+    if (v.median_us > 0 && (problem.best_index < 0 || v.median_us < problem.best)) {
+      problem.best = v.median_us;
+      problem.best_index = static_cast<int64_t>(i);
+    }
+  }
+  if (problem.best_index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": no variant validated"));
+  }
+  return problem;
+}
+
+int PredictCommand(const std::vector<std::string>& files, const Derived& derived,
+                   double floor_median, double floor_within_10pct, uint64_t seed, double noise) {
+  // Problems by family and params: a predictor learns from the same columns.
+  std::map<std::string, std::vector<Problem>> families;
+  for (const std::string& file : files) {
+    absl::StatusOr<Problem> problem = LoadProblem(file, derived);
+    if (!problem.ok()) {
+      std::cerr << "autotune-search-replay: " << problem.status().message() << "\n";
+      return 2;
+    }
+    const std::string key =
+        absl::StrCat(problem->family, " ", absl::StrJoin(problem->screens.params, ","));
+    families[key].push_back(*std::move(problem));
+  }
+  std::printf("%-52s %8s %9s %9s %9s  %s\n", "problem (left out)", "variants", "predicted",
+              "nearest", "default", "predicted config");
+  bool below = false;
+  for (const auto& [key, problems] : families) {
+    if (problems.size() < 2) {
+      std::fprintf(stderr, "autotune-search-replay: %s: one problem, nothing to learn from\n",
+                   key.c_str());
+      return 2;
+    }
+    std::vector<double> predicted_scores, nearest_scores, default_scores;
+    for (size_t out = 0; out < problems.size(); ++out) {
+      const Problem& left = problems[out];
+      service::ConfigPredictor::Training training(static_cast<int64_t>(left.features.size()),
+                                                  left.variant_columns);
+      // What the predictor learns from, seen through a screen's noise of
+      // its own (drawn from the seed and the problem left out); the scores
+      // use the stored medians.
+      std::mt19937_64 random(seed * 1000003 + out);
+      std::normal_distribution<double> normal;
+      size_t nearest = out;
+      double nearest_distance = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < problems.size(); ++i) {
+        if (i == out) continue;
+        const Problem& other = problems[i];
+        for (size_t v = 0; v < other.screens.variants.size(); ++v) {
+          const auto first =
+              other.variants.begin() + static_cast<std::ptrdiff_t>(v * other.variant_columns);
+          training.Add(other.features, std::vector<float>(first, first + other.variant_columns),
+                       other.screens.variants[v].median_us * std::exp(noise * normal(random)));
+        }
+        double distance = 0;
+        for (size_t f = 0; f < left.features.size(); ++f) {
+          const double d = left.features[f] - other.features[f];
+          // The dtype (the last feature) counts after every dim.
+          distance += (f + 1 == left.features.size() ? 1e-3 : 1.0) * d * d;
+        }
+        if (distance < nearest_distance) {
+          nearest_distance = distance;
+          nearest = i;
+        }
+      }
+      std::optional<service::ConfigPredictor> predictor =
+          service::ConfigPredictor::Fit(training, seed);
+      std::optional<std::vector<double>> guesses;
+      if (predictor) guesses = predictor->Predict(left.features, left.variants);
+      if (!guesses) {
+        std::cerr << "autotune-search-replay: " << left.file << ": the predictor failed\n";
+        return 2;
+      }
+      const size_t pick = static_cast<size_t>(std::min_element(guesses->begin(), guesses->end()) -
+                                              guesses->begin());
+      const auto score = [&](double median) { return median > 0 ? left.best / median : 0.0; };
+      const double predicted = score(left.screens.variants[pick].median_us);
+      const Problem& near = problems[nearest];
+      const double nearest_score = score(MedianOf(
+          left.screens, near.screens.variants[static_cast<size_t>(near.best_index)].values));
+      const double default_score = left.screens.default_values.empty()
+                                       ? 0.0
+                                       : score(MedianOf(left.screens, left.screens.default_values));
+      predicted_scores.push_back(predicted);
+      nearest_scores.push_back(nearest_score);
+      default_scores.push_back(default_score);
+      std::vector<std::string> config;
+      for (size_t p = 0; p < left.screens.params.size(); ++p) {
+        config.push_back(
+            absl::StrCat(left.screens.params[p], "=", left.screens.variants[pick].values[p]));
+      }
+      std::printf("%-52s %8zu %8.1f%% %8.1f%% %8.1f%%  %s\n",
+                  left.screens.problem.substr(0, 52).c_str(), left.screens.variants.size(),
+                  100 * predicted, 100 * nearest_score, 100 * default_score,
+                  absl::StrJoin(config, ",").c_str());
+    }
+    const auto within = [](const std::vector<double>& scores) {
+      return absl::c_count_if(scores, [](double s) { return s >= 1 / 1.1; });
+    };
+    const size_t n = problems.size();
+    std::printf(
+        "%s: %zu problems: predicted median %.1f%%, %lld within 10%%; nearest median %.1f%%, "
+        "%lld; default median %.1f%%, %lld\n",
+        key.c_str(), n, 100 * Median(predicted_scores),
+        static_cast<long long>(within(predicted_scores)), 100 * Median(nearest_scores),
+        static_cast<long long>(within(nearest_scores)), 100 * Median(default_scores),
+        static_cast<long long>(within(default_scores)));
+    if (Median(predicted_scores) < floor_median ||
+        static_cast<double>(within(predicted_scores)) <
+            floor_within_10pct * static_cast<double>(n)) {
+      std::fprintf(stderr, "autotune-search-replay: %s: the predictions fell below the floor\n",
+                   key.c_str());
+      below = true;
+    }
+  }
+  std::printf(
+      "predicted / nearest / default: the exhaustive best over the stored median of the config "
+      "the predictor ranked first (fitted on the family's other problems) / the best config of "
+      "the nearest other problem / the family's default config, for the problem left out (0 "
+      "when that config did not validate there); within 10%%: scores of at least 1/1.1\n");
+  return below ? 1 : 0;
+}
+
 }  // namespace
 }  // namespace autotune
 
@@ -622,7 +800,47 @@ int main(int argc, char** argv) {
                   "Exit 1 when fewer of a problem's runs than this fraction choose the same "
                   "config or one within 0.5% of it")
       ->check(CLI::Range(0.0, 1.0));
+  std::vector<std::string> predict_files;
+  CLI::App* predict = app.add_subcommand(
+      "predict", "Leaves each problem out in turn and predicts its fastest config from the others");
+  predict->add_option("screens", predict_files, "Screens files (.tsv)")->required();
+  int64_t predict_sms = 132;
+  predict->add_option("--sms", predict_sms, "The GPU's SMs, for the launch features")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  predict->add_option("--kernels", kernels_dir, "The folder of the screens' families")
+      ->capture_default_str();
+  double floor_median = 0, floor_within = 0;
+  predict
+      ->add_option("--floor-median", floor_median,
+                   "Exit 1 when a family's median predicted score is below this")
+      ->check(CLI::Range(0.0, 1.0));
+  predict
+      ->add_option("--floor-within-10pct", floor_within,
+                   "Exit 1 when fewer of a family's problems than this fraction have a "
+                   "prediction within 10% of the best")
+      ->check(CLI::Range(0.0, 1.0));
+  uint64_t predict_seed = 1;
+  predict->add_option("--seed", predict_seed, "The predictor's seed, and the noise's")
+      ->capture_default_str();
+  double predict_noise = 0;
+  predict
+      ->add_option("--noise", predict_noise,
+                   "The predictor learns from every median times exp(S * N(0,1)), drawn from "
+                   "the seed")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
+  if (predict->parsed()) {
+    absl::StatusOr<std::vector<autotune::v1::KernelFamily>> families =
+        autotune::kernels::LoadFamilyDirectory(kernels_dir);
+    if (!families.ok()) {
+      std::cerr << "autotune-search-replay: " << families.status().message() << "\n";
+      return 2;
+    }
+    autotune::Derived derived{.families = *std::move(families), .sms = predict_sms};
+    return autotune::PredictCommand(predict_files, derived, floor_median, floor_within,
+                                    predict_seed, predict_noise);
+  }
   if (convert->parsed()) {
     absl::StatusOr<autotune::Screens> screens = autotune::FromShowJson(show_json, default_config);
     if (!screens.ok()) {

@@ -1,7 +1,5 @@
 #include "service/jobs/model_search.h"
 
-#include <xgboost/c_api.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "service/jobs/cost_model.h"
 #include "service/jobs/search_random.h"
 
 namespace autotune::service {
@@ -23,10 +22,6 @@ namespace {
 
 // A failed variant's label: this many times the slowest valid median.
 constexpr double kFailurePenalty = 2;
-// Boosting rounds and tree depth: enough for the interactions of a GEMM's
-// tile, stage and path parameters, cheap on a few hundred points.
-constexpr int kTrees = 60;
-constexpr int kDepth = 6;
 // The search stops after this many model rounds in a row that did not
 // improve the best by at least kImprovement (relative)...
 constexpr int kPatience = 3;
@@ -37,72 +32,6 @@ constexpr double kImprovement = 1e-3;
 // gets one more look). At most this many per search: a coverage round that
 // improves the best starts the count of rounds without gain again.
 constexpr int kCoverageRounds = 2;
-
-// A fitted XGBoost regressor; nullopt from Fit when XGBoost fails.
-class Model {
- public:
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-  Model(Model&& other) noexcept : booster_(std::exchange(other.booster_, nullptr)) {}
-  ~Model() {
-    if (booster_ != nullptr) XGBoosterFree(booster_);
-  }
-
-  // `rows`: n x columns, row-major.
-  static std::optional<Model> Fit(const std::vector<float>& rows, const std::vector<float>& labels,
-                                  int64_t columns, uint64_t seed) {
-    DMatrixHandle train = nullptr;
-    if (XGDMatrixCreateFromMat(rows.data(), labels.size(), static_cast<bst_ulong>(columns),
-                               std::numeric_limits<float>::quiet_NaN(), &train) != 0) {
-      return std::nullopt;
-    }
-    Model model;
-    bool ok = XGDMatrixSetFloatInfo(train, "label", labels.data(), labels.size()) == 0 &&
-              XGBoosterCreate(&train, 1, &model.booster_) == 0;
-    const std::string seed_text = absl::StrCat(seed % 2147483647u);
-    const std::string depth = absl::StrCat(kDepth);
-    const std::pair<const char*, const char*> params[] = {
-        {"objective", "reg:squarederror"},
-        {"tree_method", "exact"},  // deterministic, and exact on small data
-        {"nthread", "1"},
-        {"max_depth", depth.c_str()},
-        {"eta", "0.3"},
-        {"min_child_weight", "1"},
-        {"verbosity", "0"},
-        {"seed", seed_text.c_str()},
-    };
-    for (const auto& [name, value] : params) {
-      ok = ok && XGBoosterSetParam(model.booster_, name, value) == 0;
-    }
-    for (int i = 0; ok && i < kTrees; ++i) {
-      ok = XGBoosterUpdateOneIter(model.booster_, i, train) == 0;
-    }
-    XGDMatrixFree(train);
-    if (!ok) return std::nullopt;
-    return model;
-  }
-
-  // One prediction per row; nullopt when XGBoost fails.
-  std::optional<std::vector<float>> Predict(const std::vector<float>& rows, int64_t columns) const {
-    const bst_ulong n = rows.size() / static_cast<size_t>(columns);
-    DMatrixHandle data = nullptr;
-    if (XGDMatrixCreateFromMat(rows.data(), n, static_cast<bst_ulong>(columns),
-                               std::numeric_limits<float>::quiet_NaN(), &data) != 0) {
-      return std::nullopt;
-    }
-    bst_ulong length = 0;
-    const float* out = nullptr;
-    const bool ok = XGBoosterPredict(booster_, data, 0, 0, 0, &length, &out) == 0 && length == n;
-    std::optional<std::vector<float>> predictions;
-    if (ok) predictions.emplace(out, out + length);
-    XGDMatrixFree(data);
-    return predictions;
-  }
-
- private:
-  Model() = default;
-  BoosterHandle booster_ = nullptr;
-};
 
 class ModelSearch final : public Search {
  public:
@@ -383,7 +312,7 @@ class ModelSearch final : public Search {
           static_cast<float>(state_[i] == State::kValid ? std::log(median_[i]) : failed));
     }
     const int64_t model_columns = columns_ + space_.derived_count;
-    std::optional<Model> model = Model::Fit(rows, labels, model_columns, seed_);
+    std::optional<CostModel> model = CostModel::Fit(rows, labels, model_columns, seed_);
     if (!model) return std::nullopt;
     rows.clear();
     for (int64_t i : variants) {
