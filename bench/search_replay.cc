@@ -31,6 +31,14 @@
 // a GPU), and how far the choices are from the exhaustive best.
 // `--floor-stable F` makes it exit 1 when fewer than F of a problem's runs
 // are the same or a tie.
+//
+// Configs predicted for problems never measured (config_predictor.h):
+//   autotune-search-replay predict bench/testdata/search/rmsnorm/*.tsv --noise 0.01
+// leaves each problem out in turn, fits the predictor on the family's other
+// problems, and prints per problem the stored median of the config it ranks
+// first against the exhaustive best, beside the nearest other problem's best
+// config and the family's default (PredictCommand); `--floor-median` and
+// `--floor-within-10pct` make it exit 1 below a family's floor.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
