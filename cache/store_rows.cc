@@ -16,23 +16,10 @@
 #include "base/status_macros.h"
 #include "base/timestamp.h"
 #include "cache/sqlite.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/problem.h"
 
 namespace autotune::cache::store_internal {
 namespace {
-
-std::string SerializeDeterministic(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream output(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&output);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }  // the streams trim `bytes` to what was written when they go
-  return bytes;
-}
 
 // The fields that make up an entry's or a measurement's key.
 absl::Status ValidateKeyFields(absl::string_view prefix, const std::string& family,
@@ -399,7 +386,7 @@ absl::StatusOr<bool> WriteMeasurement(Connection& db, const v1::Measurement& mea
                               " measured_at, digest, measurement)"
                               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
                               " ON CONFLICT (digest) DO NOTHING"));
-  const std::string bytes = SerializeDeterministic(measurement);
+  const std::string bytes = SerializeDeterministically(measurement);
   insert.BindText(1, measurement.family())
       .BindText(2, measurement.family_hash())
       .BindText(3, FormatDims(measurement.problem().dims()))

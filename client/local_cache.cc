@@ -25,8 +25,6 @@
 #include "base/posix_error.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/problem.h"
 // XXH3, compiled here from its header: no library to link or ship.
 #define XXH_INLINE_ALL
@@ -111,17 +109,6 @@ absl::StatusOr<std::optional<std::string>> ReadIfPresent(const std::string& path
 }
 
 }  // namespace
-
-std::string SerializeDeterministically(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }
-  return bytes;
-}
 
 std::string LocalCache::DefaultDirectory() {
   if (std::string dir = Env("AUTOTUNE_LOCAL_CACHE"); !dir.empty()) return dir;

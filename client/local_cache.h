@@ -52,7 +52,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/shared_bytes.h"
-#include "google/protobuf/message_lite.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "proto/autotune.pb.h"
 
@@ -168,11 +167,6 @@ class LocalCache {
   absl::Status PruneOldPacks(const std::string& keep) const;
   std::string directory_;
 };
-
-// `message` serialized the same way every time (map fields in key order):
-// how packs serialize their index and the requests of their key, so that two
-// packs of the same answers compare equal byte for byte.
-std::string SerializeDeterministically(const google::protobuf::MessageLite& message);
 
 }  // namespace autotune::client
 

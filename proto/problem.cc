@@ -235,20 +235,24 @@ int64_t ConfigCount(const v1::KernelFamily& family) {
   return count;
 }
 
-std::string FamilyContentHash(const v1::KernelFamily& family) {
-  v1::KernelFamily copy = family;
-  copy.clear_source_file();
-  for (v1::SourceHeader& header : *copy.mutable_headers()) header.clear_file();
+std::string SerializeDeterministically(const google::protobuf::MessageLite& message) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream output(&bytes);
     google::protobuf::io::CodedOutputStream coded(&output);
     // Map fields and unknown fields would otherwise serialize in an
-    // unspecified order and change the hash between runs.
+    // unspecified order.
     coded.SetSerializationDeterministic(true);
-    copy.SerializeToCodedStream(&coded);
-  }
-  return Sha256Hex(bytes);
+    message.SerializeToCodedStream(&coded);
+  }  // the streams trim `bytes` to what was written when they go
+  return bytes;
+}
+
+std::string FamilyContentHash(const v1::KernelFamily& family) {
+  v1::KernelFamily copy = family;
+  copy.clear_source_file();
+  for (v1::SourceHeader& header : *copy.mutable_headers()) header.clear_file();
+  return Sha256Hex(SerializeDeterministically(copy));
 }
 
 }  // namespace autotune

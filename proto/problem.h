@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/map.h"
+#include "google/protobuf/message_lite.h"
 #include "proto/autotune.pb.h"
 
 namespace autotune {
@@ -115,6 +116,12 @@ inline constexpr double kMaxExactInteger = 9007199254740992.0;
 // Product of the params' value counts, saturating at INT64_MAX; 0 when a
 // param has no values.
 int64_t ConfigCount(const v1::KernelFamily& family);
+
+// `message` serialized the same way every time (map fields in key order,
+// unknown fields in theirs): what hashes and byte-for-byte comparisons of
+// messages rest on (family hashes, measurement keys, the local cache's
+// packs).
+std::string SerializeDeterministically(const google::protobuf::MessageLite& message);
 
 // Content hash of a family: lower-case hex sha256 over its deterministic
 // serialization with `source_file` cleared (the source text is part of the

@@ -27,6 +27,7 @@
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "client/local_cache.h"
+#include "proto/problem.h"
 
 namespace autotune::client {
 namespace {
