@@ -236,6 +236,23 @@ struct Run {
   int64_t choice = -1;
 };
 
+// The family and the problem of a screens file's problem line ("gemm_bf16
+// K=4096,M=1024,N=4096 bf16 on ..."); INVALID_ARGUMENT when it does not
+// parse.
+absl::StatusOr<std::pair<std::string, v1::Problem>> ProblemOf(const Screens& screens) {
+  const std::vector<std::string> words = absl::StrSplit(screens.problem, ' ');
+  if (words.size() < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem '", screens.problem, "': no dims and dtype"));
+  }
+  v1::Problem problem;
+  ASSIGN_OR_RETURN(const auto dims, ParseDims(words[1]));
+  for (const auto& [name, value] : dims) (*problem.mutable_dims())[name] = value;
+  ASSIGN_OR_RETURN(const v1::DType dtype, ParseDType(words[2]));
+  problem.set_dtype(dtype);
+  return std::make_pair(words[0], std::move(problem));
+}
+
 // The launch features (service::LaunchFeatures) of each screened variant,
 // from `family` expanded for the screens' problem ("gemm_bf16
 // K=4096,M=1024,N=4096 bf16 on ..."), on a GPU of `sms` SMs: as a job
@@ -244,22 +261,15 @@ struct Run {
 absl::StatusOr<std::vector<float>> DerivedOf(const Screens& screens,
                                              const std::vector<v1::KernelFamily>& families,
                                              int64_t sms) {
-  std::vector<std::string> words = absl::StrSplit(screens.problem, ' ');
-  if (words.size() < 3) {
-    return absl::InvalidArgumentError(absl::StrCat("problem '", screens.problem, "': no dims"));
-  }
+  ASSIGN_OR_RETURN(const auto parsed, ProblemOf(screens));
+  const auto& [family_name, problem] = parsed;
   const v1::KernelFamily* family = nullptr;
   for (const v1::KernelFamily& f : families) {
-    if (f.name() == words[0]) family = &f;
+    if (f.name() == family_name) family = &f;
   }
   if (family == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no family ", words[0], " in --kernels"));
+    return absl::NotFoundError(absl::StrCat("no family ", family_name, " in --kernels"));
   }
-  v1::Problem problem;
-  ASSIGN_OR_RETURN(const auto dims, ParseDims(words[1]));
-  for (const auto& [name, value] : dims) (*problem.mutable_dims())[name] = value;
-  ASSIGN_OR_RETURN(const v1::DType dtype, ParseDType(words[2]));
-  problem.set_dtype(dtype);
   kernels::DeviceLimits limits;
   limits.arch = "sm_90a";
   ASSIGN_OR_RETURN(const kernels::SearchSpace space,
@@ -606,17 +616,16 @@ absl::StatusOr<Problem> LoadProblem(const std::string& file, const Derived& deri
   Problem problem;
   problem.file = file;
   ASSIGN_OR_RETURN(problem.screens, FromTsv(file));
-  const std::vector<std::string> words = absl::StrSplit(problem.screens.problem, ' ');
-  if (words.size() < 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": problem '", problem.screens.problem, "' has no dims and dtype"));
-  }
-  problem.family = words[0];
-  ASSIGN_OR_RETURN(const auto dims, ParseDims(words[1]));
-  ASSIGN_OR_RETURN(const v1::DType dtype, ParseDType(words[2]));
+  absl::StatusOr<std::pair<std::string, v1::Problem>> parsed = ProblemOf(problem.screens);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", parsed.status().message()));
+  problem.family = parsed->first;
+  // By name, one order for every problem of the family.
+  const std::map<std::string, int64_t> dims(parsed->second.dims().begin(),
+                                            parsed->second.dims().end());
   std::vector<int64_t> dim_values;
   for (const auto& [name, value] : dims) dim_values.push_back(value);
-  problem.features = service::ProblemFeatures(dim_values, DTypeBytes(dtype));
+  problem.features = service::ProblemFeatures(dim_values, DTypeBytes(parsed->second.dtype()));
   ASSIGN_OR_RETURN(const std::vector<float> launch,
                    DerivedOf(problem.screens, derived.families, derived.sms));
   const size_t params = problem.screens.params.size();
