@@ -60,11 +60,15 @@ def nvrtc_compile(source, options, arch):
     return cubin.raw
 
 
+def ceil_div(a, b):
+    return -(-a // b)
+
+
 def launch_of(config, m, n, sm_count):
     """grid, block and dynamic shared bytes, as gemm_bf16.textproto's launch writes them."""
     c = config
     cluster = c["CLUSTER"]
-    tiles = -(-(-(-m // c["BM"])) // cluster) * -(-n // c["BN"])  # in clusters' tiles
+    tiles = ceil_div(ceil_div(m, c["BM"]), cluster) * ceil_div(n, c["BN"])  # clusters' tiles
     grid = (cluster * (min(tiles, sm_count // cluster) if c["PERSISTENT"] else tiles),
             c["SPLIT_K"], 1)
     threads = {0: 32 * c["WM"] * c["WN"], 1: 128 * c["WM"], 2: 128 * (c["WM"] + 1),
