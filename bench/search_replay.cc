@@ -64,6 +64,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/types/span.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -617,8 +618,9 @@ absl::StatusOr<Problem> LoadProblem(const std::string& file, const Derived& deri
   problem.file = file;
   ASSIGN_OR_RETURN(problem.screens, FromTsv(file));
   absl::StatusOr<std::pair<std::string, v1::Problem>> parsed = ProblemOf(problem.screens);
-  if (!parsed.ok())
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": ", parsed.status().message()));
+  }
   problem.family = parsed->first;
   // By name, one order for every problem of the family.
   const std::map<std::string, int64_t> dims(parsed->second.dims().begin(),
@@ -685,9 +687,10 @@ int PredictCommand(const std::vector<std::string>& files, const Derived& derived
         if (i == out) continue;
         const Problem& other = problems[i];
         for (size_t v = 0; v < other.screens.variants.size(); ++v) {
-          const auto first =
-              other.variants.begin() + static_cast<std::ptrdiff_t>(v * other.variant_columns);
-          training.Add(other.features, std::vector<float>(first, first + other.variant_columns),
+          const absl::Span<const float> variant =
+              absl::MakeConstSpan(other.variants)
+                  .subspan(v * other.variant_columns, other.variant_columns);
+          training.Add(other.features, variant,
                        other.screens.variants[v].median_us * std::exp(noise * normal(random)));
         }
         double distance = 0;

@@ -25,8 +25,8 @@ std::vector<float> ProblemFeatures(const std::vector<int64_t>& dims, int64_t dty
   return features;
 }
 
-bool ConfigPredictor::Training::Add(const std::vector<float>& problem,
-                                    const std::vector<float>& variant, double median_us) {
+bool ConfigPredictor::Training::Add(absl::Span<const float> problem,
+                                    absl::Span<const float> variant, double median_us) {
   if (static_cast<int64_t>(problem.size()) != problem_columns_ ||
       static_cast<int64_t>(variant.size()) != variant_columns_ || !(median_us > 0) ||
       !std::isfinite(median_us)) {

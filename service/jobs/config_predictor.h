@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "service/jobs/cost_model.h"
 
 namespace autotune::service {
@@ -39,8 +40,7 @@ class ConfigPredictor {
     // One variant that validated and was timed at `median_us` (> 0); false
     // (nothing added) when a width does not match or the median is not
     // positive.
-    bool Add(const std::vector<float>& problem, const std::vector<float>& variant,
-             double median_us);
+    bool Add(absl::Span<const float> problem, absl::Span<const float> variant, double median_us);
     int64_t size() const { return static_cast<int64_t>(labels_.size()); }
 
    private:
