@@ -157,6 +157,7 @@ struct Expression::State {
   std::vector<double> slots;
   std::vector<std::string> used;                            // sorted
   std::vector<std::pair<std::string, double*>> used_slots;  // same order as `used`
+  std::vector<size_t> positions;                            // per used slot, after BindPositions
   UnknownNames unknown;
   mu::Parser parser;
 };
@@ -240,6 +241,7 @@ Expression::Expression(const Expression& other) {
   // The same text with the same names parsed once already.
   if (!copy.ok()) std::abort();
   state_ = std::move(copy->state_);
+  state_->positions = other.state_->positions;
 }
 
 Expression& Expression::operator=(const Expression& other) {
@@ -268,6 +270,40 @@ absl::StatusOr<double> Expression::Evaluate(const Variables& values) {
     }
     *slot = it->second;
   }
+  return EvaluateSlots();
+}
+
+absl::Status Expression::BindPositions(absl::Span<const std::string> names) {
+  std::vector<size_t> positions;
+  for (const auto& [name, slot] : state_->used_slots) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no value for '", name, "' in '", state_->text, "'"));
+    }
+    positions.push_back(static_cast<size_t>(it - names.begin()));
+  }
+  state_->positions = std::move(positions);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Expression::EvaluateAt(absl::Span<const double> values) {
+  // Unbound, or bound to more names than `values` holds: a caller's bug.
+  if (state_->positions.size() != state_->used_slots.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", state_->text, "' is evaluated by position before BindPositions"));
+  }
+  for (size_t i = 0; i < state_->positions.size(); ++i) {
+    if (state_->positions[i] >= values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no value for '", state_->used_slots[i].first, "' in '", state_->text, "'"));
+    }
+    *state_->used_slots[i].second = values[state_->positions[i]];
+  }
+  return EvaluateSlots();
+}
+
+absl::StatusOr<double> Expression::EvaluateSlots() {
   try {
     return state_->parser.Eval();
   } catch (const mu::ParserError& error) {
@@ -299,7 +335,14 @@ absl::StatusOr<int64_t> Expression::EvaluateInteger(const Variables& values) {
 }
 
 absl::StatusOr<bool> Expression::EvaluateCondition(const Variables& values) {
-  absl::StatusOr<double> value = Evaluate(values);
+  return Condition(Evaluate(values));
+}
+
+absl::StatusOr<bool> Expression::EvaluateConditionAt(absl::Span<const double> values) {
+  return Condition(EvaluateAt(values));
+}
+
+absl::StatusOr<bool> Expression::Condition(absl::StatusOr<double> value) const {
   if (!value.ok()) return value.status();
   if (!std::isfinite(*value)) {
     return absl::InvalidArgumentError(

@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace autotune::kernels {
 
@@ -123,9 +124,23 @@ class Expression {
   // an error ("... is not finite"), not a pass.
   absl::StatusOr<bool> EvaluateCondition(const Variables& values);
 
+  // The same, with the values by position, for loops that evaluate many
+  // expressions over many configs (a search space's expansion) without a
+  // lookup by name per variable per call. BindPositions resolves each
+  // variable the expression uses to its position in `names`, once
+  // (INVALID_ARGUMENT "no value for 'n' in '...'" when one is not there);
+  // the *At calls then read it from `values`, which must hold a value for
+  // every name bound to. A copy is bound as its original was.
+  absl::Status BindPositions(absl::Span<const std::string> names);
+  absl::StatusOr<double> EvaluateAt(absl::Span<const double> values);
+  absl::StatusOr<bool> EvaluateConditionAt(absl::Span<const double> values);
+
  private:
   struct State;
   explicit Expression(std::unique_ptr<State> state);
+  // Evaluates with the bound variables' slots already filled.
+  absl::StatusOr<double> EvaluateSlots();
+  absl::StatusOr<bool> Condition(absl::StatusOr<double> value) const;
 
   std::unique_ptr<State> state_;
 };

@@ -231,6 +231,37 @@ TEST(ExpressionTest, CopiesAndMovesKeepTheirOwnBindings) {
   EXPECT_THAT(assigned.Evaluate({{"n", 5}, {"BLOCK", 1}}), IsOkAndHolds(11.0));
 }
 
+// By position: bound once to a list of names (in any order, with names the
+// expression does not use), then evaluated over values in that order; the
+// same answers and errors as by name, and copies keep the binding.
+TEST(ExpressionTest, ValuesByPositionAnswerAsByName) {
+  ASSERT_OK_AND_ASSIGN(Expression expression, Expression::Parse("ceil_div(n, BLOCK) * 2", kNames));
+  EXPECT_THAT(expression.EvaluateAt(std::vector<double>{1000, 256}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before BindPositions")));
+  const std::vector<std::string> order = {"batch", "BLOCK", "dtype_bytes", "n"};
+  ASSERT_OK(expression.BindPositions(order));
+  EXPECT_THAT(expression.EvaluateAt(std::vector<double>{7, 256, 2, 1000}), IsOkAndHolds(8.0));
+  EXPECT_THAT(expression.Evaluate({{"n", 1000}, {"BLOCK", 256}}), IsOkAndHolds(8.0));
+  // Fewer values than the names bound to: the missing one is named.
+  EXPECT_THAT(expression.EvaluateAt(std::vector<double>{7, 256}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no value for 'n'")));
+  EXPECT_THAT(expression.EvaluateAt(std::vector<double>{7, 0, 2, 1000}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ceil_div")));
+  Expression copy = expression;
+  EXPECT_THAT(copy.EvaluateAt(std::vector<double>{0, 100, 0, 1000}), IsOkAndHolds(20.0));
+
+  ASSERT_OK_AND_ASSIGN(Expression condition, Expression::Parse("1 / n > 0.5", kNames));
+  EXPECT_THAT(condition.BindPositions({"BLOCK"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no value for 'n'")));
+  ASSERT_OK(condition.BindPositions({"n"}));
+  EXPECT_THAT(condition.EvaluateConditionAt(std::vector<double>{1}), IsOkAndHolds(true));
+  EXPECT_THAT(condition.EvaluateConditionAt(std::vector<double>{4}), IsOkAndHolds(false));
+  ASSERT_OK_AND_ASSIGN(Expression ratio, Expression::Parse("1 / n", {"n"}));
+  ASSERT_OK(ratio.BindPositions({"n"}));
+  EXPECT_THAT(ratio.EvaluateConditionAt(std::vector<double>{0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'1 / n' = inf is not finite"));
+}
+
 TEST(ExpressionTest, ParsesConcurrently) {
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);

@@ -111,10 +111,12 @@ class ConfigResolver {
   // must hold every dim of the family and outlive the calls that follow.
   void SetProblem(const v1::Problem& problem) {
     problem_ = &problem;
-    for (const v1::ProblemDimension& dim : family_.dims()) {
-      variables_[dim.name()] = static_cast<double>(problem.dims().at(dim.name()));
+    for (int d = 0; d < family_.dims_size(); ++d) {
+      values_[static_cast<size_t>(d)] =
+          static_cast<double>(problem.dims().at(family_.dims(d).name()));
     }
-    variables_[std::string(kDTypeBytesVariable)] = static_cast<double>(DTypeBytes(problem.dtype()));
+    values_[static_cast<size_t>(family_.dims_size())] =
+        static_cast<double>(DTypeBytes(problem.dtype()));
   }
 
   // Fails when an expression that no param affects is invalid for the
@@ -169,10 +171,10 @@ class ConfigResolver {
   std::optional<Variant> Resolve(int64_t index, const std::vector<int64_t>& param_values,
                                  int* failed_constraint, Failure* failure) {
     for (int p = 0; p < family_.params_size(); ++p) {
-      variables_[family_.params(p).name()] = static_cast<double>(param_values[p]);
+      values_[first_param_ + static_cast<size_t>(p)] = static_cast<double>(param_values[p]);
     }
     for (size_t i = 0; i < constraints_.size(); ++i) {
-      absl::StatusOr<bool> holds = constraints_[i].expression.EvaluateCondition(variables_);
+      absl::StatusOr<bool> holds = constraints_[i].expression.EvaluateConditionAt(values_);
       if (!holds.ok() || !*holds) {
         *failed_constraint = static_cast<int>(i);
         return std::nullopt;
@@ -234,9 +236,18 @@ class ConfigResolver {
     for (const v1::TunableParameter& param : family_.params()) names.push_back(param.name());
 
     ASSIGN_OR_RETURN(const ArchNumber target, ParseArch(limits_.arch));
-    variables_[std::string(kArchVariable)] = target.number;
-    variables_[std::string(kArchSpecificVariable)] = target.specific ? 1 : 0;
-    variables_[std::string(kSmCountVariable)] =
+    // Every value an expression may read, by position: the dims, the dtype's
+    // bytes, the params, then the target's. Each field's expression is bound
+    // to these positions when it is parsed.
+    names_ = names;
+    first_param_ = dim_names.size();
+    names_.emplace_back(kArchVariable);
+    names_.emplace_back(kArchSpecificVariable);
+    names_.emplace_back(kSmCountVariable);
+    values_.assign(names_.size(), 0.0);
+    values_[names_.size() - 3] = target.number;
+    values_[names_.size() - 2] = target.specific ? 1 : 0;
+    values_[names_.size() - 1] =
         limits_.sm_count > 0 ? static_cast<double>(limits_.sm_count) : kUnknownSmCount;
     std::vector<std::string> constraint_names = names;
     for (absl::string_view name : kTargetVariables) constraint_names.emplace_back(name);
@@ -285,6 +296,10 @@ class ConfigResolver {
     if (!expression.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", expression.status().message()));
     }
+    // Each name an expression may use is one of names_ (ParseAll).
+    if (absl::Status bound = expression->BindPositions(names_); !bound.ok()) {
+      return absl::InternalError(absl::StrCat(path, ": ", bound.message()));
+    }
     const bool uses_params =
         std::any_of(family_.params().begin(), family_.params().end(),
                     [&](const v1::TunableParameter& p) { return expression->Uses(p.name()); });
@@ -331,7 +346,7 @@ class ConfigResolver {
   // An integer in [min, max]; `max_reason` says what exceeding max means.
   std::optional<Failure> EvalInteger(Field& field, int64_t min, int64_t max,
                                      absl::string_view max_reason, int64_t* out) {
-    absl::StatusOr<double> value = field.expression.Evaluate(variables_);
+    absl::StatusOr<double> value = field.expression.EvaluateAt(values_);
     const std::string& text = field.expression.text();
     if (!value.ok()) {
       return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
@@ -471,7 +486,7 @@ class ConfigResolver {
       }
       value = static_cast<double>(integer);
     } else {
-      absl::StatusOr<double> result = field.expression.Evaluate(variables_);
+      absl::StatusOr<double> result = field.expression.EvaluateAt(values_);
       if (!result.ok()) {
         return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
                        absl::StrCat(field.path, ": ", result.status().message())};
@@ -488,7 +503,7 @@ class ConfigResolver {
   }
 
   std::optional<Failure> EvalCount(Field& field, double* out) {
-    absl::StatusOr<double> value = field.expression.Evaluate(variables_);
+    absl::StatusOr<double> value = field.expression.EvaluateAt(values_);
     if (!value.ok()) {
       return Failure{absl::StrCat(field.path, ": cannot be evaluated"),
                      absl::StrCat(field.path, ": ", value.status().message())};
@@ -505,7 +520,9 @@ class ConfigResolver {
   const v1::KernelFamily& family_;
   const v1::Problem* problem_ = nullptr;  // the one SetProblem named last
   DeviceLimits limits_;
-  Expression::Variables variables_;
+  std::vector<std::string> names_;  // what values_ holds, position by position
+  std::vector<double> values_;
+  size_t first_param_ = 0;  // the position of the first param in names_
   std::vector<Field> constraints_;
   std::vector<Field> grid_, block_;
   std::optional<Field> shared_;

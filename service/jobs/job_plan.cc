@@ -112,24 +112,26 @@ class VariantBound {
             return name == kernels::kDTypeBytesVariable ||
                    std::find(params.begin(), params.end(), name) != params.end();
           });
-      if (params_only) constraints.push_back(*std::move(parsed));
+      if (!params_only) continue;
+      // Evaluated by position below: `values` follows `names`.
+      if (absl::Status bound = parsed->BindPositions(names); !bound.ok()) return bound;
+      constraints.push_back(*std::move(parsed));
     }
     const int64_t all = AllConfigs(family);
     if (constraints.empty() || all > kernels::kMaxConfigsPerFamily) return all;
-    kernels::Expression::Variables values;
-    values[std::string(kernels::kDTypeBytesVariable)] = static_cast<double>(DTypeBytes(dtype));
+    std::vector<double> values(names.size(), 0.0);
+    values[params.size()] = static_cast<double>(DTypeBytes(dtype));
     // Every config, as the search space orders them: the last param fastest.
     std::vector<int> digits(params.size(), 0);
     int64_t passing = 0;
     while (true) {
       for (size_t p = 0; p < params.size(); ++p) {
         const v1::TunableParameter& param = family.params(static_cast<int>(p));
-        values[params[p]] =
-            param.values_size() == 0 ? 0 : static_cast<double>(param.values(digits[p]));
+        values[p] = param.values_size() == 0 ? 0 : static_cast<double>(param.values(digits[p]));
       }
       bool holds = true;
       for (kernels::Expression& constraint : constraints) {
-        const absl::StatusOr<bool> held = constraint.EvaluateCondition(values);
+        const absl::StatusOr<bool> held = constraint.EvaluateConditionAt(values);
         if (!held.ok() || !*held) {
           holds = false;
           break;
