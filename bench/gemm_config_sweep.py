@@ -84,6 +84,9 @@ def main():
     parser.add_argument("--shapes", required=True, help="MxNxK[,MxNxK...]")
     parser.add_argument("--configs", required=True, help="'P=v ...;P=v ...'")
     parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument("--source", default=SOURCE,
+                        help="the kernel source (default: the family's); the launch and the "
+                             "arguments stay the family's")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -93,7 +96,7 @@ def main():
     l2_bytes = getattr(device, "L2_cache_size", 50 << 20)
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
     driver = Driver()
-    with open(SOURCE) as f:
+    with open(args.source) as f:
         source = f.read()
     configs = []
     for text in filter(None, (t.strip() for t in args.configs.split(";"))):
@@ -169,7 +172,8 @@ def main():
         print(f"{r['M']:>6} {r['N']:>6} {r['K']:>6} {r['us']:>9.2f} {r['cublas_us']:>9.2f} "
               f"{r['tflops']:>8.1f} {r['cublas_tflops']:>7.1f} {100 * r['of_cublas']:>8.1f}% "
               f"{r['max_rel_error']:>8.1e}  {cfg}")
-    print(f"device: {device.name}; torch {torch.__version__}; arch {args.arch}")
+    print(f"device: {device.name}; torch {torch.__version__}; arch {args.arch}; "
+          f"source {os.path.relpath(args.source, REPO)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device.name, "rows": rows}, f, indent=1)
