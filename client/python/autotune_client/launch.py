@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import struct
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from autotune_client import autotune_pb2 as pb
 from autotune_client.errors import AutotuneError
@@ -167,15 +169,21 @@ class Driver(Protocol):
 
     def arch(self) -> str: ...
 
-    def launch(
+    def prepare(
         self,
         function: Any,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_bytes: int,
-        stream: int,
-        parameters: Sequence[bytes],
-    ) -> None: ...
+        pointers: int,
+        tensor_maps: int,
+        scalars: Sequence[bytes],
+    ) -> Callable[[int, Sequence[int], Optional[Sequence[bytes]]], None]:
+        """The launch of `function` with `pointers` device pointers, then
+        `tensor_maps` 128-byte tensor maps, then `scalars` as parameters:
+        a callable (stream, pointers, maps) that launches it once per call
+        (maps None when tensor_maps is 0)."""
+        ...
 
 
 def _current_device_ordinal() -> int:
@@ -212,6 +220,12 @@ class CudaDriver:
                 raise LaunchError(f"cannot load the CUDA driver ({library}): {error}") from None
         self._check(self._cu.cuInit(0), "cuInit")
         self._modules: list[ctypes.c_void_p] = []  # kept loaded while the driver lives
+        if isinstance(self._cu, ctypes.CDLL):
+            # Plain ints convert in C, not through a c_uint made per argument.
+            launch = self._cu.cuLaunchKernel
+            launch.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7
+                               + [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p])
+            launch.restype = ctypes.c_int
 
     def ensure_context(self) -> None:
         """Makes the primary context of torch's current device (device 0
@@ -294,36 +308,61 @@ class CudaDriver:
         )
         return ctypes.string_at(aligned, _TENSOR_MAP_BYTES)
 
-    def launch(self, function, grid, block, shared_bytes, stream, parameters) -> None:
-        # Each parameter's bytes in a buffer of its own, 64-byte aligned (a
-        # tensor map's alignment), and the array of their addresses.
-        buffers = []
-        addresses = (ctypes.c_void_p * len(parameters))()
-        for i, value in enumerate(parameters):
-            storage = ctypes.create_string_buffer(len(value) + 64)
-            aligned = (ctypes.addressof(storage) + 63) & ~63
-            ctypes.memmove(aligned, value, len(value))
-            buffers.append(storage)
-            addresses[i] = aligned
+    def prepare(self, function, grid, block, shared_bytes, pointers, tensor_maps, scalars):
+        return _PreparedLaunch(self, function, grid, block, shared_bytes, pointers, tensor_maps,
+                               scalars)
 
-        def launch_once() -> int:
-            return self._cu.cuLaunchKernel(
-                function,
-                *(ctypes.c_uint(v) for v in grid),
-                *(ctypes.c_uint(v) for v in block),
-                ctypes.c_uint(shared_bytes),
-                ctypes.c_void_p(stream),
-                addresses,
-                None,
-            )
-
-        result = launch_once()
+    def launch_kernel(self, arguments: tuple, stream: int, parameters: Any) -> None:
+        """cuLaunchKernel(*arguments, stream, parameters, None), in the
+        thread's context (made current first when the thread has none)."""
+        result = self._cu.cuLaunchKernel(*arguments, stream, parameters, None)
         if result == self._CUDA_ERROR_INVALID_CONTEXT:
             # A thread that has not touched CUDA yet: its context first
             # (checked here, not before every launch).
             self.ensure_context()
-            result = launch_once()
-        self._check(result, "cuLaunchKernel")
+            result = self._cu.cuLaunchKernel(*arguments, stream, parameters, None)
+        if result:
+            self._check(result, "cuLaunchKernel")
+
+
+class _PreparedLaunch:
+    """One kernel's launch with its parameter block kept: each parameter at a
+    64-byte aligned place of one buffer (a tensor map's alignment), the
+    scalars written once, the pointers written in place on each call and the
+    tensor maps when they change; then one cuLaunchKernel, which copies the
+    parameters. A lock keeps two threads' calls from writing the block at
+    once."""
+
+    def __init__(self, driver, function, grid, block, shared_bytes, pointers, tensor_maps,
+                 scalars) -> None:
+        sizes = [_POINTER_BYTES] * pointers + [_TENSOR_MAP_BYTES] * tensor_maps
+        sizes += [len(s) for s in scalars]
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += -(-size // 64) * 64
+        self._storage = ctypes.create_string_buffer(total + 64)
+        base = (ctypes.addressof(self._storage) + 63) & ~63
+        self._parameters = (ctypes.c_void_p * max(1, len(sizes)))(*[base + o for o in offsets])
+        self._pointer_slots = [ctypes.c_uint64.from_address(base + o) for o in offsets[:pointers]]
+        self._map_places = [base + o for o in offsets[pointers:pointers + tensor_maps]]
+        for scalar, offset in zip(scalars, offsets[pointers + tensor_maps:]):
+            ctypes.memmove(base + offset, scalar, len(scalar))
+        self._maps: Optional[Sequence[bytes]] = None  # what the map places hold
+        self._driver = driver
+        self._arguments = (function, *grid, *block, shared_bytes)
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: int, pointers: Sequence[int],
+                 maps: Optional[Sequence[bytes]] = None) -> None:
+        with self._lock:
+            for slot, pointer in zip(self._pointer_slots, pointers):
+                slot.value = pointer
+            if maps is not None and maps is not self._maps:
+                for place, encoded in zip(self._map_places, maps):
+                    ctypes.memmove(place, encoded, _TENSOR_MAP_BYTES)
+                self._maps = maps
+            self._driver.launch_kernel(self._arguments, stream, self._parameters)
 
 
 def _load_nvrtc() -> ctypes.CDLL:
@@ -431,10 +470,24 @@ def _three(values: Sequence[int]) -> tuple[int, int, int]:
     return (int(padded[0]), int(padded[1]), int(padded[2]))
 
 
-def _current_stream() -> int:
-    import torch  # only when the caller gives no stream
+_raw_stream: Optional[Callable[[], int]] = None
 
-    return int(torch.cuda.current_stream().cuda_stream)
+
+def _current_stream() -> int:
+    """torch's current stream of its current device, as a CUstream."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch  # only when a caller gives no stream
+
+        # The raw handle without a Stream object made per call, where this
+        # torch has it (as its own compiled code reads it).
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        current_device = torch.cuda.current_device
+        if raw is not None:
+            _raw_stream = lambda: raw(current_device())  # noqa: E731
+        else:
+            _raw_stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
+    return int(_raw_stream())
 
 
 class TunedKernel:
@@ -504,32 +557,42 @@ class TunedKernel:
         if not name:
             raise LaunchError(f"{self.label}: the entry names no function")
         self._function = self._driver.load_function(cubin, name, self._shared)
+        self._launch = self._driver.prepare(self._function, self._grid, self._block, self._shared,
+                                            len(self.buffers), len(self.tensor_maps), self.scalars)
         # Tensor maps by the addresses they were encoded over.
         self._maps: dict[tuple[int, ...], list[bytes]] = {}
+        # Per buffer: the torch dtype's str() and the element count; and the
+        # dtype object last seen to pass (a call compares identities).
+        self._expected = [(_TORCH_DTYPES.get(b.dtype, "?"), math.prod(b.shape))
+                          for b in self.buffers]
+        self._passed_dtypes: list[Any] = [None] * len(self.buffers)
 
     @classmethod
     def load(cls, result: LookupResult, cubin: Optional[bytes] = None, **kwargs: Any) -> TunedKernel:
         return cls(result, cubin if cubin is not None else result.cubin, **kwargs)
 
     def _check(self, index: int, tensor: Any) -> int:
-        buffer = self.buffers[index]
-        what = f"{self.label}: buffer {index} '{buffer.name}'"
-        expected_dtype = _TORCH_DTYPES.get(buffer.dtype, "?")
+        expected_dtype, elements = self._expected[index]
         if not getattr(tensor, "is_cuda", False):
-            raise LaunchError(f"{what}: not a CUDA tensor")
-        if str(tensor.dtype) != expected_dtype:
-            raise LaunchError(f"{what}: dtype {tensor.dtype}, the kernel takes {expected_dtype}")
-        elements = 1
-        for extent in buffer.shape:
-            elements *= extent
+            raise self._refusal(index, "not a CUDA tensor")
+        dtype = tensor.dtype
+        if dtype is not self._passed_dtypes[index]:
+            if str(dtype) != expected_dtype:
+                raise self._refusal(index, f"dtype {dtype}, the kernel takes {expected_dtype}")
+            self._passed_dtypes[index] = dtype
         if tensor.numel() != elements:
-            raise LaunchError(
-                f"{what}: {tensor.numel()} elements (shape {tuple(tensor.shape)}), the kernel "
-                f"takes {elements} ({' x '.join(str(e) for e in buffer.shape)})"
+            shape = self.buffers[index].shape
+            raise self._refusal(
+                index,
+                f"{tensor.numel()} elements (shape {tuple(tensor.shape)}), the kernel takes "
+                f"{elements} ({' x '.join(str(e) for e in shape)})",
             )
         if not tensor.is_contiguous():
-            raise LaunchError(f"{what}: not contiguous (call .contiguous())")
+            raise self._refusal(index, "not contiguous (call .contiguous())")
         return int(tensor.data_ptr())
+
+    def _refusal(self, index: int, what: str) -> LaunchError:
+        return LaunchError(f"{self.label}: buffer {index} '{self.buffers[index].name}': {what}")
 
     def __call__(self, *tensors: Any, stream: Optional[int] = None) -> None:
         if len(tensors) != len(self.buffers):
@@ -538,27 +601,21 @@ class TunedKernel:
                 f"{self.label}: {len(tensors)} tensors given, the kernel takes "
                 f"{len(self.buffers)} ({names})"
             )
-        pointers = tuple(self._check(i, t) for i, t in enumerate(tensors))
-        maps = self._maps.get(pointers) if self.tensor_maps else []
-        if maps is None:
-            maps = [
-                self._driver.encode_tensor_map(
-                    tensor_map_arguments(layout, pointers[layout.buffer])
-                )
-                for layout in self.tensor_maps
-            ]
-            if len(self._maps) >= 64:
-                self._maps.clear()
-            self._maps[pointers] = maps
-        parameters = [struct.pack("<Q", p) for p in pointers] + maps + self.scalars
-        self._driver.launch(
-            self._function,
-            self._grid,
-            self._block,
-            self._shared,
-            _current_stream() if stream is None else stream,
-            parameters,
-        )
+        pointers = tuple([self._check(i, t) for i, t in enumerate(tensors)])
+        maps = None
+        if self.tensor_maps:
+            maps = self._maps.get(pointers)
+            if maps is None:
+                maps = [
+                    self._driver.encode_tensor_map(
+                        tensor_map_arguments(layout, pointers[layout.buffer])
+                    )
+                    for layout in self.tensor_maps
+                ]
+                if len(self._maps) >= 64:
+                    self._maps.clear()
+                self._maps[pointers] = maps
+        self._launch(_current_stream() if stream is None else stream, pointers, maps)
 
     def custom_op(self, name: str, outputs: Sequence[int]) -> Any:
         """Registers this kernel as the PyTorch custom operator `name`

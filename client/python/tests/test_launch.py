@@ -33,8 +33,14 @@ class FakeDriver:
         self.maps.append(args)
         return bytes([len(self.maps)]) * 128
 
-    def launch(self, function, grid, block, shared_bytes, stream, parameters):
-        self.launches.append((function, grid, block, shared_bytes, stream, list(parameters)))
+    def prepare(self, function, grid, block, shared_bytes, pointers, tensor_maps, scalars):
+        def launch(stream, pointer_values, maps=None):
+            assert len(pointer_values) == pointers and len(maps or []) == tensor_maps
+            parameters = [struct.pack("<Q", p) for p in pointer_values] + list(maps or [])
+            self.launches.append(
+                (function, grid, block, shared_bytes, stream, parameters + list(scalars)))
+
+        return launch
 
 
 class FakeTensor:
@@ -205,6 +211,7 @@ class FakeCudaLibrary:
 
     def cuLaunchKernel(self, *args):
         self.calls.append("cuLaunchKernel")
+        self.launched = args
         if self.invalid_context_launches:
             self.invalid_context_launches -= 1
             return 201
@@ -231,7 +238,7 @@ class CudaDriverContextTest(unittest.TestCase):
 
     def test_a_launch_on_a_thread_without_a_context_sets_it_and_launches_once_more(self):
         cu = FakeCudaLibrary(invalid_context_launches=1)
-        CudaDriver(cu=cu).launch(0x2000, (1, 1, 1), (32, 1, 1), 0, 0, [b"\0" * 8])
+        CudaDriver(cu=cu).prepare(0x2000, (1, 1, 1), (32, 1, 1), 0, 1, 0, [])(0, [0x7000])
         self.assertEqual(
             cu.calls,
             ["cuLaunchKernel", "cuCtxGetCurrent", "cuDeviceGet(0)", "cuDevicePrimaryCtxRetain(0)",
@@ -241,4 +248,33 @@ class CudaDriverContextTest(unittest.TestCase):
     def test_a_launch_that_still_fails_is_an_error(self):
         cu = FakeCudaLibrary(current=0x3000, invalid_context_launches=2)
         with self.assertRaisesRegex(LaunchError, "cuLaunchKernel"):
-            CudaDriver(cu=cu).launch(0x2000, (1, 1, 1), (32, 1, 1), 0, 0, [b"\0" * 8])
+            CudaDriver(cu=cu).prepare(0x2000, (1, 1, 1), (32, 1, 1), 0, 1, 0, [])(0, [0x7000])
+
+
+class PreparedLaunchTest(unittest.TestCase):
+    def test_each_call_passes_its_pointers_and_maps_and_the_scalars_at_aligned_places(self):
+        import ctypes
+
+        cu = FakeCudaLibrary(current=0x3000)
+        launch = CudaDriver(cu=cu).prepare(
+            0x2000, (4, 2, 1), (128, 1, 1), 512, 2, 1, [struct.pack("<f", 0.5), b"\x07\0\0\0"])
+
+        def passed():
+            function, *dims, stream, parameters, extra = cu.launched
+            places = [parameters[i] for i in range(5)]
+            self.assertTrue(all(place % 64 == 0 for place in places), places)
+            values = [ctypes.string_at(place, size) for place, size in zip(places, [8, 8, 128, 4, 4])]
+            return function, dims, stream, values, extra
+
+        map_a, map_b = b"\xaa" * 128, b"\xbb" * 128
+        launch(11, [0x1000, 0x2000], [map_a])
+        function, dims, stream, values, extra = passed()
+        self.assertEqual((function, dims, stream, extra), (0x2000, [4, 2, 1, 128, 1, 1, 512], 11, None))
+        self.assertEqual(values, [struct.pack("<Q", 0x1000), struct.pack("<Q", 0x2000), map_a,
+                                  struct.pack("<f", 0.5), b"\x07\0\0\0"])
+        # New pointers and another map: written in place for this call.
+        launch(12, [0x3000, 0x4000], [map_b])
+        self.assertEqual(passed()[3][:3], [struct.pack("<Q", 0x3000), struct.pack("<Q", 0x4000),
+                                          map_b])
+        launch(13, [0x1000, 0x2000], [map_a])
+        self.assertEqual(passed()[3][2], map_a)
