@@ -649,7 +649,8 @@ absl::StatusOr<Problem> LoadProblem(const std::string& file, const Derived& deri
 }
 
 int PredictCommand(const std::vector<std::string>& files, const Derived& derived,
-                   double floor_median, double floor_within_10pct, uint64_t seed, double noise) {
+                   double floor_median, double floor_within_10pct, uint64_t seed, double noise,
+                   int64_t candidates) {
   // Problems by family and params: a predictor learns from the same columns.
   std::map<std::string, std::vector<Problem>> families;
   for (const std::string& file : files) {
@@ -683,9 +684,24 @@ int PredictCommand(const std::vector<std::string>& files, const Derived& derived
       std::normal_distribution<double> normal;
       size_t nearest = out;
       double nearest_distance = std::numeric_limits<double>::infinity();
+      // With `candidates`: the configs among the fastest `candidates` of
+      // some other problem (by their stored medians), the only ones ranked.
+      std::set<std::vector<int64_t>> shortlist;
       for (size_t i = 0; i < problems.size(); ++i) {
         if (i == out) continue;
         const Problem& other = problems[i];
+        if (candidates > 0) {
+          std::vector<const ScreenedVariant*> fastest;
+          for (const ScreenedVariant& v : other.screens.variants) {
+            if (v.median_us > 0) fastest.push_back(&v);
+          }
+          const size_t kept = std::min(fastest.size(), static_cast<size_t>(candidates));
+          std::partial_sort(fastest.begin(), fastest.begin() + static_cast<std::ptrdiff_t>(kept),
+                            fastest.end(), [](const ScreenedVariant* a, const ScreenedVariant* b) {
+                              return a->median_us < b->median_us;
+                            });
+          for (size_t k = 0; k < kept; ++k) shortlist.insert(fastest[k]->values);
+        }
         for (size_t v = 0; v < other.screens.variants.size(); ++v) {
           const absl::Span<const float> variant =
               absl::MakeConstSpan(other.variants)
@@ -712,8 +728,16 @@ int PredictCommand(const std::vector<std::string>& files, const Derived& derived
         std::cerr << "autotune-search-replay: " << left.file << ": the predictor failed\n";
         return 2;
       }
-      const size_t pick = static_cast<size_t>(std::min_element(guesses->begin(), guesses->end()) -
-                                              guesses->begin());
+      size_t pick = static_cast<size_t>(std::min_element(guesses->begin(), guesses->end()) -
+                                        guesses->begin());
+      if (!shortlist.empty()) {
+        bool found = false;
+        for (size_t v = 0; v < guesses->size(); ++v) {
+          if (shortlist.count(left.screens.variants[v].values) == 0) continue;
+          if (!found || (*guesses)[v] < (*guesses)[pick]) pick = v;
+          found = true;
+        }
+      }
       const auto score = [&](double median) { return median > 0 ? left.best / median : 0.0; };
       const double predicted = score(left.screens.variants[pick].median_us);
       const Problem& near = problems[nearest];
@@ -849,6 +873,11 @@ int main(int argc, char** argv) {
                    "The predictor learns from every median times exp(S * N(0,1)), drawn from "
                    "the seed")
       ->check(CLI::Range(0.0, 1.0));
+  int64_t predict_candidates = 0;
+  predict
+      ->add_option("--candidates", predict_candidates,
+                   "Rank only the configs among the K fastest of some other problem (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   CLI11_PARSE(app, argc, argv);
   if (predict->parsed()) {
     absl::StatusOr<std::vector<autotune::v1::KernelFamily>> families =
@@ -859,7 +888,7 @@ int main(int argc, char** argv) {
     }
     autotune::Derived derived{.families = *std::move(families), .sms = predict_sms};
     return autotune::PredictCommand(predict_files, derived, floor_median, floor_within,
-                                    predict_seed, predict_noise);
+                                    predict_seed, predict_noise, predict_candidates);
   }
   if (convert->parsed()) {
     absl::StatusOr<autotune::Screens> screens = autotune::FromShowJson(show_json, default_config);

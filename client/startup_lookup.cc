@@ -363,8 +363,10 @@ void StartupLookup::RequestTuning(absl::Time deadline, std::vector<StartupAnswer
   std::vector<size_t> asked;
   for (size_t i = 0; i < answers.size(); ++i) {
     const StartupAnswer& answer = answers[i];
-    if (answer.error.ok() && answer.response.match() == v1::MISS &&
-        answer.response.miss_kind() != v1::MISS_DRIVER_TOO_OLD) {
+    // A PREDICTED config was never measured here: tuning measures it.
+    if (answer.error.ok() && ((answer.response.match() == v1::MISS &&
+                               answer.response.miss_kind() != v1::MISS_DRIVER_TOO_OLD) ||
+                              answer.response.match() == v1::PREDICTED)) {
       *request.add_lookups() = answer.request;
       asked.push_back(i);
     }

@@ -74,7 +74,8 @@ struct StartupOptions {
   bool recipes = true;
   // Tune-on-miss: ask the service, within the deadline, to tune the
   // problems it answered MISS (all kinds but MISS_DRIVER_TOO_OLD, which
-  // tuning does not mend), so that the next start finds them.
+  // tuning does not mend) or PREDICTED (a config never measured there), so
+  // that the next start finds them tuned.
   bool tune_on_miss = false;
 };
 

@@ -40,6 +40,7 @@
 #include "service/jobs/job_runner.h"
 #include "service/lookup/cache_admin.h"
 #include "service/lookup/lookup_resolver.h"
+#include "service/lookup/predictions.h"
 #include "service/pools/compile_pool.h"
 #include "service/rpc/admin_api.h"
 #include "service/rpc/admission.h"
@@ -196,6 +197,8 @@ class Server::Impl {
   absl::Time started_ = absl::Now();
   std::vector<std::string> socket_paths_;
   std::unique_ptr<cache::Store> store_;
+  // Learns in the background from store_; what resolver_ asks.
+  std::unique_ptr<Predictions> predictions_;
   std::unique_ptr<LookupResolver> resolver_;
   std::unique_ptr<CacheAdmin> admin_;
   std::unique_ptr<CompilePool> compile_pool_;
@@ -292,7 +295,8 @@ absl::Status Server::Impl::Start(const ServerOptions& options) {
   }
   store_options.warn = [](const std::string& text) { spdlog::warn("database: {}", text); };
   ASSIGN_OR_RETURN(store_, cache::Store::Open(store_options));
-  resolver_ = std::make_unique<LookupResolver>(store_.get());
+  predictions_ = std::make_unique<Predictions>(store_.get());
+  resolver_ = std::make_unique<LookupResolver>(store_.get(), predictions_.get());
   // RegisterKernel compiles a new family, and Import the configs of its
   // entries, on the job runner's pool; no call
   // is served before jobs_ exists.

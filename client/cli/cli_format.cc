@@ -284,6 +284,8 @@ std::string MatchName(v1::MatchKind match) {
       return "NEAREST";
     case v1::MISS:
       return "MISS";
+    case v1::PREDICTED:
+      return "PREDICTED";
     default:
       return "UNKNOWN";
   }
@@ -509,6 +511,16 @@ void PrintLookupResponse(const v1::LookupRequest& request, const v1::LookupRespo
                        distance.tuned()));
   }
   if (response.match() == v1::NEAREST) {
+    Field(out, "tuned for", FormatDims(response.entry().problem().dims()));
+  }
+  if (response.match() == v1::PREDICTED) {
+    const v1::Prediction& prediction = response.prediction();
+    Field(out, "predicted",
+          absl::StrCat(absl::StrFormat("%.2f", prediction.predicted_us()), " us by a model of ",
+                       prediction.problems(), " problems tuned on ", prediction.device(), " (",
+                       prediction.measurements(), " measured variants); the fastest of ",
+                       prediction.ranked(),
+                       " tuned configs that fit; never measured on this problem"));
     Field(out, "tuned for", FormatDims(response.entry().problem().dims()));
   }
   if (!response.has_launch()) {

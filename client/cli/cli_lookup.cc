@@ -41,9 +41,9 @@ Command LookupCommand(CLI::App& root, Streams io) {
   command.app->add_option("--hash", s->hash, "Family content hash; default: the current one");
   command.app->add_flag("--exact", s->exact, "Answer EXACT or MISS, never NEAREST");
   command.app->add_option("--cubin-out", s->cubin_out, "Write the entry's cubin to this file");
-  command.app->add_flag(
-      "--tune-on-miss", s->tune_on_miss,
-      "On a MISS, ask the daemon to tune the problem (deduplicated, rate-limited)");
+  command.app->add_flag("--tune-on-miss", s->tune_on_miss,
+                        "On a MISS or a PREDICTED answer, ask the daemon to tune the problem "
+                        "(deduplicated, rate-limited)");
   AddJsonFlag(command.app, s->json);
   command.prepare = [s]() -> absl::Status {
     ASSIGN_OR_RETURN(*s->request.mutable_problem(), ProblemFromFlags(s->problem));
@@ -71,7 +71,7 @@ Command LookupCommand(CLI::App& root, Streams io) {
       }
     }
     std::string tuning_note;
-    if (s->tune_on_miss && response.match() == v1::MISS) {
+    if (s->tune_on_miss && (response.match() == v1::MISS || response.match() == v1::PREDICTED)) {
       v1::RequestTuningRequest tune;
       *tune.add_lookups() = s->request;
       tune.mutable_lookups(0)->clear_include_cubin();

@@ -22,6 +22,7 @@
 #include "kernels/family_check.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
+#include "service/lookup/predictions.h"
 
 namespace autotune::service {
 namespace {
@@ -439,6 +440,51 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
       }
     }
   }
+  if (response.match() == v1::MISS && predictions_ != nullptr && !request.exact_only() &&
+      !request.device().name().empty() &&
+      (response.miss_kind() == v1::MISS_NO_ENTRY || response.miss_kind() == v1::MISS_OTHER_DEVICE ||
+       response.miss_kind() == v1::MISS_OLDER_VERSION ||
+       response.miss_kind() == v1::MISS_NEAREST_UNFIT)) {
+    // The generation first: a model is learned for the entries it names.
+    const int64_t generation = store_->entry_generation();
+    ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<v1::Entry>> entries,
+                     Candidates(request.family(), family->content_hash, request.problem().dtype(),
+                                request.device().name()));
+    PredictionAnswer prediction =
+        predictions_->Predict(family, request.problem(), request.device().name(),
+                              request.device().sm_count(), entries, generation);
+    std::optional<std::string> too_old;
+    if (prediction.predicted.has_value() && !request.driver_version().empty()) {
+      too_old = DriverTooOld(request.driver_version(), prediction.predicted->entry.nvrtc_version());
+    }
+    if (!prediction.predicted.has_value()) {
+      absl::StrAppend(response.mutable_miss_reason(), "; no prediction: ", prediction.why_not);
+    } else if (too_old.has_value()) {
+      absl::StrAppend(response.mutable_miss_reason(),
+                      "; the predicted config's binary cannot be "
+                      "served: ",
+                      *too_old);
+    } else if (DeviceMismatch(request.device(), prediction.predicted->entry.device()).has_value()) {
+      absl::StrAppend(response.mutable_miss_reason(),
+                      "; no prediction: the device's other properties differ from the request's");
+    } else {
+      Predicted& predicted = *prediction.predicted;
+      response.set_match(v1::PREDICTED);
+      response.clear_miss_kind();
+      response.clear_miss_reason();
+      response.clear_distance();
+      response.clear_log2_distance();
+      *response.mutable_entry() = std::move(predicted.entry);
+      *response.mutable_launch() = predicted.variant.launch;
+      v1::Prediction* about = response.mutable_prediction();
+      about->set_predicted_us(predicted.predicted_us);
+      about->set_problems(predicted.problems);
+      about->set_measurements(predicted.measurements);
+      about->set_ranked(predicted.ranked);
+      about->set_device(request.device().name());
+      named = std::move(predicted.variant);
+    }
+  }
   const bool launchable = response.match() != v1::MISS ||
                           response.miss_kind() == v1::MISS_DRIVER_TOO_OLD ||
                           response.has_default_config();
@@ -678,9 +724,10 @@ absl::StatusOr<Answer> Consistently(const cache::Store& store,
 }  // namespace
 
 void LookupResolver::Count(const v1::LookupResponse& response) const {
-  std::atomic<int64_t>& counter = response.match() == v1::EXACT     ? counters_.exact
-                                  : response.match() == v1::NEAREST ? counters_.nearest
-                                                                    : counters_.miss;
+  std::atomic<int64_t>& counter = response.match() == v1::EXACT       ? counters_.exact
+                                  : response.match() == v1::NEAREST   ? counters_.nearest
+                                  : response.match() == v1::PREDICTED ? counters_.predicted
+                                                                      : counters_.miss;
   counter.fetch_add(1, std::memory_order_relaxed);
 }
 

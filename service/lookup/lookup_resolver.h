@@ -17,6 +17,13 @@
 //   entry tuned for larger values wins (a config tuned for batch 16 is a
 //   safer stand-in for batch 12 than one tuned for batch 8), then the
 //   smaller canonical dims key. The answer lists each differing dimension.
+// - PREDICTED (with predictions, see the constructor): for a named device
+//   with no EXACT or NEAREST entry, the config predictions.h ranks fastest
+//   among the winners tuned there, resolved for the requested problem; never
+//   for an exact-only request. `entry` is that winner's (its problem the one
+//   it was tuned for), `launch` its config for the requested problem,
+//   `prediction` what the model learned from, and default_config the
+//   family's default as on a MISS (for a client that does not know the kind).
 // - A MISS carries a typed miss_kind and a miss_reason for people: no entry,
 //   only entries tuned on another device, only entries of older versions of
 //   the family's source, or an exact-only request that refused a neighbour.
@@ -96,6 +103,7 @@ struct LookupCounters {
   std::atomic<int64_t> exact{0};
   std::atomic<int64_t> nearest{0};
   std::atomic<int64_t> miss{0};
+  std::atomic<int64_t> predicted{0};
 };
 
 // The NEAREST choice among `candidates` for `requested` dims of a family
@@ -147,10 +155,16 @@ struct FamilyView {
   ConfigResolverPool resolvers{&family};  // a view is never copied or moved
 };
 
+class Predictions;
+
 class LookupResolver {
  public:
-  explicit LookupResolver(const cache::Store* store)
-      : store_(store), cubins_(store, kMaxCachedCubinBytes) {}
+  // With `predictions` (outliving this), a lookup that would MISS for a
+  // named device answers PREDICTED where a model of the family on that
+  // device has been learned (predictions.h); the miss_reason of a MISS says
+  // why there is none.
+  explicit LookupResolver(const cache::Store* store, Predictions* predictions = nullptr)
+      : store_(store), predictions_(predictions), cubins_(store, kMaxCachedCubinBytes) {}
 
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request) const;
 
@@ -203,7 +217,8 @@ class LookupResolver {
                                                            const std::string& hash) const;
 
   const cache::Store* store_;
-  const CubinCache cubins_;  // for include_cubin
+  Predictions* const predictions_;  // null: no PREDICTED answers
+  const CubinCache cubins_;         // for include_cubin
   mutable LookupCounters counters_;
   mutable absl::Mutex cache_mu_;
   mutable int64_t cached_generation_ ABSL_GUARDED_BY(cache_mu_) = -1;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -25,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "kernels/search_space.h"
 #include "proto/problem.h"
+#include "service/lookup/predictions.h"
 #include "tests/support/sample_bundle.h"
 
 namespace autotune::service {
@@ -673,6 +675,229 @@ TEST_F(LookupResolverStoreTest, ABatchIsAnsweredFromOneStateOfTheCache) {
   EXPECT_GE(writes.load(), 10);
   for (const auto& [state, count] : seen) std::printf("  %s: %d batches\n", state.c_str(), count);
   EXPECT_GE(seen.size(), 2u);  // the batches saw the cache change
+}
+
+// PREDICTED: vector_scale tuned at batch 1 for n = 1024, 4096, 16384 and
+// 65536 on the sample H200, each problem's screen holding all 12 configs
+// timed by a rule whose best BLOCK and ELEMS_PER_THREAD grow with n; the
+// entries are those winners. An untuned n beyond either end is predicted
+// the winner at that end.
+class PredictionTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kTuned[] = {1024, 4096, 16384, 65536};
+
+  // The rule's median: the nearer BLOCK and ELEMS_PER_THREAD are to what n
+  // wants, the faster.
+  static double MedianUs(int64_t n, int64_t block, int64_t elems) {
+    const double log_n = std::log2(static_cast<double>(n));
+    const double want_block = 6 + (log_n - 10) / 2;
+    const double want_elems = (log_n - 10) / 3;
+    return 10 * (1 + std::abs(std::log2(static_cast<double>(block)) - want_block) +
+                 0.5 * std::abs(std::log2(static_cast<double>(elems)) - want_elems));
+  }
+
+  void SetUp() override {
+    cache::StoreOptions options;
+    options.path = dir_.File("cache.db");
+    ASSERT_OK_AND_ASSIGN(store_, cache::Store::Open(options));
+    ASSERT_OK(Import(std::size(kTuned)));
+    predictions_ = std::make_unique<Predictions>(store_.get());
+    resolver_ = std::make_unique<LookupResolver>(store_.get(), predictions_.get());
+  }
+  void TearDown() override {
+    resolver_.reset();
+    predictions_.reset();
+    store_.reset();
+  }
+
+  // The first `problems` of kTuned, each with its screen and its winner.
+  absl::Status Import(size_t problems) {
+    testing::SampleBundleOptions options;
+    options.cubin_kind = testing::CubinKind::kSynthetic;
+    options.synthetic_cubin_bytes = 1024;
+    std::vector<v1::Measurement> screens;
+    for (size_t i = 0; i < problems; ++i) {
+      const int64_t n = kTuned[i];
+      testing::SampleEntry best;
+      best.n = n;
+      best.variant.dtype = v1::FLOAT32;
+      double fastest = 0;
+      for (int64_t block : {64, 128, 256, 512}) {
+        for (int64_t elems : {1, 2, 4}) {
+          const double us = MedianUs(n, block, elems);
+          v1::Measurement& m = screens.emplace_back();
+          *m.mutable_problem() = MakeProblem(1, n, v1::FLOAT32);
+          *m.mutable_device() = testing::SampleDevice();
+          (*m.mutable_config()->mutable_params())["BLOCK"] = block;
+          (*m.mutable_config()->mutable_params())["ELEMS_PER_THREAD"] = elems;
+          m.set_status(v1::OK);
+          m.set_phase(v1::SCREEN);
+          m.mutable_timing()->set_median_us(us);
+          if (fastest == 0 || us < fastest) {
+            fastest = us;
+            best.variant.block = block;
+            best.variant.elems_per_thread = elems;
+          }
+        }
+      }
+      best.median_us = fastest;
+      options.entries.push_back(best);
+    }
+    ASSIGN_OR_RETURN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+    for (v1::Measurement& m : screens) {
+      m.set_family(bundle.families(0).family().name());
+      m.set_family_hash(bundle.families(0).content_hash());
+      *bundle.add_measurements() = std::move(m);
+    }
+    return store_->Import(bundle, /*replace=*/true).status();
+  }
+
+  static v1::LookupRequest Request(int64_t n, const std::string& device = "NVIDIA H200") {
+    v1::LookupRequest request;
+    request.set_family("vector_scale");
+    *request.mutable_problem() = MakeProblem(1, n, v1::FLOAT32);
+    request.mutable_device()->set_name(device);
+    return request;
+  }
+
+  // The lookup once the model its first answer asked for is learned.
+  absl::StatusOr<v1::LookupResponse> LookupLearned(const v1::LookupRequest& request) {
+    ASSIGN_OR_RETURN(v1::LookupResponse first, resolver_->Lookup(request));
+    predictions_->WaitUntilIdle();
+    return resolver_->Lookup(request);
+  }
+
+  static std::pair<int64_t, int64_t> ConfigOf(const v1::LookupResponse& response) {
+    return {response.entry().config().params().at("BLOCK"),
+            response.entry().config().params().at("ELEMS_PER_THREAD")};
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<cache::Store> store_;
+  std::unique_ptr<Predictions> predictions_;
+  std::unique_ptr<LookupResolver> resolver_;
+};
+
+TEST_F(PredictionTest, AnUntunedProblemIsPredictedOnceTheModelIsLearned) {
+  v1::LookupRequest request = Request(262144);
+  request.set_include_cubin(true);
+  request.set_include_recipe(true);
+  // The first lookup asks for the model and misses, saying so.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse first, resolver_->Lookup(request));
+  EXPECT_EQ(first.match(), v1::MISS);
+  EXPECT_EQ(first.miss_kind(), v1::MISS_NO_ENTRY);
+  EXPECT_THAT(first.miss_reason(), HasSubstr("is being learned"));
+  predictions_->WaitUntilIdle();
+
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse large, resolver_->Lookup(request));
+  ASSERT_EQ(large.match(), v1::PREDICTED) << large.miss_reason();
+  EXPECT_EQ(ConfigOf(large), std::make_pair(int64_t{512}, int64_t{4}));
+  EXPECT_EQ(large.entry().problem().dims().at("n"), 65536);  // the winner it is
+  EXPECT_EQ(large.miss_kind(), v1::MISS_KIND_UNSPECIFIED);
+  EXPECT_TRUE(large.miss_reason().empty());
+  // Launched for the requested n: 262144 / (512 * 4) blocks.
+  ASSERT_EQ(large.launch().grid_size(), 1);
+  EXPECT_EQ(large.launch().grid(0), 128);
+  EXPECT_EQ(large.arguments().scalars(1).value(), 262144);  // count = batch*n
+  EXPECT_FALSE(large.cubin().empty());                      // the winner's binary
+  EXPECT_EQ(large.recipe().config().params().at("BLOCK"), 512);
+  EXPECT_TRUE(large.has_default_config());  // for a client that does not know PREDICTED
+  EXPECT_EQ(large.prediction().problems(), 4);
+  EXPECT_EQ(large.prediction().measurements(), 48);
+  EXPECT_EQ(large.prediction().ranked(), 4);
+  EXPECT_EQ(large.prediction().device(), "NVIDIA H200");
+  EXPECT_GT(large.prediction().predicted_us(), 0);
+
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse small, resolver_->Lookup(Request(256)));
+  ASSERT_EQ(small.match(), v1::PREDICTED) << small.miss_reason();
+  EXPECT_EQ(ConfigOf(small), std::make_pair(int64_t{64}, int64_t{1}));
+  EXPECT_EQ(resolver_->counters().predicted.load(), 2);
+  EXPECT_EQ(resolver_->counters().miss.load(), 1);
+
+  // A tuned problem is still EXACT.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse exact, resolver_->Lookup(Request(4096)));
+  EXPECT_EQ(exact.match(), v1::EXACT);
+}
+
+TEST_F(PredictionTest, NoPredictionForAnExactOnlyRequestAnUnnamedOrUntunedDevice) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse learned, LookupLearned(Request(262144)));
+  ASSERT_EQ(learned.match(), v1::PREDICTED) << learned.miss_reason();
+
+  v1::LookupRequest exact_only = Request(262144);
+  exact_only.set_exact_only(true);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse refused, resolver_->Lookup(exact_only));
+  EXPECT_EQ(refused.match(), v1::MISS);
+
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse any_device, resolver_->Lookup(Request(262144, "")));
+  EXPECT_EQ(any_device.match(), v1::MISS);
+
+  // Nothing tuned on the H100: its model has nothing to learn from.
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse other,
+                       LookupLearned(Request(262144, "NVIDIA H100 80GB HBM3")));
+  EXPECT_EQ(other.match(), v1::MISS);
+  EXPECT_THAT(other.miss_reason(), HasSubstr("0 problems of vector_scale tuned on NVIDIA H100"));
+
+  // A client whose driver is older than the winner's compiler.
+  v1::LookupRequest old_driver = Request(262144);
+  old_driver.set_driver_version("12.8");
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse too_old, resolver_->Lookup(old_driver));
+  EXPECT_EQ(too_old.match(), v1::MISS);
+  EXPECT_THAT(too_old.miss_reason(), HasSubstr("newer than the CUDA 12.8"));
+}
+
+TEST_F(PredictionTest, ANewEntryRetiresTheModelUntilItIsLearnedAgain) {
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse learned, LookupLearned(Request(262144)));
+  ASSERT_EQ(learned.match(), v1::PREDICTED) << learned.miss_reason();
+  ASSERT_EQ(learned.prediction().problems(), 4);
+  // The store's entries change: the model learned before is not served.
+  testing::SampleBundleOptions options;
+  options.cubin_kind = testing::CubinKind::kSynthetic;
+  options.synthetic_cubin_bytes = 1024;
+  testing::SampleEntry entry;
+  entry.n = 100;
+  entry.variant = {
+      .dtype = v1::FLOAT32, .block = 128, .elems_per_thread = 1};  // a config of its own
+  options.entries.push_back(entry);
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+  ASSERT_OK(store_->Import(bundle, false).status());
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse stale, resolver_->Lookup(Request(262144)));
+  EXPECT_EQ(stale.match(), v1::MISS);
+  EXPECT_THAT(stale.miss_reason(), HasSubstr("is being learned"));
+  predictions_->WaitUntilIdle();
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse again, resolver_->Lookup(Request(262144)));
+  ASSERT_EQ(again.match(), v1::PREDICTED) << again.miss_reason();
+  // The new entry has no screen: still four problems learned from; its
+  // config is ranked too (a config two entries share is ranked once).
+  EXPECT_EQ(again.prediction().problems(), 4);
+  EXPECT_EQ(again.prediction().ranked(), 5);
+}
+
+TEST(PredictionsTest, TooFewTunedProblemsAreNotPredictedFrom) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<cache::Store> store,
+                       cache::Store::Open({.path = dir.File("cache.db")}));
+  testing::SampleBundleOptions options;
+  options.cubin_kind = testing::CubinKind::kSynthetic;
+  options.synthetic_cubin_bytes = 1024;
+  for (int64_t n : {1024, 4096}) {
+    testing::SampleEntry entry;
+    entry.n = n;
+    options.entries.push_back(entry);
+  }
+  ASSERT_OK_AND_ASSIGN(v1::CacheBundle bundle, testing::MakeSampleBundle(options));
+  ASSERT_OK(store->Import(bundle, false).status());
+  Predictions predictions(store.get());
+  LookupResolver resolver(store.get(), &predictions);
+  v1::LookupRequest request;
+  request.set_family("vector_scale");
+  *request.mutable_problem() = MakeProblem(1, 99);
+  request.mutable_device()->set_name("NVIDIA H200");
+  ASSERT_OK(resolver.Lookup(request).status());
+  predictions.WaitUntilIdle();
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse miss, resolver.Lookup(request));
+  EXPECT_EQ(miss.match(), v1::MISS);
+  EXPECT_THAT(miss.miss_reason(), HasSubstr("2 problems of vector_scale tuned on NVIDIA H200, 3 "
+                                            "needed to predict from"));
 }
 
 }  // namespace

@@ -259,6 +259,7 @@ grpc::Status AutotuneService::Stats(grpc::ServerContext* context, const v1::Stat
   const LookupCounters& counters = resolver_->counters();
   response->set_lookups_exact(counters.exact.load(std::memory_order_relaxed));
   response->set_lookups_nearest(counters.nearest.load(std::memory_order_relaxed));
+  response->set_lookups_predicted(counters.predicted.load(std::memory_order_relaxed));
   response->set_lookups_miss(counters.miss.load(std::memory_order_relaxed));
   if (fill_stats_) fill_stats_(response);
   return grpc::Status::OK;

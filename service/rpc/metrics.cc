@@ -51,6 +51,7 @@ class Metrics::Scrape : public prometheus::Collectable {
         "autotune_lookups_total", "Lookups answered since start, by match", MetricType::Counter);
     AddValue(lookups, static_cast<double>(counters.exact.load()), {{"result", "exact"}});
     AddValue(lookups, static_cast<double>(counters.nearest.load()), {{"result", "nearest"}});
+    AddValue(lookups, static_cast<double>(counters.predicted.load()), {{"result", "predicted"}});
     AddValue(lookups, static_cast<double>(counters.miss.load()), {{"result", "miss"}});
     families.push_back(std::move(lookups));
 

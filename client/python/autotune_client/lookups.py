@@ -3,7 +3,7 @@
     lookup = Lookup("gla_decode", {"batch": 8, "heads": 32, "dim": 128}, "bf16",
                     device="NVIDIA H200")
     result = client.lookup(lookup, include_cubin=True)
-    result.match           # Match.EXACT, Match.NEAREST or Match.MISS (prints its name)
+    result.match           # Match.EXACT, NEAREST, PREDICTED or MISS (prints its name)
     result.config          # {"BLOCK_V": 32, "THREADS": 128, "UNROLL": 1, "VEC": 4}
     result.launch          # LaunchDims(grid=(4, 256), block=(128,), dynamic_shared_bytes=0)
     result.cubin           # bytes, sha256 checked, when asked for
@@ -146,6 +146,11 @@ class Match(NamedIntEnum):
     EXACT = 1
     NEAREST = 2
     MISS = 3
+    # Nothing tuned for the problem on the device: the config a model of the
+    # family, learned from the problems tuned there, predicts fastest among
+    # their winners (`prediction` says what it rests on); never measured on
+    # this problem.
+    PREDICTED = 4
 
 
 class MissKind(NamedIntEnum):
@@ -322,6 +327,13 @@ class LookupResult:
         return self.response.miss_reason
 
     @property
+    def prediction(self) -> Optional[pb.Prediction]:
+        """For a PREDICTED answer: the model's median for the problem, the
+        problems and measurements it learned from, the configs it ranked and
+        the device; None otherwise."""
+        return self.response.prediction if self.response.HasField("prediction") else None
+
+    @property
     def default_config(self) -> dict[str, int]:
         return self._value(
             "default_config",
@@ -358,7 +370,7 @@ class LookupResult:
 
     @property
     def has_binary(self) -> bool:
-        """An answer whose cubin can be loaded: EXACT or NEAREST with a binary."""
+        """An answer whose cubin can be loaded: EXACT, NEAREST or PREDICTED with a binary."""
         return self.match != Match.MISS and bool(self.binary_sha256)
 
     def __eq__(self, other: object) -> bool:
