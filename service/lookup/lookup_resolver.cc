@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
@@ -450,9 +452,43 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<v1::Entry>> entries,
                      Candidates(request.family(), family->content_hash, request.problem().dtype(),
                                 request.device().name()));
-    PredictionAnswer prediction =
-        predictions_->Predict(family, request.problem(), request.device().name(),
-                              request.device().sm_count(), entries, generation);
+    const std::string& device = request.device().name();
+    PredictionAnswer prediction = predictions_->Predict(
+        family, request.problem(), device, request.device().sm_count(), entries, generation);
+    // Devices of one arch help each other: with too few problems tuned on
+    // this device, the device of the request's compute capability with the
+    // most of them predicts (never EXACT here; the answer names it).
+    std::string source = device;
+    const int64_t tuned_here = absl::c_count_if(*entries, [&](const v1::Entry& entry) {
+      return entry.device().name() == device && entry.problem().dtype() == request.problem().dtype();
+    });
+    const int32_t capability = request.device().compute_capability();
+    if (!prediction.predicted.has_value() && tuned_here < predictions_->min_problems() &&
+        capability != 0) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<v1::Entry>> everywhere,
+                       Candidates(request.family(), family->content_hash,
+                                  request.problem().dtype(), ""));
+      std::map<std::string, int64_t> tuned;  // device -> problems, of this capability
+      for (const v1::Entry& entry : *everywhere) {
+        if (entry.device().name() != device && entry.device().compute_capability() == capability &&
+            entry.problem().dtype() == request.problem().dtype()) {
+          ++tuned[entry.device().name()];
+        }
+      }
+      const auto most = std::max_element(
+          tuned.begin(), tuned.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (most != tuned.end()) {
+        source = most->first;
+        PredictionAnswer elsewhere =
+            predictions_->Predict(family, request.problem(), source, request.device().sm_count(),
+                                  everywhere, generation);
+        if (elsewhere.predicted.has_value()) {
+          prediction = std::move(elsewhere);
+        } else {
+          absl::StrAppend(&prediction.why_not, "; from ", source, ": ", elsewhere.why_not);
+        }
+      }
+    }
     std::optional<std::string> too_old;
     if (prediction.predicted.has_value() && !request.driver_version().empty()) {
       too_old = DriverTooOld(request.driver_version(), prediction.predicted->entry.nvrtc_version());
@@ -464,7 +500,8 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
                       "; the predicted config's binary cannot be "
                       "served: ",
                       *too_old);
-    } else if (DeviceMismatch(request.device(), prediction.predicted->entry.device()).has_value()) {
+    } else if (source == device &&
+               DeviceMismatch(request.device(), prediction.predicted->entry.device()).has_value()) {
       absl::StrAppend(response.mutable_miss_reason(),
                       "; no prediction: the device's other properties differ from the request's");
     } else {
@@ -481,7 +518,7 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
       about->set_problems(predicted.problems);
       about->set_measurements(predicted.measurements);
       about->set_ranked(predicted.ranked);
-      about->set_device(request.device().name());
+      about->set_device(source);
       named = std::move(predicted.variant);
     }
   }

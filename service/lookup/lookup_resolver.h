@@ -24,6 +24,10 @@
 //   it was tuned for), `launch` its config for the requested problem,
 //   `prediction` what the model learned from, and default_config the
 //   family's default as on a MISS (for a client that does not know the kind).
+//   Where fewer problems than the model needs are tuned on the device, and
+//   the request gives its compute capability, the device of that capability
+//   with the most tuned problems predicts: `prediction.device` and the entry
+//   name it (an entry of one device is never EXACT on another).
 // - A MISS carries a typed miss_kind and a miss_reason for people: no entry,
 //   only entries tuned on another device, only entries of older versions of
 //   the family's source, or an exact-only request that refused a neighbour.

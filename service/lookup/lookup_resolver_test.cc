@@ -845,6 +845,28 @@ TEST_F(PredictionTest, NoPredictionForAnExactOnlyRequestAnUnnamedOrUntunedDevice
   EXPECT_THAT(too_old.miss_reason(), HasSubstr("newer than the CUDA 12.8"));
 }
 
+// Nothing tuned on an H100: the H200's problems (the same compute
+// capability) predict for it, and the answer says where they were measured.
+TEST_F(PredictionTest, ADeviceOfTheSameArchPredictsWhereNothingIsTuned) {
+  v1::LookupRequest request = Request(262144, "NVIDIA H100 80GB HBM3");
+  request.mutable_device()->set_compute_capability(90);
+  request.mutable_device()->set_sm_count(132);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse learned, LookupLearned(request));
+  ASSERT_EQ(learned.match(), v1::PREDICTED) << learned.miss_reason();
+  EXPECT_EQ(learned.prediction().device(), "NVIDIA H200");
+  EXPECT_EQ(learned.entry().device().name(), "NVIDIA H200");
+  EXPECT_EQ(ConfigOf(learned), std::make_pair(int64_t{512}, int64_t{4}));
+  EXPECT_EQ(learned.prediction().problems(), 4);
+
+  // Another architecture, or a device that does not say its own: no prediction.
+  request.mutable_device()->set_compute_capability(80);
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse other_arch, LookupLearned(request));
+  EXPECT_EQ(other_arch.match(), v1::MISS);
+  request.mutable_device()->clear_compute_capability();
+  ASSERT_OK_AND_ASSIGN(v1::LookupResponse unknown_arch, LookupLearned(request));
+  EXPECT_EQ(unknown_arch.match(), v1::MISS);
+}
+
 TEST_F(PredictionTest, ANewEntryRetiresTheModelUntilItIsLearnedAgain) {
   ASSERT_OK_AND_ASSIGN(v1::LookupResponse learned, LookupLearned(Request(262144)));
   ASSERT_EQ(learned.match(), v1::PREDICTED) << learned.miss_reason();

@@ -84,6 +84,8 @@ class Predictions {
   // Returns once no model is waiting to be learned or being learned.
   void WaitUntilIdle();
 
+  int64_t min_problems() const { return min_problems_; }
+
  private:
   struct Model;
   struct Request {
