@@ -460,14 +460,15 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
     // most of them predicts (never EXACT here; the answer names it).
     std::string source = device;
     const int64_t tuned_here = absl::c_count_if(*entries, [&](const v1::Entry& entry) {
-      return entry.device().name() == device && entry.problem().dtype() == request.problem().dtype();
+      return entry.device().name() == device &&
+             entry.problem().dtype() == request.problem().dtype();
     });
     const int32_t capability = request.device().compute_capability();
     if (!prediction.predicted.has_value() && tuned_here < predictions_->min_problems() &&
         capability != 0) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<v1::Entry>> everywhere,
-                       Candidates(request.family(), family->content_hash,
-                                  request.problem().dtype(), ""));
+      ASSIGN_OR_RETURN(
+          std::shared_ptr<const std::vector<v1::Entry>> everywhere,
+          Candidates(request.family(), family->content_hash, request.problem().dtype(), ""));
       std::map<std::string, int64_t> tuned;  // device -> problems, of this capability
       for (const v1::Entry& entry : *everywhere) {
         if (entry.device().name() != device && entry.device().compute_capability() == capability &&
@@ -475,13 +476,13 @@ absl::StatusOr<v1::LookupResponse> LookupResolver::Resolve(const v1::LookupReque
           ++tuned[entry.device().name()];
         }
       }
-      const auto most = std::max_element(
-          tuned.begin(), tuned.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      const auto most =
+          std::max_element(tuned.begin(), tuned.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
       if (most != tuned.end()) {
         source = most->first;
-        PredictionAnswer elsewhere =
-            predictions_->Predict(family, request.problem(), source, request.device().sm_count(),
-                                  everywhere, generation);
+        PredictionAnswer elsewhere = predictions_->Predict(
+            family, request.problem(), source, request.device().sm_count(), everywhere, generation);
         if (elsewhere.predicted.has_value()) {
           prediction = std::move(elsewhere);
         } else {
